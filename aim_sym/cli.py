@@ -1,0 +1,386 @@
+"""The aim-sym command line: se, curve, threshold, check, sweep (``--json`` everywhere).
+
+Bad values exit with status 2 and one line naming the option and its allowed range.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+
+import click
+import numpy as np
+
+from numerics.records import ConvergenceError, InputError
+
+MODELS = ("aim", "smi")
+
+
+class OptionError(Exception):
+    """A bad command-line value; printed as one line, exit status 2."""
+
+
+def fail(option: str, allowed: str, value) -> None:
+    raise OptionError(f"{option} must be {allowed}; got {value!r}")
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, (np.floating, np.integer)):
+        return _finite(x.item())
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def emit(obj: dict, as_json: bool, human: Callable[[dict], str] | None = None) -> None:
+    if as_json:
+        click.echo(json.dumps(_finite(obj), indent=2))
+    else:
+        click.echo(human(obj) if human else "\n".join(f"{k}: {v}" for k, v in obj.items()))
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def progress_printer(done: int, total: int, message: str) -> None:
+    click.echo(f"[{done}/{total}] {message}", err=True)
+
+
+def parse_grid(spec: str, option: str) -> np.ndarray:
+    """start:stop:num -> numpy.linspace(start, stop, num)."""
+    parts = spec.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        a, b, n = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        fail(option, "start:stop:num (e.g. 0:0.08:41)", spec)
+    if n < 1:
+        fail(option, "a grid with num >= 1", spec)
+    return np.linspace(a, b, n)
+
+
+# ----------------------------------------------------------------------------- options
+def model_options(f):
+    opts = [
+        click.option("--model", default="aim", show_default=True, help="aim or smi"),
+        click.option("--channel", default=None, help="aim: linear, linear-noisy, softmax, "
+                     "hardmax, noisy-hardmax; smi: deep-attention"),
+        click.option("--channel-file", default=None, help="a Python file defining a channel "
+                     "(runs the file's code)"),
+        click.option("--tokens", type=int, default=2, show_default=True, help="T (aim) or M (smi)"),
+        click.option("--rho", type=float, default=None, help="aim: width ratio rho > 0"),
+        click.option("--beta", type=float, default=None, help="inverse temperature > 0"),
+        click.option("--delta-out", type=float, default=None, help="aim linear-noisy: noise >= 0"),
+        click.option("--epsilon", type=float, default=None, help="aim noisy-hardmax: flip prob"),
+        click.option("--layers", type=int, default=None, help="smi deep-attention: depth L"),
+        click.option("--skip", type=float, default=None, help="smi deep-attention: skip c >= 0"),
+        click.option("--json", "as_json", is_flag=True, help="print JSON"),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+AIM_ONLY = ("rho", "delta_out", "epsilon", "channel_file")
+SMI_ONLY = ("layers", "skip")
+
+
+def check_model(kw: dict) -> str:
+    model = kw["model"]
+    if model not in MODELS:
+        fail("--model", "one of aim, smi", model)
+    bad = SMI_ONLY if model == "aim" else AIM_ONLY
+    for name in bad:
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), f"not given with --model {model} (it does not apply)",
+                 kw[name])
+    if kw.get("beta") is not None and not kw["beta"] > 0:
+        fail("--beta", "> 0", kw["beta"])
+    return model
+
+
+def aim_channel(kw: dict):
+    """Build and compile the AIM channel named by the options."""
+    from .channels import BUILTIN, builtin
+    from .compiled import compile_channel
+
+    T = kw["tokens"]
+    if T < 2:
+        fail("--tokens", "an integer >= 2", T)
+    if kw.get("rho") is not None and not kw["rho"] > 0:
+        fail("--rho", "> 0", kw["rho"])
+    params = {}
+    if kw.get("channel_file"):
+        from .channel_file import load_channel_file
+
+        ch = load_channel_file(kw["channel_file"], tokens=T)
+    else:
+        name = kw.get("channel") or "hardmax"
+        if name not in BUILTIN:
+            fail("--channel", "one of " + ", ".join(BUILTIN), name)
+        if name == "hardmax" and T > 2:
+            fail("--tokens", "2 for hardmax (T >= 3 needs orthant probabilities in more than two "
+                 "dimensions, not yet supported)", T)
+        ch = builtin(name, T)
+    if kw.get("beta") is not None:
+        params["beta"] = kw["beta"]
+    if ch.name == "linear-noisy":
+        d = kw.get("delta_out")
+        if d is None or not d >= 0:
+            fail("--delta-out", ">= 0 (required for linear-noisy)", d)
+        params["Delta_out"] = d
+    elif kw.get("delta_out") is not None:
+        fail("--delta-out", "given only with --channel linear-noisy", kw["delta_out"])
+    if ch.name == "noisy-hardmax":
+        e = kw.get("epsilon")
+        if e is None or not 0 <= e < 0.5:
+            fail("--epsilon", "in [0, 0.5) (required for noisy-hardmax)", e)
+        params["epsilon"] = e
+    elif kw.get("epsilon") is not None:
+        fail("--epsilon", "given only with --channel noisy-hardmax", kw["epsilon"])
+    return ch, compile_channel(ch, params), params
+
+
+def smi_args(kw: dict) -> dict:
+    ch = kw.get("channel") or "deep-attention"
+    if ch != "deep-attention":
+        fail("--channel", "deep-attention for --model smi", ch)
+    layers = 2 if kw.get("layers") is None else kw["layers"]
+    if layers not in (2, 3):
+        fail("--layers", "2 or 3", layers)
+    skip = 1.0 if kw.get("skip") is None else kw["skip"]
+    if not skip >= 0:
+        fail("--skip", ">= 0", skip)
+    beta = 1.0 if kw.get("beta") is None else kw["beta"]
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for --model smi", kw["tokens"])
+    return {"layers": layers, "tokens": kw["tokens"], "skip": skip, "beta": beta}
+
+
+# ----------------------------------------------------------------------------- commands
+@click.group()
+def cli() -> None:
+    """aim-sym: derive and solve Bayes-optimal learning of attention models."""
+
+
+@cli.command()
+@model_options
+@click.option("--alpha", type=float, required=True, help="sample ratio alpha >= 0 (alpha_bar "
+              "with --small-width)")
+@click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
+def se(alpha, small_width, **kw):
+    """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
+    model = check_model(kw)
+    if not alpha >= 0:
+        fail("--alpha", ">= 0", alpha)
+    if model == "smi":
+        from numerics import smi
+
+        res = smi.fixed_point(alpha=alpha, **smi_args(kw))
+        emit(res, kw["as_json"])
+        return
+    from numerics import aim_se
+
+    ch, cc, _ = aim_channel(kw)
+    if small_width:
+        if kw.get("rho") is not None:
+            fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+        fps = aim_se.small_width_fixed_points(cc, alpha_bar=alpha)
+        stable = [f for f in fps if f["stable"]]
+        best = max(stable, key=lambda f: f["q"]) if stable else fps[0]
+        emit({"alpha_bar": alpha, "q": best["q"], "fixed_points": fps}, kw["as_json"])
+        return
+    rho = 0.5 if kw.get("rho") is None else kw["rho"]
+    fps = aim_se.fixed_points(cc, alpha=alpha, rho=rho)
+    bo = aim_se.bayes_optimal(fps)
+    out = {
+        "model": "aim", "channel": ch.name, "tokens": ch.tokens, "rho": rho, "alpha": alpha,
+        "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse, "phi": bo.phi, "error": bo.error,
+        "fixed_points": [f.as_dict() for f in fps],
+    }
+    emit(out, kw["as_json"], lambda o: (
+        f"AIM {o['channel']} T={o['tokens']} rho={rho} alpha={alpha}: mmse = {o['mmse']:.15g} "
+        f"+- {o['error']:.1e}, q = {o['q']:.15g}, q_hat = {o['q_hat']:.15g}, phi = {o['phi']}\n"
+        f"fixed points: {len(fps)}"))
+
+
+@cli.command()
+@model_options
+@click.option("--alphas", required=True, help="start:stop:num")
+@click.option("--out", "out_path", default=None, help="CSV file")
+@click.option("--plot", "plot_path", default=None, help="PNG file")
+def curve(alphas, out_path, plot_path, **kw):
+    """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
+    model = check_model(kw)
+    grid = parse_grid(alphas, "--alphas")
+    if np.any(grid < 0):
+        fail("--alphas", "a grid of alpha >= 0", alphas)
+    if model == "smi":
+        from numerics import smi
+
+        rows = smi.se_curve(alphas=grid, progress=progress_printer, **smi_args(kw))
+        flat = []
+        for r in rows:
+            d = {k: v for k, v in r.items() if k != "Q"}
+            for i, qv in enumerate(r["Q"]):
+                d[f"Q_{i + 1}{i + 1}"] = qv
+            flat.append(d)
+        rows = flat
+        ycols = [k for k in rows[0] if k.startswith("Q_")] + ["e_gen"]
+        title = f"SMI deep attention L={smi_args(kw)['layers']}, c={smi_args(kw)['skip']}"
+    else:
+        from numerics import aim_se
+
+        ch, cc, _ = aim_channel(kw)
+        rho = 0.5 if kw.get("rho") is None else kw["rho"]
+        rows = aim_se.curve(cc, alphas=grid, rho=rho, progress=progress_printer)
+        ycols = ["mmse"]
+        title = f"AIM {ch.name}, T={ch.tokens}, rho={rho}"
+    if out_path:
+        write_csv(out_path, rows)
+    if plot_path:
+        plot_rows(plot_path, rows, ycols, title)
+    emit({"rows": rows, "out": out_path, "plot": plot_path}, kw["as_json"],
+         lambda o: "\n".join(",".join(f"{r[k]}" for k in r) for r in rows))
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    atomic_write(path, buf.getvalue())
+
+
+def plot_rows(path: str, rows: list[dict], ycols: list[str], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    x = [r["alpha"] for r in rows]
+    for c in ycols:
+        ax.plot(x, [r[c] for r in rows], label=c)
+    ax.set_xlabel(r"$\alpha$")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=130)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(["weak", "perfect"]))
+@model_options
+@click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
+@click.option("--digits", type=int, default=16, show_default=True, help="1 to 1000")
+def threshold(kind, small_width, digits, **kw):
+    """Weak-recovery or perfect-recovery threshold (closed form where it exists)."""
+    model = check_model(kw)
+    if not 1 <= digits <= 1000:
+        fail("--digits", "in 1..1000", digits)
+    if model == "smi":
+        if kind != "weak":
+            fail("KIND", "weak for --model smi", kind)
+        from numerics import smi
+
+        res = smi.weak_thresholds(progress=progress_printer, **smi_args(kw))
+        emit({"model": "smi", **smi_args(kw), "thresholds": res}, kw["as_json"])
+        return
+    from . import thresholds
+
+    ch, cc, params = aim_channel(kw)
+    if kind == "weak":
+        if not small_width:
+            fail("--small-width", "given for a weak-recovery threshold of the AIM (at finite rho "
+                 "q > rho for every alpha > 0: no uninformative fixed point)", False)
+        if kw.get("rho") is not None:
+            fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+        t = thresholds.small_width_weak(ch, digits=digits, params=params)
+        name = "alpha_bar_c"
+    else:
+        rho = None if small_width else (0.5 if kw.get("rho") is None else kw["rho"])
+        if small_width and kw.get("rho") is not None:
+            fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+        t = thresholds.perfect_recovery(ch, rho_value=rho, small_width=small_width,
+                                        digits=digits, params=params)
+        name = "alpha_bar_PR" if small_width else "alpha_PR"
+    out = {"model": "aim", "channel": ch.name, "tokens": ch.tokens, "threshold": name,
+           **t.as_dict()}
+    emit(out, kw["as_json"], lambda o: (
+        f"{name} ({ch.name}, T={ch.tokens}) = {o['value']}  (error {o['error']:.1e})\n"
+        f"closed form: {o['closed_form']}\nmethod: {o['method']}"))
+
+
+@cli.command()
+@model_options
+def check(**kw):
+    """Run the identity checks on a channel; exit 1 if any fails."""
+    model = check_model(kw)
+    if model == "smi":
+        from numerics import smi
+
+        results = smi.run_checks(**smi_args(kw))
+    else:
+        from .checks import run_checks
+
+        ch, cc, params = aim_channel(kw)
+        results = run_checks(ch, params=params)
+    ok = all(r["passed"] for r in results)
+    emit({"passed": ok, "checks": results}, kw["as_json"], lambda o: "\n".join(
+        f"{'PASS' if r['passed'] else 'FAIL'}  {r['name']}: {r['detail']}" for r in results
+    ) + f"\n{'all checks passed' if ok else 'SOME CHECKS FAILED'}")
+    if not ok:
+        sys.exit(1)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except (OptionError, InputError) as e:
+        click.echo(f"aim-sym: error: {e}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aim-sym: aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as e:
+        click.echo(f"aim-sym: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except ConvergenceError as e:
+        click.echo(f"aim-sym: no convergence: {e}", err=True)
+        sys.exit(3)
+    except Exception as e:  # channel errors and the like: one line, named
+        from .channels import ChannelError
+
+        if isinstance(e, ChannelError):
+            click.echo(f"aim-sym: error: {e}", err=True)
+            sys.exit(2)
+        raise

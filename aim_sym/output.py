@@ -1,0 +1,243 @@
+"""The output side of the AIM, derived from a channel (THEORY 1.1).
+
+For every channel, with h ~ N(omega, V C) and C = diag(1 + delta_ab):
+
+* Z_out(y; omega, V) = int dh P_out(y | h) N(h; omega, V C),
+* g_out = d log Z_out / d omega (a vector over the pairs a <= b) and its Jacobian dg_out/domega,
+* the SE output map q_hat = 2 alpha E[sum_ab (1 + delta_ab) g_ab^2] (THEORY 1.1),
+* Psi_out(q) = E_omega int dy Z_out log Z_out (THEORY 1.1).
+
+Gaussian channels give Z_out, the SE map and Psi_out in closed form. Discrete channels give
+Z_out as sums of Gaussian orthant probabilities (Phi for one half-space, Phi2 for two); the
+expectation over omega is left to numerics, but at q = 0 it is a finite sum over outputs,
+evaluated exactly (the small-width weak-recovery threshold, THEORY 1.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import sympy as sp
+
+from .channels import ChannelError, DiscreteChannel, GaussianChannel, coefficients, row_basis
+from .special import Phi, Phi2
+from .symbols import V, alpha, h_symbols, omega_symbols, q, weight_matrix, weights
+
+
+@dataclass(frozen=True)
+class Event:
+    """Intersection of half-spaces {forms[k] . h + offsets[k] > 0}, with a weight."""
+
+    weight: sp.Expr
+    forms: tuple[tuple[sp.Expr, ...], ...]
+    offsets: tuple[sp.Expr, ...]
+
+
+@dataclass(frozen=True)
+class OutputDerivation:
+    """Everything the output channel implies, as sympy expressions in omega, V and parameters.
+
+    Discrete channels: ``Z_out``, ``g_out``, ``dg_out`` are tuples indexed like
+    ``channel.outputs``. Gaussian channels: single expressions in the output symbols ``y``.
+    ``basis`` (K x n) spans the linear forms of h the channel sees; Z_out depends on omega only
+    through ``basis * omega`` and ``omega_of_m`` maps m = basis * omega back to a preimage.
+    """
+
+    channel: object
+    omega: tuple[sp.Symbol, ...]
+    y: tuple[sp.Symbol, ...]
+    Z_out: object
+    log_Z_out: object
+    g_out: object
+    dg_out: object
+    basis: sp.ImmutableMatrix
+    m: tuple[sp.Symbol, ...]
+    omega_of_m: sp.ImmutableMatrix
+    E_g2: sp.Expr | None = None  # E[sum (1+delta) g^2] in closed form (Gaussian channels)
+    E_g2_at_q0: sp.Expr | None = None  # the same at q = 0 (exact finite sum; discrete channels)
+    q_hat_map: sp.Expr | None = None  # 2 alpha E_g2 (Gaussian channels)
+    psi_out: sp.Expr | None = None  # Psi_out(V) in closed form (Gaussian channels)
+    params: tuple[sp.Symbol, ...] = field(default=())
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.channel, DiscreteChannel)
+
+
+# ----------------------------------------------------------------------------- discrete
+def parse_events(expr: sp.Expr, T: int) -> list[Event]:
+    """Split P(y | h) into weighted intersections of half-spaces of h."""
+    hs = h_symbols(T)
+    events = []
+    for term in sp.Add.make_args(sp.expand(expr)):
+        weight, forms, offsets = sp.Integer(1), [], []
+        for factor in sp.Mul.make_args(term):
+            base, _ = factor.as_base_exp()
+            if isinstance(base, sp.Heaviside):
+                arg = sp.expand(base.args[0])
+                row = [sp.diff(arg, s) for s in hs]
+                if any(c.has(*hs) for c in row):
+                    raise ChannelError(f"Heaviside argument {arg} is not affine in h")
+                form = tuple(row)
+                off = sp.simplify(arg - sum(c * s for c, s in zip(row, hs)))
+                if (form, off) not in zip(forms, offsets):
+                    forms.append(form)
+                    offsets.append(off)
+            elif factor.has(*hs):
+                raise ChannelError(
+                    f"factor {factor} of P(y|h) depends on h but is not a Heaviside of an "
+                    "affine form; discrete channels must be polynomials in Heaviside(affine(h))"
+                )
+            else:
+                weight *= factor
+        events.append(Event(weight, tuple(forms), tuple(offsets)))
+    return events
+
+
+def event_probability(ev: Event, omega: tuple[sp.Symbol, ...], C: sp.Matrix) -> sp.Expr:
+    """P(forms . h + offsets > 0) for h ~ N(omega, V C): Phi or Phi2 in closed form."""
+    K = len(ev.forms)
+    if K == 0:
+        return ev.weight
+    L = sp.Matrix([list(f) for f in ev.forms])
+    w = sp.Matrix(omega)
+    mean = L * w + sp.Matrix(ev.offsets)
+    S = L * C * L.T  # covariance / V
+    sd = [sp.sqrt(V * S[k, k]) for k in range(K)]
+    if any(S[k, k] == 0 for k in range(K)):
+        raise ChannelError(f"a Heaviside form {ev.forms} has zero variance")
+    if K == 1:
+        return ev.weight * Phi(mean[0] / sd[0])
+    if K == 2:
+        r = sp.nsimplify(S[0, 1] / sp.sqrt(S[0, 0] * S[1, 1]))
+        if abs(r) == 1:
+            raise ChannelError(f"two Heaviside forms of one event are parallel: {ev.forms}")
+        return ev.weight * Phi2(mean[0] / sd[0], mean[1] / sd[1], r)
+    raise ChannelError(
+        f"an event of {K} half-spaces needs a {K}-variate normal orthant probability; the engine "
+        "derives closed forms for at most 2 (Phi, Phi2)"
+    )
+
+
+def _basis_and_map(forms: list[tuple], T: int):
+    """Basis of the channel's linear forms, chosen among the forms themselves so that the
+    integrand's hyperplanes {form . omega = const} are coordinate planes of m."""
+    n = T * (T + 1) // 2
+    rows: list[list] = []
+    for f in forms:
+        cand = rows + [list(f)]
+        if sp.Matrix(cand).rank() > len(rows):
+            rows = cand
+    if not rows:
+        return sp.ImmutableMatrix(sp.zeros(0, n)), (), sp.ImmutableMatrix(sp.zeros(n, 1))
+    L = sp.Matrix(rows)
+    K = L.rows
+    C = weight_matrix(T)
+    m = tuple(sp.Symbol(f"m_{k + 1}", real=True) for k in range(K))
+    P = C * L.T * (L * C * L.T).inv()
+    return sp.ImmutableMatrix(L), m, sp.ImmutableMatrix(P * sp.Matrix(m))
+
+
+def derive_discrete(ch: DiscreteChannel) -> OutputDerivation:
+    T = ch.tokens
+    omega = omega_symbols(T)
+    C = weight_matrix(T)
+    Zs, forms = [], []
+    for y, p in zip(ch.outputs, ch.likelihood):
+        events = parse_events(p, T)
+        Z = sp.Add(*[event_probability(ev, omega, C) for ev in events])
+        Zs.append(Z)
+        for ev in events:
+            forms.extend(ev.forms)
+    logZ = tuple(sp.log(Z) for Z in Zs)
+    g = tuple(sp.ImmutableMatrix([sp.diff(lz, w) for w in omega]) for lz in logZ)
+    dg = tuple(sp.ImmutableMatrix(sp.Matrix(gi).jacobian(omega)) for gi in g)
+    basis, m, omega_of_m = _basis_and_map(forms, T)
+    # q = 0: omega = 0, the expectation is a finite sum over outputs (exact)
+    at0 = {w: 0 for w in omega}
+    wts = weights(T)
+    E0 = sp.Integer(0)
+    for Z in Zs:
+        Z0 = Z.subs(at0)
+        grads = [sp.diff(Z, w).subs(at0) for w in omega]
+        E0 += sum(c * gr**2 for c, gr in zip(wts, grads)) / Z0
+    E0 = sp.simplify(E0)
+    return OutputDerivation(
+        channel=ch,
+        omega=omega,
+        y=(),
+        Z_out=tuple(Zs),
+        log_Z_out=logZ,
+        g_out=g,
+        dg_out=dg,
+        basis=basis,
+        m=m,
+        omega_of_m=omega_of_m,
+        E_g2_at_q0=E0,
+        params=tuple(s for s, _ in ch.params),
+    )
+
+
+# ----------------------------------------------------------------------------- gaussian
+def derive_gaussian(ch: GaussianChannel) -> OutputDerivation:
+    T = ch.tokens
+    omega = omega_symbols(T)
+    C = weight_matrix(T)
+    A = sp.Matrix(ch.statistics)
+    K = A.rows
+    y = tuple(sp.Symbol(f"y_{k + 1}", real=True) for k in range(K))
+    M = V * A * C * A.T + sp.Matrix(ch.noise)
+    Minv = M.inv().applyfunc(sp.factor)
+    r = sp.Matrix(y) - A * sp.Matrix(omega)
+    detM = sp.factor(M.det())
+    quad = sp.expand((r.T * Minv * r)[0, 0])
+    logZ = -quad / 2 - sp.log((2 * sp.pi) ** K * detM) / 2
+    Z = sp.exp(logZ)
+    g = sp.ImmutableMatrix([sp.simplify(sp.diff(logZ, w)) for w in omega])
+    dg = sp.ImmutableMatrix(sp.Matrix(g).jacobian(omega).applyfunc(sp.simplify))
+    # E over y ~ N(A omega, M) of g g^T: g is affine in y and vanishes at y = A omega
+    G = sp.Matrix(g).jacobian(y)
+    if any(sp.simplify(e) != 0 for e in sp.Matrix(g).subs(dict(zip(y, A * sp.Matrix(omega))))):
+        raise ChannelError("g_out does not vanish at the mean of y: not a Gaussian channel")
+    E = sp.simplify(sp.factor((C * G * M * G.T).trace()))
+    psi = sp.simplify(-sp.Rational(K, 2) - sp.log((2 * sp.pi) ** K * detM) / 2)
+    return OutputDerivation(
+        channel=ch,
+        omega=omega,
+        y=y,
+        Z_out=Z,
+        log_Z_out=logZ,
+        g_out=g,
+        dg_out=dg,
+        basis=sp.ImmutableMatrix(A),
+        m=(),
+        omega_of_m=sp.ImmutableMatrix(sp.zeros(len(omega), 1)),
+        E_g2=E,
+        E_g2_at_q0=E,
+        q_hat_map=2 * alpha * E,
+        psi_out=psi,
+        params=tuple(s for s, _ in ch.params),
+    )
+
+
+@lru_cache(maxsize=64)
+def derive(ch) -> OutputDerivation:
+    """Derive Z_out, g_out, dg_out and the SE output map of a channel (THEORY 1.1)."""
+    if isinstance(ch, GaussianChannel):
+        return derive_gaussian(ch)
+    if isinstance(ch, DiscreteChannel):
+        return derive_discrete(ch)
+    raise ChannelError(f"not a channel: {ch!r}")
+
+
+def stationarity_residual(d: OutputDerivation) -> sp.Expr:
+    """4 alpha dPsi_out/dq - q_hat_map with V = Q0 - q: zero iff free-entropy stationarity
+    reproduces the SE output map (THEORY 1.1). Gaussian channels only (closed form)."""
+    if d.psi_out is None:
+        raise ChannelError("Psi_out has no closed form for this channel; check it numerically")
+    dpsi_dq = -sp.diff(d.psi_out, V)  # V = Q0 - q
+    return sp.simplify(4 * alpha * dpsi_dq - d.q_hat_map)
+
+
+__all__ = ["derive", "OutputDerivation", "Event", "parse_events", "stationarity_residual", "q"]

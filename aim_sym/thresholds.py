@@ -1,0 +1,123 @@
+"""Thresholds of the AIM in closed form where the SE allows it (THEORY 1.2).
+
+* small-width weak recovery: alpha_bar_c = 1 / (2 E_{q=0}[sum (1 + delta_ab) g_ab^2]) at V = 1;
+  at q = 0 omega = 0, so for discrete channels the expectation is a finite sum over outputs and
+  the threshold is an exact sympy expression;
+* perfect recovery: alpha_PR = c(rho) / (2 k), c = 2 rho - rho^2 for rho <= 1 and 1 above, k = lim_{V -> 0} V E(V)
+  (parameter counting; the prior mmse(Delta) / Delta -> c(rho) as Delta -> 0), and
+  alpha_bar_PR = 1 / k in the small-width limit. Channels with k = 0 (noisy, or discrete, where
+  q_hat grows slower than 1/V) have no finite perfect-recovery threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mpmath
+import sympy as sp
+
+from .channels import Channel, ChannelError
+from .compiled import substitute_params
+from .output import derive
+from .symbols import V, rho
+
+
+@dataclass(frozen=True)
+class ClosedFormThreshold:
+    """A threshold as an exact expression, its decimal value and the refinement error."""
+
+    kind: str
+    expr: sp.Expr
+    value: str
+    error: float
+    method: str
+    digits: int
+
+    @property
+    def latex(self) -> str:
+        return sp.latex(self.expr)
+
+    def as_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "value": self.value,
+            "error": self.error,
+            "method": self.method,
+            "digits": self.digits,
+            "closed_form": self.latex,
+            "sympy": sp.sstr(self.expr),
+        }
+
+
+def _evaluate(expr: sp.Expr, digits: int) -> tuple[str, float]:
+    """Decimal string with ``digits`` significant digits; error = difference between
+    evaluations at digits + 10 and digits + 25 working digits."""
+    a = sp.N(expr, digits + 10)
+    b = sp.N(expr, digits + 25)
+    if not (a.is_real and b.is_real):
+        raise ChannelError(f"threshold expression is not real: {expr}")
+    with mpmath.workdps(digits + 30):
+        err = abs(mpmath.mpf(str(a)) - mpmath.mpf(str(b)))
+    # agreement below the resolution of the comparison is reported as that resolution
+    return sp.sstr(sp.N(expr, digits)), max(float(err), 10.0 ** -(digits + 9))
+
+
+def small_width_weak_expr(ch: Channel, params: dict | None = None) -> sp.Expr:
+    """alpha_bar_c = 1 / (2 E_{q=0}[sum (1 + delta_ab) g_ab^2]) at V = 1 (THEORY 1.2)."""
+    d = derive(ch)
+    e0 = substitute_params(d.E_g2_at_q0, ch, params or {}).subs(V, 1)
+    e0 = sp.simplify(e0)
+    if e0 == 0:
+        raise ChannelError("E[g^2] vanishes at q = 0: the channel carries no information there")
+    return sp.simplify(1 / (2 * e0))
+
+
+def small_width_weak(ch: Channel, *, digits: int = 16, params: dict | None = None):
+    expr = small_width_weak_expr(ch, params)
+    value, err = _evaluate(expr, digits)
+    method = (
+        "closed form: finite sum over outputs at q = 0"
+        if d_is_discrete(ch)
+        else "closed form: Gaussian channel"
+    )
+    return ClosedFormThreshold("weak (small width)", expr, value, err, method, digits)
+
+
+def d_is_discrete(ch: Channel) -> bool:
+    return derive(ch).discrete
+
+
+def pr_constant(ch: Channel, params: dict | None = None) -> sp.Expr:
+    """k = lim_{V->0} V E[sum (1 + delta) g^2]; 0 when q_hat V -> 0."""
+    d = derive(ch)
+    if d.discrete:
+        return sp.Integer(0)
+    e = substitute_params(d.E_g2, ch, params or {})
+    return sp.nsimplify(sp.limit(V * e, V, 0, "+"))
+
+
+def perfect_recovery_expr(ch: Channel, *, rho_value=None, small_width: bool = False,
+                          params: dict | None = None) -> sp.Expr:
+    k = pr_constant(ch, params)
+    if k == 0:
+        raise ChannelError(
+            f"channel {ch.name} has no finite perfect-recovery threshold: q_hat V -> 0 as V -> 0"
+        )
+    if small_width:
+        return 1 / k
+    r = rho if rho_value is None else sp.Rational(str(rho_value))
+    return sp.Piecewise((2 * r - r**2, r <= 1), (1, True)) / (2 * k)
+
+
+def perfect_recovery(ch: Channel, *, rho_value=None, small_width: bool = False, digits: int = 16,
+                     params: dict | None = None):
+    expr = perfect_recovery_expr(ch, rho_value=rho_value, small_width=small_width, params=params)
+    value, err = _evaluate(expr, digits)
+    return ClosedFormThreshold(
+        "perfect recovery" + (" (small width)" if small_width else ""),
+        expr,
+        value,
+        err,
+        "closed form: parameter counting, mmse(Delta)/Delta -> 2 rho - rho^2 (rho <= 1), 1 (rho >= 1)",
+        digits,
+    )

@@ -1,0 +1,272 @@
+"""State evolution of the attention-indexed model (THEORY 1.1, 1.2).
+
+Consumes a compiled channel (:class:`aim_sym.compiled.CompiledChannel`, duck-typed: this module
+never imports sympy) and the Wishart prior of :mod:`numerics.wishart`.
+
+* output side: E(q, V) = E[sum_ab (1 + delta_ab) g_ab^2] and Psi_out(q, V);
+* the SE map on the error V = Q0 - q: V -> mmse(1 / q_hat), q_hat = 2 alpha E(Q0 - V, V);
+* all fixed points in V in [0, 1] (q in [rho, Q0]), their stability and free entropy
+  Phi = -q q_hat / 4 + q_hat Q0 / 4 - I(1 / q_hat) + alpha Psi_out;
+* the small-width limit (alpha = alpha_bar rho): q -> max(1 - t, 0)^2, t = 1 / q_hat_bar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import brentq
+
+from .gauss import TAIL_MASS, gaussian_grid
+from .records import ConvergenceError, Estimate, require
+
+
+def _wishart():
+    from . import wishart
+
+    return wishart
+
+
+# ----------------------------------------------------------------------------- output side
+def _flat_eval(fn: Callable, args, n: int) -> list[np.ndarray]:
+    out = fn(*args)
+    return [np.broadcast_to(np.asarray(o, dtype=float), (n,)) for o in out]
+
+
+def output_moments(cc, *, q: float, V: float, level: int = 0) -> tuple[float, float, float]:
+    """(E(q, V), Psi_out(q, V), tail bound) by quadrature over omega (THEORY 1.1).
+
+    Discrete channels: E = E_omega sum_y |grad Z_y|_C^2 / Z_y, Psi = E_omega sum_y Z_y log Z_y.
+    Gaussian channels: closed forms, independent of q.
+    """
+    require(V > 0, "V", "> 0", V)
+    require(q >= 0, "q", ">= 0", q)
+    if not cc.discrete:
+        return float(cc.e_g2(V)), float(cc.psi_out(V)), 0.0
+    K = cc.K
+    if q == 0:
+        m = np.zeros((1, K))
+        w = np.ones(1)
+    else:
+        m, w = gaussian_grid(q * cc.S, np.sqrt(V * np.diag(cc.S)), level)
+    N = m.shape[0]
+    flat = _flat_eval(cc.z_grad, [m[:, k] for k in range(K)] + [V], N)
+    Y, n = cc.n_outputs, cc.n_pairs
+    Z = np.stack(flat[:Y])
+    G = np.stack(flat[Y:]).reshape(Y, n, N)
+    wg2 = np.einsum("ynN,n->yN", G * G, cc.weights)
+    pos = Z > 0
+    safe = np.where(pos, Z, 1.0)
+    e_int = np.where(pos, wg2 / safe, 0.0).sum(axis=0)
+    psi_int = np.where(pos, Z * np.log(safe), 0.0).sum(axis=0)
+    tail = TAIL_MASS * float(np.max(np.abs(e_int))) if q > 0 else 0.0
+    return float(e_int @ w), float(psi_int @ w), tail
+
+
+def output_estimate(cc, *, q: float, V: float, level: int = 0) -> tuple[Estimate, Estimate]:
+    """E(q, V) and Psi_out with errors from two quadrature levels (plus the tail bound)."""
+    e0, p0, _ = output_moments(cc, q=q, V=V, level=level)
+    e1, p1, tail = output_moments(cc, q=q, V=V, level=level + 1)
+    method = "closed form" if not cc.discrete else "sinh-trapezoid quadrature over omega"
+    if cc.discrete and q == 0:
+        method = "finite sum over outputs"
+    return (
+        Estimate(e1, abs(e1 - e0) + tail, method),
+        Estimate(p1, abs(p1 - p0) + tail, method),
+    )
+
+
+# ----------------------------------------------------------------------------- SE
+@dataclass(frozen=True)
+class FixedPoint:
+    """One SE fixed point (THEORY 1.1): q, q_hat, mmse = Q0 - q, Phi, stability."""
+
+    q: float
+    q_hat: float
+    mmse: float
+    phi: float | None
+    stable: bool
+    slope: float
+    error: float
+    bayes_optimal: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "q": self.q,
+            "q_hat": self.q_hat,
+            "mmse": self.mmse,
+            "phi": self.phi,
+            "stable": self.stable,
+            "slope": self.slope,
+            "error": self.error,
+            "bayes_optimal": self.bayes_optimal,
+        }
+
+
+def _check(alpha: float, rho: float) -> None:
+    require(np.isfinite(alpha) and alpha >= 0, "alpha", ">= 0", alpha)
+    require(np.isfinite(rho) and rho > 0, "rho", "> 0", rho)
+
+
+def se_map(cc, *, alpha: float, rho: float, V: float, level: int = 0) -> tuple[float, float]:
+    """One SE step on the error: V -> (mmse(1 / q_hat), q_hat), q = Q0 - V (THEORY 1.1)."""
+    Q0 = 1.0 + rho
+    E, _, _ = output_moments(cc, q=Q0 - V, V=V, level=level)
+    q_hat = 2 * alpha * E
+    if q_hat <= 0:
+        return 1.0, 0.0
+    return float(_wishart().mmse(1.0 / q_hat, rho=rho)), q_hat
+
+
+def free_entropy(cc, *, alpha: float, rho: float, V: float, q_hat: float, level: int = 0) -> float:
+    """Phi(q, q_hat) = -q q_hat/4 + q_hat Q0/4 - I(1/q_hat) + alpha Psi_out(q) (THEORY 1.1)."""
+    Q0 = 1.0 + rho
+    q = Q0 - V
+    _, psi, _ = output_moments(cc, q=q, V=V, level=level)
+    I = float(_wishart().mutual_information(1.0 / q_hat, rho=rho)) if q_hat > 0 else 0.0
+    return -q * q_hat / 4 + q_hat * Q0 / 4 - I + alpha * psi
+
+
+def _roots(f: Callable[[float], float], grid: np.ndarray, xtol: float = 1e-14) -> list[float]:
+    vals = [f(x) for x in grid]
+    roots = []
+    for (x0, f0), (x1, f1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
+        if f0 == 0:
+            roots.append(x0)
+        elif f0 * f1 < 0:
+            roots.append(brentq(f, x0, x1, xtol=xtol, rtol=1e-15, maxiter=200))
+    if vals[-1] == 0:
+        roots.append(grid[-1])
+    return roots
+
+
+def _v_grid(n: int = 48) -> np.ndarray:
+    return np.unique(np.concatenate([np.geomspace(1e-6, 0.05, n // 2), np.linspace(0.05, 1, n // 2)]))
+
+
+def fixed_points(cc, *, alpha: float, rho: float, level: int = 0) -> list[FixedPoint]:
+    """All SE fixed points with V = Q0 - q in [0, 1], the Bayes-optimal one flagged.
+
+    Found by bracketing sign changes of mmse(1/q_hat(V)) - V on a grid, refined by Brent's
+    method at two quadrature levels (the difference is the error). V = 0 (perfect recovery) is a
+    fixed point of every noiseless channel; it is stable iff alpha >= alpha_PR (THEORY 1.2); its
+    free entropy is not finite and is reported as None.
+    """
+    _check(alpha, rho)
+    Q0 = 1.0 + rho
+    if alpha == 0:
+        return [FixedPoint(rho, 0.0, 1.0, 0.0, True, 0.0, 0.0, True)]
+    out: list[FixedPoint] = []
+    coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=level)[0] - v, _v_grid())
+    for v0 in coarse:
+        def f1(v):
+            return se_map(cc, alpha=alpha, rho=rho, V=v, level=level + 1)[0] - v
+
+        lo, hi = max(v0 * (1 - 1e-6) - 1e-12, 1e-300), min(v0 * (1 + 1e-6) + 1e-12, 1.0)
+        if f1(lo) * f1(hi) < 0:
+            v1 = brentq(f1, lo, hi, xtol=1e-16, rtol=1e-15, maxiter=200)
+        else:
+            v1 = _roots(f1, np.linspace(max(v0 / 2, 1e-300), min(2 * v0, 1.0), 9))
+            v1 = min(v1, key=lambda x: abs(x - v0)) if v1 else v0
+        mm, q_hat = se_map(cc, alpha=alpha, rho=rho, V=v1, level=level + 1)
+        dv = max(1e-7 * v1, 1e-13)
+        slope = (
+            se_map(cc, alpha=alpha, rho=rho, V=v1 + dv, level=level + 1)[0]
+            - se_map(cc, alpha=alpha, rho=rho, V=v1 - dv, level=level + 1)[0]
+        ) / (2 * dv)
+        prior_err = _wishart().mmse_estimate(1.0 / q_hat, rho=rho).error
+        err = abs(v1 - v0) + prior_err / max(abs(1 - slope), 1e-3)
+        phi = free_entropy(cc, alpha=alpha, rho=rho, V=v1, q_hat=q_hat, level=level + 1)
+        out.append(FixedPoint(Q0 - v1, q_hat, v1, phi, abs(slope) < 1, slope, err))
+    if cc.noiseless:
+        apr = perfect_recovery_alpha(cc, rho=rho)
+        stable0 = apr is not None and alpha >= apr
+        out.append(FixedPoint(Q0, float("inf"), 0.0, None, stable0, float("nan"), 0.0))
+    return _flag_bayes_optimal(out)
+
+
+def _flag_bayes_optimal(fps: list[FixedPoint]) -> list[FixedPoint]:
+    stable = [f for f in fps if f.stable]
+    if not stable:
+        raise ConvergenceError("no stable SE fixed point found", last_iterate=fps, residual=None)
+    finite = [f for f in stable if f.phi is not None]
+    best = max(finite, key=lambda f: f.phi) if finite else stable[0]
+    return [
+        FixedPoint(**{**f.__dict__, "bayes_optimal": f is best}) for f in fps
+    ]
+
+
+def bayes_optimal(fps: list[FixedPoint]) -> FixedPoint:
+    return next(f for f in fps if f.bayes_optimal)
+
+
+def perfect_recovery_alpha(cc, *, rho: float) -> float | None:
+    """alpha_PR = c(rho) / (2 k), k = lim V E(V), c = 2 rho - rho^2 for rho <= 1, else 1
+    (THEORY 1.2); None if k = 0."""
+    k = cc.pr_constant
+    if k is None or float(k) == 0:
+        return None
+    return (2 * rho - rho**2 if rho <= 1 else 1.0) / (2 * float(k))
+
+
+def curve(cc, *, alphas, rho: float, progress: Callable | None = None) -> list[dict]:
+    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha)."""
+    rows = []
+    for i, a in enumerate(alphas):
+        fps = fixed_points(cc, alpha=float(a), rho=rho)
+        bo = bayes_optimal(fps)
+        rows.append(
+            {
+                "alpha": float(a),
+                "q": bo.q,
+                "q_hat": bo.q_hat,
+                "mmse": bo.mmse,
+                "phi": bo.phi,
+                "error": bo.error,
+                "n_fixed_points": len(fps),
+            }
+        )
+        if progress:
+            progress(i + 1, len(alphas), f"alpha={float(a):.6g}")
+    return rows
+
+
+# ----------------------------------------------------------------------------- small width
+def small_width_map(cc, *, alpha_bar: float, q: float, level: int = 0) -> float:
+    """q -> max(1 - t, 0)^2, t = 1 / (2 alpha_bar E(q, 1 - q)) (THEORY 1.2, rho -> 0)."""
+    V = 1.0 - q
+    if V <= 0:
+        return 1.0
+    E, _, _ = output_moments(cc, q=q, V=V, level=level)
+    if E <= 0:
+        return 0.0
+    t = 1.0 / (2 * alpha_bar * E)
+    return max(1.0 - t, 0.0) ** 2
+
+
+def small_width_fixed_points(cc, *, alpha_bar: float, level: int = 0) -> list[dict]:
+    """All fixed points q in [0, 1] of the small-width SE, with stability."""
+    require(np.isfinite(alpha_bar) and alpha_bar >= 0, "alpha_bar", ">= 0", alpha_bar)
+    res = []
+
+    def f(x):
+        return small_width_map(cc, alpha_bar=alpha_bar, q=x, level=level) - x
+
+    e0 = float(cc.e_g2_q0(1.0))
+    slope0 = 0.0
+    res.append({"q": 0.0, "stable": 2 * alpha_bar * e0 < 1, "slope": slope0,
+                "note": "q = 0 is a fixed point iff 2 alpha_bar E(0, 1) <= 1"})
+    if 2 * alpha_bar * e0 > 1:
+        res = []
+    grid = np.unique(np.concatenate([np.linspace(1e-9, 1 - 1e-9, 41), 1 - np.geomspace(1e-9, 0.02, 12)]))
+    for r in _roots(f, grid):
+        d = 1e-7
+        s = (f(min(r + d, 1 - 1e-12)) - f(max(r - d, 0))) / (2 * d) + 1
+        res.append({"q": r, "stable": abs(s) < 1, "slope": s})
+    if cc.noiseless:
+        res.append({"q": 1.0, "stable": bool(cc.pr_constant is not None and float(cc.pr_constant) > 0
+                                             and alpha_bar * float(cc.pr_constant) > 1),
+                    "slope": float("nan")})
+    return res

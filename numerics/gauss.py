@@ -1,0 +1,55 @@
+"""Gaussian expectations by mapped trapezoid rules, with refinement error estimates.
+
+The output-side integrands of THEORY 1.1 vary on the scale sqrt(V) around the channel's
+hyperplanes while the Gaussian weight of omega has scale sqrt(q). On each axis the nodes are
+m = a sinh(t), t uniform, a = the smaller scale: the trapezoid rule then converges
+exponentially for analytic integrands, and halving the step (nested nodes) estimates the error.
+The cut at |m| <= 12 sd of the weight drops a Gaussian mass below 4e-33 (bounded, not ignored:
+it is added to the reported error times the integrand's sup on the computed nodes).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+TAIL_SD = 12.0
+TAIL_MASS = 4e-33  # P(|N(0,1)| > 12) < 3.6e-33
+
+
+@lru_cache(maxsize=256)
+def sinh_rule(a: float, R: float, level: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights for int_{-R}^{R} f(m) dm, m = a sinh(t), 2^(level+6) + 1 nodes."""
+    n = 2 ** (level + 6)
+    tmax = np.arcsinh(R / a)
+    t = np.linspace(-tmax, tmax, n + 1)
+    h = t[1] - t[0]
+    w = np.full(n + 1, h)
+    w[0] = w[-1] = h / 2
+    return a * np.sinh(t), w * a * np.cosh(t)
+
+
+def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int):
+    """Tensor nodes m (N x K) and weights (N) for E over m ~ N(0, cov), K = 1 or 2 or more.
+
+    ``scales`` are the per-axis feature scales of the integrand (sqrt(V S_kk)).
+    """
+    cov = np.asarray(cov, dtype=float)
+    K = cov.shape[0]
+    sd = np.sqrt(np.diag(cov))
+    axes, wts = [], []
+    for k in range(K):
+        a = float(min(scales[k], sd[k]))
+        x, w = sinh_rule(a, float(TAIL_SD * sd[k]), level)
+        axes.append(x)
+        wts.append(w)
+    grids = np.meshgrid(*axes, indexing="ij")
+    m = np.stack([g.ravel() for g in grids], axis=1)
+    w = np.ones(m.shape[0])
+    for k, g in enumerate(np.meshgrid(*wts, indexing="ij")):
+        w = w * g.ravel()
+    prec = np.linalg.inv(cov)
+    _, logdet = np.linalg.slogdet(2 * np.pi * cov)
+    logpdf = -0.5 * np.einsum("ni,ij,nj->n", m, prec, m) - 0.5 * logdet
+    return m, w * np.exp(logpdf)

@@ -1,0 +1,53 @@
+"""Tidy result records and the errors the numeric layer raises."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A number with its error estimate obtained by refinement.
+
+    ``error`` is |value(refined) - value(coarse)| (two quadrature orders or two precisions);
+    ``method`` names the route, ``precision`` the working precision in decimal digits.
+    """
+
+    value: Any
+    error: float
+    method: str
+    precision: int = 16
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["value"] = _jsonable(self.value)
+        d["error"] = float(self.error)
+        return d
+
+
+def _jsonable(x: Any) -> Any:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+class InputError(ValueError):
+    """Bad user input; the message names the parameter and the allowed range."""
+
+
+class ConvergenceError(RuntimeError):
+    """An iteration or root search did not converge; carries the last iterate and residual."""
+
+    def __init__(self, message: str, *, last_iterate: Any = None, residual: Any = None):
+        super().__init__(f"{message} (last iterate {last_iterate!r}, residual {residual!r})")
+        self.last_iterate = last_iterate
+        self.residual = residual
+
+
+def require(condition: bool, name: str, allowed: str, value: Any) -> None:
+    """Raise :class:`InputError` naming ``name`` and its allowed range unless ``condition``."""
+    if not condition:
+        raise InputError(f"{name} must be {allowed}; got {value!r}")
