@@ -139,6 +139,14 @@ def _basis_and_map(forms: list[tuple], T: int):
     return sp.ImmutableMatrix(L), m, sp.ImmutableMatrix(P * sp.Matrix(m))
 
 
+def tidy(e):
+    """Factor the arguments of Phi and Phi2 (paper-readable, mathematically identical)."""
+    return e.replace(
+        lambda x: isinstance(x, (Phi, Phi2)),
+        lambda x: x.func(*[sp.factor(sp.cancel(a)) for a in x.args]),
+    )
+
+
 def derive_discrete(ch: DiscreteChannel) -> OutputDerivation:
     T = ch.tokens
     omega = omega_symbols(T)
@@ -151,7 +159,7 @@ def derive_discrete(ch: DiscreteChannel) -> OutputDerivation:
         for ev in events:
             forms.extend(ev.forms)
     logZ = tuple(sp.log(Z) for Z in Zs)
-    g = tuple(sp.ImmutableMatrix([sp.diff(lz, w) for w in omega]) for lz in logZ)
+    g = tuple(sp.ImmutableMatrix([tidy(sp.diff(lz, w)) for w in omega]) for lz in logZ)
     dg = tuple(sp.ImmutableMatrix(sp.Matrix(gi).jacobian(omega)) for gi in g)
     basis, m, omega_of_m = _basis_and_map(forms, T)
     # q = 0: omega = 0, the expectation is a finite sum over outputs (exact)

@@ -247,26 +247,28 @@ def small_width_map(cc, *, alpha_bar: float, q: float, level: int = 0) -> float:
 
 
 def small_width_fixed_points(cc, *, alpha_bar: float, level: int = 0) -> list[dict]:
-    """All fixed points q in [0, 1] of the small-width SE, with stability."""
+    """All fixed points q in [0, 1] of the small-width SE (THEORY 1.2), with stability.
+
+    q = 0 is a fixed point iff 2 alpha_bar E(0, 1) <= 1 (then t >= 1 and the map is flat at 0);
+    q = 1 is a fixed point of every noiseless channel, stable iff alpha_bar k > 1 where
+    k = lim V E (Gaussian channels; k = 0, never stable, for discrete ones).
+    """
     require(np.isfinite(alpha_bar) and alpha_bar >= 0, "alpha_bar", ">= 0", alpha_bar)
-    res = []
 
     def f(x):
         return small_width_map(cc, alpha_bar=alpha_bar, q=x, level=level) - x
 
-    e0 = float(cc.e_g2_q0(1.0))
-    slope0 = 0.0
-    res.append({"q": 0.0, "stable": 2 * alpha_bar * e0 < 1, "slope": slope0,
-                "note": "q = 0 is a fixed point iff 2 alpha_bar E(0, 1) <= 1"})
-    if 2 * alpha_bar * e0 > 1:
-        res = []
-    grid = np.unique(np.concatenate([np.linspace(1e-9, 1 - 1e-9, 41), 1 - np.geomspace(1e-9, 0.02, 12)]))
+    res = []
+    if 2 * alpha_bar * float(cc.e_g2_q0(1.0)) <= 1:
+        res.append({"q": 0.0, "stable": True, "slope": 0.0})
+    grid = np.unique(np.concatenate([np.linspace(1e-9, 1 - 1e-9, 41),
+                                     1 - np.geomspace(1e-9, 0.02, 12)]))
     for r in _roots(f, grid):
-        d = 1e-7
-        s = (f(min(r + d, 1 - 1e-12)) - f(max(r - d, 0))) / (2 * d) + 1
-        res.append({"q": r, "stable": abs(s) < 1, "slope": s})
+        d = 1e-7 * max(min(r, 1 - r), 1e-3)
+        s = (f(r + d) - f(r - d)) / (2 * d) + 1
+        res.append({"q": r, "stable": bool(abs(s) < 1), "slope": s})
     if cc.noiseless:
-        res.append({"q": 1.0, "stable": bool(cc.pr_constant is not None and float(cc.pr_constant) > 0
-                                             and alpha_bar * float(cc.pr_constant) > 1),
-                    "slope": float("nan")})
+        k = 0.0 if cc.pr_constant is None else float(cc.pr_constant)
+        res.append({"q": 1.0, "stable": bool(alpha_bar * k > 1),
+                    "slope": 1.0 / (alpha_bar * k) if alpha_bar * k > 0 else float("inf")})
     return res

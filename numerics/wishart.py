@@ -1,0 +1,780 @@
+"""Matrix denoising with a Wishart prior: spectrum, MMSE and mutual information (THEORY 1.1).
+
+Model: Y = S + sqrt(Delta) Z with Z GOE (semicircle of variance 1) and S = W W^T / sqrt(R D),
+R = rho D.  The spectrum of S is free Poisson of rate rho and jump 1/sqrt(rho) (mean sqrt(rho),
+variance 1, atom 1 - rho at 0 when rho < 1); mu_Delta = mu_S boxplus semicircle(Delta).  With
+s = sqrt(kappa) = 1/sqrt(rho) the Stieltjes transform g(z) = int mu(t)/(z - t) dt is the inverse of
+
+    z(g) = sqrt(rho)/(1 - s g) + Delta g + 1/g,
+
+i.e. a root of  s Delta g^3 - (s z + Delta) g^2 + (z + s - 1/s) g - 1 = 0,  and
+mu_Delta(x) = Im g(x - i0)/pi.
+
+Numerical method.  Support edges are the critical values z(g_c) of the *physical* real critical
+points (roots of the quartic z'(g) = 0 that satisfy the subordination check g_c = G_S(omega_c),
+omega_c = z(g_c) - Delta g_c outside supp mu_S).  Each support interval [a, b] is mapped by
+x = (a + b)/2 - (b - a)/2 cos(theta), which makes every integrand analytic in theta on [0, pi];
+[0, pi] is cut into panels, graded geometrically towards the images of the remaining branch
+points (the other critical values: the other interval's edges, complex critical values near a
+merging of two intervals), and each panel gets Gauss-Legendre nodes.  The cubic is solved at each
+node (stacked companion eigenvalues, then Newton on z(g) - x; at mpmath precision, Newton started
+from the double-precision root).  Errors are reported as the difference between two orders.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import mpmath
+import numpy as np
+
+from numerics.records import ConvergenceError, Estimate, require
+
+__all__ = [
+    "support",
+    "density",
+    "stieltjes",
+    "rie_denoiser",
+    "log_potential",
+    "log_energy",
+    "mmse",
+    "mmse_literal",
+    "mmse_estimate",
+    "mutual_information",
+    "mutual_information_estimate",
+]
+
+_BASE_PANELS = 4  # equal panels of [0, pi] before grading
+_GRADE = 3.0  # geometric ratio of the graded panels
+_ORDER_F = 24  # Gauss-Legendre points per panel, double precision
+_ORDER_F_LO = 16  # the coarser order used for the error estimate
+_GUARD = 10  # extra decimal digits carried by the mpmath path
+_REAL_TOL_F = 1e-7  # |Im g_c| / |g_c| below which a critical point counts as real (double)
+
+
+# --------------------------------------------------------------------------------------------
+# input checking and small helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _positive(value: Any) -> bool:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(v) and v > 0
+
+
+def _check(rho: Any, delta: Any) -> None:
+    require(_positive(rho), "rho", "a finite real number > 0", rho)
+    require(_positive(delta), "delta", "a finite real number > 0", delta)
+
+
+def _check_dps(dps: Any) -> int:
+    require(
+        isinstance(dps, (int, np.integer)) and not isinstance(dps, bool) and 5 <= dps <= 2000,
+        "dps",
+        "an integer in [5, 2000] (or None for double precision)",
+        dps,
+    )
+    return int(dps)
+
+
+def _finite_or_raise(value: Any, what: str) -> Any:
+    ok = mpmath.isfinite(value) if isinstance(value, (mpmath.mpf, mpmath.mpc)) else None
+    if ok is None:
+        ok = bool(np.all(np.isfinite(value)))
+    if not ok:
+        raise ConvergenceError(f"non-finite {what}", last_iterate=value, residual=None)
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def _gl_f(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on [-1, 1] (double)."""
+    x, w = np.polynomial.legendre.leggauss(n)
+    x.setflags(write=False)
+    w.setflags(write=False)
+    return x, w
+
+
+@functools.lru_cache(maxsize=64)
+def _gl_mp(n: int, dps: int) -> tuple[tuple, tuple]:
+    """Gauss-Legendre nodes and weights on [-1, 1] at ``dps`` digits (Newton from double seeds)."""
+    seeds, _ = np.polynomial.legendre.leggauss(n)
+    xs: list = []
+    ws: list = []
+    with mpmath.workdps(dps + 5):
+        half_tol = mpmath.mpf(10) ** (-(dps + 8) / 2)
+
+        def legendre(x: Any) -> tuple[Any, Any]:
+            p0, p1 = mpmath.mpf(1), x
+            for k in range(2, n + 1):
+                p0, p1 = p1, ((2 * k - 1) * x * p1 - (k - 1) * p0) / k
+            return p1, n * (x * p1 - p0) / (x * x - 1)
+
+        for x0 in seeds[: (n + 1) // 2]:
+            x = mpmath.mpf(float(x0))
+            for _ in range(60):
+                p, dp = legendre(x)
+                dx = p / dp
+                x -= dx
+                if abs(dx) < half_tol:
+                    break
+            else:
+                raise ConvergenceError("Gauss-Legendre nodes", last_iterate=x, residual=dx)
+            _, dp = legendre(x)
+            xs.append(x)
+            ws.append(2 / ((1 - x * x) * dp * dp))
+        full_x = [-x for x in xs] + list(reversed(xs[: n // 2]))
+        full_w = list(ws) + list(reversed(ws[: n // 2]))
+    with mpmath.workdps(dps):
+        return tuple(+x for x in full_x), tuple(+w for w in full_w)
+
+
+_LADDER = (8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256)
+
+
+def _panel_order(t0: Any, t1: Any, images: list, digits: float) -> int:
+    """Smallest ladder order whose Gauss-Legendre error bound rho^(-2n) beats 10^-digits.
+
+    rho is the Bernstein-ellipse parameter of the nearest singular image in the theta plane.
+    """
+    c, h = (t0 + t1) / 2, (t1 - t0) / 2
+    rho_min = math.inf
+    for th in images:
+        w = complex((th - c) / h)
+        r = w + np.sqrt(w * w - 1)
+        rho_min = min(rho_min, max(abs(r), 1.0 / max(abs(r), 1e-300)))
+    rho_min = max(rho_min, 1.2)
+    need = digits * math.log(10) / (2 * math.log(rho_min)) + 3
+    for n in _LADDER:
+        if n >= need:
+            return n
+    return _LADDER[-1]
+
+
+def _mp_digits(dps: int, coarse: bool = False) -> float:
+    """Target digits of the panel orders at ``dps`` (the coarse rule aims at 3/4 of them)."""
+    digits = dps + 6.0
+    return 0.75 * digits if coarse else digits
+
+
+# --------------------------------------------------------------------------------------------
+# support: critical points of z(g) and the subordination check
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Spectrum:
+    rho: Any
+    delta: Any
+    s: Any  # sqrt(kappa) = 1/sqrt(rho)
+    m: Any  # sqrt(rho), the mean of mu_S
+    intervals: tuple  # ((a, b, g(a), g(b)), ...) sorted
+    crit: tuple  # ((x_c as python complex, edge index or None), ...) for grading
+
+
+def _z(g: Any, s: Any, m: Any, delta: Any) -> Any:
+    return m / (1 - s * g) + delta * g + 1 / g
+
+
+def _is_physical_edge(g: float, s: float, delta: float) -> bool:
+    """Biane's check: g is an edge iff G_S(omega) = g on the physical branch, omega real."""
+    m = 1.0 / s
+    if g == 0.0 or 1.0 - s * g == 0.0:
+        return False
+    omega = 1.0 / g + m / (1.0 - s * g)
+    lam_lo, lam_hi = m * (1.0 - s) ** 2, m * (1.0 + s) ** 2
+    if lam_lo < omega < lam_hi:
+        return False
+    b = omega + s - m
+    disc = max(b * b - 4.0 * s * omega, 0.0)
+    sq = math.copysign(math.sqrt(disc), omega - (lam_lo + lam_hi) / 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phys = np.float64(2.0) / np.float64(b + sq)
+        other = np.float64(b + sq) / np.float64(2.0 * s * omega)
+    d_phys = abs(phys - g) if np.isfinite(phys) else math.inf
+    d_other = abs(other - g) if np.isfinite(other) else math.inf
+    return bool(d_phys < d_other)
+
+
+def _quartic_coeffs(rho: Any, delta: Any, s: Any) -> list:
+    kappa = 1 / rho
+    return [delta * kappa, -2 * delta * s, delta + 1 - kappa, 2 * s, -1]
+
+
+def _assemble(edges: list, crit_all: list) -> tuple[tuple, tuple]:
+    """Pair sorted edges into intervals; tag the critical values that are edges."""
+    if len(edges) < 2 or len(edges) % 2:
+        raise ConvergenceError(
+            "could not identify the support edges", last_iterate=edges, residual=None
+        )
+    edges.sort(key=lambda e: float(e[0]))
+    intervals = tuple(
+        (edges[i][0], edges[i + 1][0], edges[i][1], edges[i + 1][1])
+        for i in range(0, len(edges), 2)
+    )
+    tags = {id(e): k for k, e in enumerate(edges)}
+    crit = tuple((xc, tags.get(id(e))) for xc, e in crit_all)
+    return intervals, crit
+
+
+def _polish_quartic(r: complex, coeffs: list) -> complex:
+    def q(g: complex) -> tuple[complex, complex]:
+        p, dp = 0j, 0j
+        for c in coeffs:
+            dp = dp * g + p
+            p = p * g + c
+        return p, dp
+
+    p, dp = q(r)
+    for _ in range(4):
+        if dp == 0:
+            break
+        rn = r - p / dp
+        pn, dpn = q(rn)
+        if abs(pn) >= abs(p):
+            break
+        r, p, dp = rn, pn, dpn
+    return r
+
+
+@functools.lru_cache(maxsize=4096)
+def _spectrum_f(rho: float, delta: float) -> _Spectrum:
+    s, m = 1.0 / math.sqrt(rho), math.sqrt(rho)
+    coeffs = [float(c) for c in _quartic_coeffs(rho, delta, s)]
+    roots = [_polish_quartic(complex(r), coeffs) for r in np.roots(coeffs)]
+    edges: list = []
+    crit_all: list = []
+    for r in roots:
+        if abs(r.imag) <= _REAL_TOL_F * abs(r):
+            g = r.real
+            entry = (float(_z(g, s, m, delta)), g)
+            if _is_physical_edge(g, s, delta):
+                edges.append(entry)
+            crit_all.append((entry[0], entry))
+        else:
+            crit_all.append((complex(_z(r, s, m, delta)), (None, None)))
+    intervals, crit = _assemble(edges, crit_all)
+    return _Spectrum(rho, delta, s, m, intervals, crit)
+
+
+@functools.lru_cache(maxsize=256)
+def _spectrum_mp(rho: Any, delta: Any, dps: int) -> _Spectrum:
+    with mpmath.workdps(dps + _GUARD):
+        rho_, delta_ = mpmath.mpf(rho), mpmath.mpf(delta)
+        s = 1 / mpmath.sqrt(rho_)
+        m = mpmath.sqrt(rho_)
+        coeffs = _quartic_coeffs(rho_, delta_, s)
+        roots = None
+        for steps, extra in ((100, 2 * mpmath.mp.prec), (400, 4 * mpmath.mp.prec)):
+            try:
+                roots = mpmath.polyroots(coeffs, maxsteps=steps, extraprec=extra)
+                break
+            except mpmath.libmp.NoConvergence:
+                continue
+        if roots is None:
+            raise ConvergenceError("quartic for the support edges", last_iterate=coeffs)
+        tol = mpmath.mpf(10) ** (-(dps + _GUARD) // 2 + 2)
+        edges: list = []
+        crit_all: list = []
+        for r in roots:
+            r = mpmath.mpc(r)
+            if abs(r.imag) <= tol * abs(r):
+                g = r.real
+                entry = (_z(g, s, m, delta_), g)
+                if _is_physical_edge(float(g), float(s), float(delta_)):
+                    edges.append(entry)
+                crit_all.append((entry[0], entry))
+            else:
+                crit_all.append((_z(r, s, m, delta_), (None, None)))
+        intervals, crit = _assemble(edges, crit_all)
+        return _Spectrum(rho_, delta_, s, m, intervals, crit)
+
+
+def _spectrum(rho: Any, delta: Any, dps: int | None) -> _Spectrum:
+    if dps is None:
+        return _spectrum_f(float(rho), float(delta))
+    return _spectrum_mp(_mp_key(rho, dps), _mp_key(delta, dps), dps)
+
+
+def _mp_key(v: Any, dps: int) -> Any:
+    with mpmath.workdps(dps + _GUARD):
+        return mpmath.mpf(v)
+
+
+# --------------------------------------------------------------------------------------------
+# quadrature nodes on the support
+# --------------------------------------------------------------------------------------------
+
+
+def _singular_images(k: int, sp: _Spectrum, floor: float, mp: bool = False) -> list:
+    """Images in the theta plane of interval ``k`` of the branch points other than its own edges.
+
+    Imaginary parts are raised to ``floor`` (grading stops there).  Python complex in double,
+    mpc (at the working precision) when ``mp``.
+    """
+    a, b = sp.intervals[k][0], sp.intervals[k][1]
+    mid, half = (a + b) / 2, (b - a) / 2
+    two_pi = 2 * mpmath.pi if mp else 2 * math.pi
+    out = []
+    for xc, tag in sp.crit:
+        if tag is not None and tag in (2 * k, 2 * k + 1):
+            continue
+        if mp:
+            theta = mpmath.acos(mpmath.mpc((mid - xc) / half))
+            theta = mpmath.mpc(theta.real, max(abs(theta.imag), floor))
+        else:
+            theta = complex(np.arccos(complex((mid - xc) / half)))
+            theta = complex(theta.real, max(abs(theta.imag), floor))
+        out.extend((theta, -theta, two_pi - theta))
+    return out
+
+
+def _breakpoints(images: list, tiny: float, mp: bool = False) -> list:
+    """Panel ends in theta: equal base panels, graded geometrically towards singular images.
+
+    Ends closer than ``tiny`` are merged.
+    """
+    pi = +mpmath.pi if mp else math.pi
+    width = pi / _BASE_PANELS
+    pts = [j * width for j in range(1, _BASE_PANELS)]
+    for theta in images:
+        tr, d = theta.real, abs(theta.imag)
+        step = d
+        while step < width:
+            pts.extend(t for t in (tr - step, tr + step) if 0 < t < pi)
+            step *= _GRADE
+    pts = sorted(pts)
+    out = [pi * 0]
+    for t in pts:
+        if t - out[-1] > tiny:
+            out.append(t)
+    if pi - out[-1] <= tiny:
+        out.pop()
+    out.append(pi)
+    return out
+
+
+def _floor(digits: float) -> float:
+    """Smallest grading distance: a cusp (|t|^(1/3)) left inside it costs ~ floor^(4/3)."""
+    return 10.0 ** (-0.75 * digits)
+
+
+@functools.lru_cache(maxsize=512)
+def _nodes_f(
+    rho: float, delta: float, n: int, digits: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nodes x, weights w (for dx) and g(x - i0) at the nodes, double precision."""
+    sp = _spectrum_f(rho, delta)
+    xi, wi = _gl_f(n)
+    xs, ws = [], []
+    for k, (a, b, _, _) in enumerate(sp.intervals):
+        mid, half = 0.5 * (a + b), 0.5 * (b - a)
+        images = _singular_images(k, sp, _floor(digits))
+        br = np.asarray(_breakpoints(images, 1e-3 * _floor(digits)), dtype=float)
+        c, h = 0.5 * (br[1:] + br[:-1]), 0.5 * (br[1:] - br[:-1])
+        theta = (c[:, None] + h[:, None] * xi[None, :]).ravel()
+        wt = (h[:, None] * wi[None, :]).ravel()
+        xs.append(mid - half * np.cos(theta))
+        ws.append(half * np.sin(theta) * wt)
+    x = np.concatenate(xs)
+    w = np.concatenate(ws)
+    g = _roots_f(x, sp, np.ones(x.shape, dtype=bool))
+    for arr in (x, w, g):
+        arr.setflags(write=False)
+    return x, w, g
+
+
+def _cubic_roots_f(x: np.ndarray, s: float, delta: float) -> np.ndarray:
+    lead = s * delta
+    comp = np.zeros((x.size, 3, 3))
+    comp[:, 0, 0] = (s * x + delta) / lead
+    comp[:, 0, 1] = -(x + s - 1.0 / s) / lead
+    comp[:, 0, 2] = 1.0 / lead
+    comp[:, 1, 0] = 1.0
+    comp[:, 2, 1] = 1.0
+    return np.linalg.eigvals(comp)
+
+
+def _newton_f(g: np.ndarray, x: np.ndarray, sp: _Spectrum, iters: int = 3) -> np.ndarray:
+    s, m, delta = sp.s, sp.m, sp.delta
+    with np.errstate(all="ignore"):
+
+        def resid(h: np.ndarray) -> np.ndarray:
+            return m / (1.0 - s * h) + delta * h + 1.0 / h - x
+
+        f = resid(g)
+        for _ in range(iters):
+            one = 1.0 - s * g
+            df = 1.0 / (one * one) + delta - 1.0 / (g * g)
+            gn = g - f / df
+            fn = resid(gn)
+            better = np.isfinite(fn) & (np.abs(fn) < np.abs(f))
+            g = np.where(better, gn, g)
+            f = np.where(better, fn, f)
+    return g
+
+
+def _roots_f(x: np.ndarray, sp: _Spectrum, inside: np.ndarray) -> np.ndarray:
+    """Physical g(x - i0): largest-Im root inside the support, the physical real root outside."""
+    x = np.asarray(x, dtype=float)
+    g = np.zeros(x.shape, dtype=complex)
+    if x.size == 0:
+        return g
+    roots = _cubic_roots_f(x, sp.s, sp.delta)
+    if np.any(inside):
+        gi = roots[inside][np.arange(int(inside.sum())), np.argmax(roots[inside].imag, axis=1)]
+        gi = _newton_f(gi, x[inside], sp)
+        g[inside] = np.where(gi.imag < 0, gi.conj(), gi)
+    out = ~inside
+    if np.any(out):
+        xo = x[out]
+        lo = np.empty(xo.shape)
+        hi = np.empty(xo.shape)
+        iv = sp.intervals
+        left, right = xo <= iv[0][0], xo >= iv[-1][1]
+        lo[left], hi[left] = iv[0][2], 0.0
+        lo[right], hi[right] = 0.0, iv[-1][3]
+        for j in range(len(iv) - 1):
+            gap = (xo >= iv[j][1]) & (xo <= iv[j + 1][0])
+            lo[gap], hi[gap] = iv[j + 1][2], iv[j][3]
+        ro = roots[out]
+        re = ro.real
+        dist = np.maximum(lo[:, None] - re, 0.0) + np.maximum(re - hi[:, None], 0.0)
+        dist = dist + np.abs(ro.imag)
+        go = ro[np.arange(xo.size), np.argmin(dist, axis=1)].real.astype(complex)
+        g[out] = _newton_f(go, xo, sp).real
+    return g
+
+
+def _inside(x: np.ndarray, sp: _Spectrum) -> np.ndarray:
+    mask = np.zeros(x.shape, dtype=bool)
+    for a, b, _, _ in sp.intervals:
+        mask |= (x > a) & (x < b)
+    return mask
+
+
+def _nodes_mp(sp: _Spectrum, digits: float, dps: int) -> tuple[list, list, list]:
+    """Nodes, dx-weights and g(x - i0) at working precision dps + guard (mpmath).
+
+    Each panel gets the Gauss-Legendre order that its nearest singular image requires for
+    ``digits`` correct digits.
+    """
+    prec_dps = dps + _GUARD
+    xs: list = []
+    ws: list = []
+    with mpmath.workdps(prec_dps):
+        for k, (a, b, _, _) in enumerate(sp.intervals):
+            mid, half = (a + b) / 2, (b - a) / 2
+            images = _singular_images(k, sp, _floor(digits), mp=True)
+            br = _breakpoints(images, 1e-3 * _floor(digits), mp=True)
+            for t0, t1 in zip(br[:-1], br[1:]):
+                xi, wi = _gl_mp(_panel_order(t0, t1, images, digits), prec_dps)
+                c, h = (t0 + t1) / 2, (t1 - t0) / 2
+                for u, wu in zip(xi, wi):
+                    th = c + h * u
+                    xs.append(mid - half * mpmath.cos(th))
+                    ws.append(half * mpmath.sin(th) * h * wu)
+        sp_f = _spectrum_f(float(sp.rho), float(sp.delta))
+        xf = np.array([float(x) for x in xs])
+        seeds = _roots_f(xf, sp_f, np.ones(xf.shape, dtype=bool))
+        gs = [_newton_mp(complex(g0), x, sp, prec_dps) for g0, x in zip(seeds, xs)]
+    return xs, ws, gs
+
+
+def _newton_mp(g0: complex, x: Any, sp: _Spectrum, prec_dps: int) -> Any:
+    s, m, delta = sp.s, sp.m, sp.delta
+    g = mpmath.mpc(g0)
+    tol = mpmath.mpf(10) ** (-prec_dps + 2)
+    for _ in range(12):
+        one = 1 - s * g
+        f = m / one + delta * g + 1 / g - x
+        df = 1 / (one * one) + delta - 1 / (g * g)
+        step = f / df
+        g -= step
+        if abs(step) <= tol * abs(g):
+            break
+    else:
+        g = _polyroot_mp(x, sp, inside=True)
+    if g.imag < 0:
+        g = mpmath.conj(g)
+    return g
+
+
+def _polyroot_mp(x: Any, sp: _Spectrum, *, inside: bool) -> Any:
+    s, delta = sp.s, sp.delta
+    coeffs = [s * delta, -(s * x + delta), x + s - 1 / s, -1]
+    roots = [mpmath.mpc(r) for r in mpmath.polyroots(coeffs, maxsteps=200, extraprec=400)]
+    if inside:
+        return max(roots, key=lambda r: r.imag)
+    iv = sp.intervals
+    if x <= iv[0][0]:
+        lo, hi = iv[0][2], 0
+    elif x >= iv[-1][1]:
+        lo, hi = 0, iv[-1][3]
+    else:
+        j = max(j for j in range(len(iv)) if iv[j][1] <= x)
+        lo, hi = iv[j + 1][2], iv[j][3]
+
+    def dist(r: Any) -> Any:
+        return max(lo - r.real, 0) + max(r.real - hi, 0) + abs(r.imag)
+
+    return mpmath.mpc(min(roots, key=dist).real)
+
+
+# --------------------------------------------------------------------------------------------
+# integrals over mu_Delta
+# --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def _integrals_f(rho: float, delta: float, n: int, digits: float) -> dict:
+    x, w, g = _nodes_f(rho, delta, n, digits)
+    s, m = 1.0 / math.sqrt(rho), math.sqrt(rho)
+    mu = g.imag / math.pi
+    wm = w * mu
+    c = 1.0 / (2.0 * (1.0 + delta))
+    r = g.real - (x - m) * c
+    mmse_v = delta / (1.0 + delta) - 4.0 * delta**2 * np.dot(wm, r * r)
+    mmse_lit = delta - (4.0 * math.pi**2 / 3.0) * delta**2 * np.dot(wm, mu * mu)
+    u = s * g
+    one = 1.0 - u
+    ur = (u / one).real
+    log1mu = 0.5 * np.log1p(-2.0 * u.real + (u * u.conj()).real)
+    lpot = rho * (1.0 / one).real + rho * log1mu - np.log(np.abs(g))
+    lpot = lpot + 0.5 * delta * (g * g).real - rho
+    a_term = rho * (ur + log1mu)
+    g2 = (g * g.conj()).real
+    wq = g2 / (one * one.conj()).real
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b_term = np.where(wq < 0.5, -0.5 * np.log1p(-wq), -0.5 * np.log(delta * g2))
+    two_i = np.dot(wm, a_term + b_term) + mmse_v / (4.0 * delta)
+    out = {
+        "mass": float(np.sum(wm)),
+        "mean": float(np.dot(wm, x)),
+        "m2": float(np.dot(wm, x * x)),
+        "mmse": float(mmse_v),
+        "mmse_literal": float(mmse_lit),
+        "sigma": float(np.dot(wm, lpot)),
+        "mi": float(0.5 * two_i),
+        "nodes": int(x.size),
+    }
+    for key, val in out.items():
+        _finite_or_raise(val, key)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _integrals_mp(rho: Any, delta: Any, digits: float, dps: int) -> dict:
+    sp = _spectrum_mp(rho, delta, dps)
+    xs, ws, gs = _nodes_mp(sp, digits, dps)
+    with mpmath.workdps(dps + _GUARD):
+        rho_, delta_, s, m = sp.rho, sp.delta, sp.s, sp.m
+        pi = mpmath.pi
+        c = 1 / (2 * (1 + delta_))
+        acc = dict.fromkeys(("mass", "mean", "m2", "rr", "mu3", "sigma", "ab"), mpmath.mpf(0))
+        for x, w, g in zip(xs, ws, gs):
+            mu = g.imag / pi
+            wm = w * mu
+            r = g.real - (x - m) * c
+            u = s * g
+            one = 1 - u
+            log1mu = mpmath.log(abs(one))
+            lpot = (rho_ / one).real + rho_ * log1mu - mpmath.log(abs(g))
+            lpot += delta_ * (g * g).real / 2 - rho_
+            g2 = abs(g) ** 2
+            wq = g2 / abs(one) ** 2
+            b_term = -mpmath.log1p(-wq) / 2 if wq < 0.5 else -mpmath.log(delta_ * g2) / 2
+            a_term = rho_ * ((u / one).real + log1mu)
+            acc["mass"] += wm
+            acc["mean"] += wm * x
+            acc["m2"] += wm * x * x
+            acc["rr"] += wm * r * r
+            acc["mu3"] += wm * mu * mu
+            acc["sigma"] += wm * lpot
+            acc["ab"] += wm * (a_term + b_term)
+        mmse_v = delta_ / (1 + delta_) - 4 * delta_**2 * acc["rr"]
+        out = {
+            "mass": acc["mass"],
+            "mean": acc["mean"],
+            "m2": acc["m2"],
+            "mmse": mmse_v,
+            "mmse_literal": delta_ - 4 * pi**2 / 3 * delta_**2 * acc["mu3"],
+            "sigma": acc["sigma"],
+            "mi": (acc["ab"] + mmse_v / (4 * delta_)) / 2,
+        }
+    with mpmath.workdps(dps):
+        out = {k: +v for k, v in out.items()}
+    out["nodes"] = len(xs)
+    for key, val in out.items():
+        _finite_or_raise(val, key)
+    return out
+
+
+def _integrals(rho: Any, delta: Any, dps: int | None, *, coarse: bool = False) -> dict:
+    _check(rho, delta)
+    if dps is None:
+        if coarse:
+            return _integrals_f(float(rho), float(delta), _ORDER_F_LO, 12.0)
+        return _integrals_f(float(rho), float(delta), _ORDER_F, 16.0)
+    dps = _check_dps(dps)
+    digits = _mp_digits(dps, coarse)
+    return _integrals_mp(_mp_key(rho, dps), _mp_key(delta, dps), digits, dps)
+
+
+def _scalar_or_loop(delta: Any, rho: Any, dps: int | None, key: str) -> Any:
+    if dps is None and np.ndim(delta) > 0:
+        arr = np.asarray(delta, dtype=float)
+        return np.array([_integrals(rho, d, None)[key] for d in arr.ravel()]).reshape(arr.shape)
+    return _integrals(rho, delta, dps)[key]
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+# --------------------------------------------------------------------------------------------
+
+
+def support(rho: Any, delta: Any, *, dps: int | None = None) -> list[tuple]:
+    """Support of mu_Delta as a sorted list of one or two intervals (a, b) (THEORY 1.1).
+
+    Floats in double precision; mpf at ``dps`` digits when ``dps`` is given.
+    """
+    _check(rho, delta)
+    if dps is None:
+        return [(a, b) for a, b, _, _ in _spectrum(rho, delta, None).intervals]
+    dps = _check_dps(dps)
+    sp = _spectrum(rho, delta, dps)
+    with mpmath.workdps(dps):
+        return [(+a, +b) for a, b, _, _ in sp.intervals]
+
+
+def stieltjes(x: Any, *, rho: Any, delta: Any, dps: int | None = None) -> Any:
+    """g(x - i0) = int mu_Delta(t)/(x - i0 - t) dt (THEORY 1.1).
+
+    Complex with Im g = pi mu_Delta(x) > 0 on the support, real (Im = 0) outside.  Vectorised in
+    double precision; with ``dps`` a scalar x gives an mpc.
+    """
+    _check(rho, delta)
+    if dps is not None:
+        dps = _check_dps(dps)
+        sp = _spectrum(rho, delta, dps)
+        with mpmath.workdps(dps + _GUARD):
+            xm = mpmath.mpf(x)
+            inside = any(a < xm < b for a, b, _, _ in sp.intervals)
+            g = _polyroot_mp(xm, sp, inside=inside)
+            if inside and g.imag < 0:
+                g = mpmath.conj(g)
+        with mpmath.workdps(dps):
+            return _finite_or_raise(+g, "stieltjes")
+    sp = _spectrum(rho, delta, None)
+    xa = np.asarray(x, dtype=float)
+    flat = xa.ravel()
+    g = _roots_f(flat, sp, _inside(flat, sp)).reshape(xa.shape)
+    _finite_or_raise(g, "stieltjes")
+    return g[()] if g.ndim == 0 else g
+
+
+def density(x: Any, *, rho: Any, delta: Any, dps: int | None = None) -> Any:
+    """mu_Delta(x) = Im g(x - i0)/pi, zero off the support (THEORY 1.1)."""
+    g = stieltjes(x, rho=rho, delta=delta, dps=dps)
+    if dps is not None:
+        with mpmath.workdps(dps):
+            return g.imag / mpmath.pi
+    return np.imag(g) / math.pi
+
+
+def rie_denoiser(x: Any, *, rho: Any, delta: Any, dps: int | None = None) -> Any:
+    """Optimal rotationally invariant eigenvalue denoiser xi(x) = x - 2 Delta Re g(x) (THEORY 1.1)."""
+    g = stieltjes(x, rho=rho, delta=delta, dps=dps)
+    if dps is not None:
+        with mpmath.workdps(dps):
+            return mpmath.mpf(x) - 2 * mpmath.mpf(delta) * g.real
+    return np.asarray(x, dtype=float) - 2.0 * float(delta) * np.real(g)
+
+
+def log_potential(x: Any, *, rho: Any, delta: Any, dps: int | None = None) -> Any:
+    """L(x) = int log|x - y| mu_Delta(y) dy in closed form (THEORY 1.1, by subordination).
+
+    L = Re[rho/(1 - u)] + rho log|1 - u| - log|g| + Delta Re(g^2)/2 - rho, u = g/sqrt(rho),
+    g = g(x - i0).
+    """
+    g = stieltjes(x, rho=rho, delta=delta, dps=dps)
+    if dps is not None:
+        with mpmath.workdps(dps + _GUARD):
+            rho_, delta_ = mpmath.mpf(rho), mpmath.mpf(delta)
+            one = 1 - g / mpmath.sqrt(rho_)
+            val = (rho_ / one).real + rho_ * mpmath.log(abs(one)) - mpmath.log(abs(g))
+            val += delta_ * (g * g).real / 2 - rho_
+        with mpmath.workdps(dps):
+            return +val
+    rho_f, delta_f = float(rho), float(delta)
+    one = 1.0 - g / math.sqrt(rho_f)
+    val = (rho_f / one).real + rho_f * np.log(np.abs(one)) - np.log(np.abs(g))
+    return val + 0.5 * delta_f * (g * g).real - rho_f
+
+
+def log_energy(delta: Any, *, rho: Any, dps: int | None = None) -> Any:
+    """Sigma(mu_Delta) = double integral of log|x - y|, computed as int L(x) mu_Delta(x) dx."""
+    return _scalar_or_loop(delta, rho, dps, "sigma")
+
+
+def mmse(delta: Any, *, rho: Any, dps: int | None = None) -> Any:
+    """MMSE of denoising S from S + sqrt(Delta) Z, per the stable form of THEORY 1.1.
+
+    mmse = Delta/(1+Delta) - 4 Delta^2 int (Re g - (x - sqrt(rho))/(2(1+Delta)))^2 mu_Delta dx.
+    Float (or array for array ``delta``) in double precision; mpf when ``dps`` is given.
+    """
+    return _scalar_or_loop(delta, rho, dps, "mmse")
+
+
+def mmse_literal(delta: Any, *, rho: Any, dps: int | None = None) -> Any:
+    """The literal form Delta - (4 pi^2/3) Delta^2 int mu_Delta^3 dx (cross-check; loses digits
+    at large Delta) (THEORY 1.1)."""
+    return _scalar_or_loop(delta, rho, dps, "mmse_literal")
+
+
+def mutual_information(delta: Any, *, rho: Any, dps: int | None = None) -> Any:
+    """I(Delta) = Sigma(mu_Delta)/2 - log(Delta)/4 + 1/8 per D^2 (THEORY 1.1).
+
+    Evaluated without cancellation: with u = g/sqrt(rho) and the on-support identity
+    Delta |g|^2 = 1 - |g|^2/|1 - u|^2,
+    2 I = int [rho (Re u/(1-u) + log|1-u|) - log(Delta |g|^2)/2] mu dx + mmse/(4 Delta).
+    """
+    return _scalar_or_loop(delta, rho, dps, "mi")
+
+
+def _estimate(delta: Any, rho: Any, dps: int | None, key: str, what: str) -> Estimate:
+    fine = _integrals(rho, delta, dps)
+    coarse = _integrals(rho, delta, dps, coarse=True)
+    if dps is None:
+        orders, prec = (_ORDER_F_LO, _ORDER_F), 16
+        err = float(abs(fine[key] - coarse[key]))
+    else:
+        orders, prec = (_mp_digits(int(dps), True), _mp_digits(int(dps))), int(dps)
+        with mpmath.workdps(int(dps) + _GUARD):
+            err = float(abs(fine[key] - coarse[key]))
+    return Estimate(
+        value=fine[key],
+        error=err,
+        method=(
+            f"{what}: theta-substituted composite Gauss-Legendre, "
+            f"{'orders' if dps is None else 'panel orders for digits'} {orders[0]:g}/{orders[1]:g}"
+        ),
+        precision=prec,
+        extra={"rho": rho, "delta": delta, "nodes": fine["nodes"]},
+    )
+
+
+def mmse_estimate(delta: Any, *, rho: Any, dps: int | None = None) -> Estimate:
+    """:func:`mmse` with error = |difference between two quadrature orders| (THEORY 1.1)."""
+    return _estimate(delta, rho, dps, "mmse", "mmse")
+
+
+def mutual_information_estimate(delta: Any, *, rho: Any, dps: int | None = None) -> Estimate:
+    """:func:`mutual_information` with error = |difference between two quadrature orders|."""
+    return _estimate(delta, rho, dps, "mi", "mutual information")

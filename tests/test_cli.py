@@ -1,0 +1,77 @@
+"""The command line, end to end (python -m aim_sym in a subprocess)."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args, check=True):
+    p = subprocess.run([sys.executable, "-m", "aim_sym", *args], capture_output=True, text=True,
+                       timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(p.stderr)
+    return p
+
+
+def test_threshold_weak_small_width_digits():
+    p = run("threshold", "weak", "--model", "aim", "--channel", "hardmax", "--tokens", "2",
+            "--small-width", "--digits", "30", "--json")
+    out = json.loads(p.stdout)
+    assert out["value"].startswith("0.403410629037599304517470000631")
+    assert len(out["value"].replace("0.", "", 1)) == 30
+    assert "asin" in out["closed_form"] and out["error"] < 1e-30
+    assert out["method"].startswith("closed form")
+
+
+def test_threshold_perfect_softmax():
+    out = json.loads(run("threshold", "perfect", "--model", "aim", "--channel", "softmax",
+                         "--tokens", "2", "--rho", "0.5", "--json").stdout)
+    assert out["value"].startswith("0.1875") and out["closed_form"] == "\\frac{3}{16}"
+
+
+def test_se_json_keys():
+    out = json.loads(run("se", "--model", "aim", "--channel", "softmax", "--tokens", "2",
+                         "--rho", "0.5", "--alpha", "0.0132445882352941", "--json").stdout)
+    for k in ("q", "q_hat", "mmse", "phi", "error", "fixed_points"):
+        assert k in out
+    assert abs(out["mmse"] - 0.941191595679965) < 1e-12
+    assert sum(f["bayes_optimal"] for f in out["fixed_points"]) == 1
+
+
+def test_curve_csv_and_plot(tmp_path):
+    csv_path, png = tmp_path / "curve.csv", tmp_path / "curve.png"
+    run("curve", "--model", "aim", "--channel", "softmax", "--tokens", "3", "--rho", "0.5",
+        "--alphas", "0:0.08:5", "--out", str(csv_path), "--plot", str(png), "--json")
+    rows = list(csv.DictReader(open(csv_path)))
+    assert len(rows) == 5 and float(rows[0]["mmse"]) == 1.0
+    assert os.path.getsize(png) > 1000
+
+
+def test_check_command_passes_for_softmax():
+    p = run("check", "--model", "aim", "--channel", "softmax", "--tokens", "2")
+    assert "all checks passed" in p.stdout
+
+
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["se", "--alpha", "0.1", "--rho", "-1"], "--rho"),
+        (["se", "--alpha", "-0.1", "--rho", "0.5"], "--alpha"),
+        (["se", "--alpha", "0.1", "--tokens", "1"], "--tokens"),
+        (["se", "--alpha", "0.1", "--beta", "0", "--channel", "softmax"], "--beta"),
+        (["threshold", "weak", "--small-width", "--digits", "0"], "--digits"),
+        (["se", "--alpha", "0.1", "--layers", "2"], "--layers"),
+        (["threshold", "weak", "--model", "smi", "--rho", "0.5"], "--rho"),
+        (["se", "--alpha", "0.1", "--channel", "nope"], "--channel"),
+        (["curve", "--alphas", "0:1"], "--alphas"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(args, option):
+    p = run(*args, check=False)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0], p.stderr
