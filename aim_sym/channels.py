@@ -221,3 +221,91 @@ def builtin(name: str, T: int) -> Channel:
     if name not in BUILTIN:
         raise ChannelError(f"channel must be one of {', '.join(BUILTIN)}; got {name!r}")
     return BUILTIN[name](T)
+
+
+# ----------------------------------------------------------------------------- user builders
+def discrete(*, name: str, tokens: int, likelihood: dict, params: dict | None = None,
+             description: str = "") -> DiscreteChannel:
+    """A channel with finitely many outputs: ``likelihood`` maps each output label to P(y | h),
+    a sympy polynomial in Heaviside functions of affine forms of h (use :func:`h_matrix`).
+    ``params`` maps parameter symbols to default values (e.g. {epsilon: 0.1})."""
+    _require_tokens(tokens)
+    outputs = tuple(likelihood)
+    like = tuple(sp.sympify(likelihood[y]) for y in outputs)
+    ch = DiscreteChannel(
+        name=name, tokens=tokens, outputs=outputs, likelihood=like,
+        params=tuple((s, v) for s, v in (params or {}).items()), description=description or name,
+    )
+    validate(ch)
+    return ch
+
+
+def gaussian(*, name: str, tokens: int, statistics, noise=None, params: dict | None = None,
+             description: str = "") -> GaussianChannel:
+    """u = A h + noise: ``statistics`` is a list of linear forms of h (sympy), reduced to a
+    basis; ``noise`` their noise covariance (None: noiseless)."""
+    _require_tokens(tokens)
+    A = coefficients(list(statistics), tokens)
+    basis = row_basis(A)
+    if basis.rows < A.rows and noise is not None:
+        raise ChannelError("noisy statistics must be linearly independent")
+    k = basis.rows
+    N = sp.zeros(k, k) if noise is None else sp.Matrix(noise)
+    if N.shape != (k, k):
+        raise ChannelError(f"noise must be a {k} x {k} matrix; got shape {N.shape}")
+    ch = GaussianChannel(
+        name=name, tokens=tokens, statistics=basis, noise=sp.ImmutableMatrix(N),
+        params=tuple((s, v) for s, v in (params or {}).items()), description=description or name,
+        noiseless=noise is None,
+    )
+    validate(ch)
+    return ch
+
+
+def sign_channel(*, name: str, tokens: int, forms, description: str = "") -> DiscreteChannel:
+    """y = (sign(form_1 . h), ..., sign(form_k . h)) for linear forms of h; outputs are the
+    sign patterns."""
+    forms = [sp.sympify(f) for f in forms]
+    like = {}
+    for signs in itertools.product((1, -1), repeat=len(forms)):
+        like[signs if len(signs) > 1 else signs[0]] = sp.Mul(
+            *[sp.Heaviside(s * f) for s, f in zip(signs, forms)]
+        )
+    return discrete(name=name, tokens=tokens, likelihood=like, description=description)
+
+
+def validate(ch: Channel, *, samples: int = 16, seed: int = 0) -> None:
+    """Reject channels the engine cannot use, saying which part is wrong.
+
+    Unknown symbols (anything but h_ab and declared parameters); discrete likelihoods that are
+    negative or do not sum to 1 (checked exactly at random rational h and parameter values).
+    """
+    import random
+
+    hs = set(h_symbols(ch.tokens))
+    declared = {s for s, _ in ch.params}
+    exprs = (list(ch.likelihood) if isinstance(ch, DiscreteChannel)
+             else list(ch.statistics) + list(ch.noise))
+    for e in exprs:
+        unknown = sp.sympify(e).free_symbols - hs - declared
+        if unknown:
+            raise ChannelError(
+                f"channel {ch.name}: unknown symbol(s) {sorted(map(str, unknown))}; the engine "
+                f"knows h_ab ({', '.join(sorted(map(str, hs)))}) and the declared params"
+            )
+    if not isinstance(ch, DiscreteChannel):
+        return
+    rng = random.Random(seed)
+    for _ in range(samples):
+        sub = {s: sp.Rational(rng.randint(-300, 300), 97) for s in hs}
+        sub.update({s: sp.Rational(str(v if v is not None else "0.1")) for s, v in ch.params})
+        vals = [sp.nsimplify(p.subs(sub)) for p in ch.likelihood]
+        for y, v in zip(ch.outputs, vals):
+            if v.is_negative:
+                raise ChannelError(f"channel {ch.name}: P(y={y} | h) = {v} < 0 at h = {sub}")
+        total = sp.nsimplify(sum(vals))
+        if total != 1:
+            raise ChannelError(
+                f"channel {ch.name}: probabilities sum to {total}, not 1, at h = "
+                f"{ {str(k): str(v) for k, v in sub.items()} }"
+            )

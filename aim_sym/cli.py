@@ -93,6 +93,8 @@ def model_options(f):
         click.option("--epsilon", type=float, default=None, help="aim noisy-hardmax: flip prob"),
         click.option("--layers", type=int, default=None, help="smi deep-attention: depth L"),
         click.option("--skip", type=float, default=None, help="smi deep-attention: skip c >= 0"),
+        click.option("--param", "param", multiple=True, help="channel-file parameter "
+                     "NAME=VALUE (repeatable)"),
         click.option("--json", "as_json", is_flag=True, help="print JSON"),
     ]
     for o in reversed(opts):
@@ -100,7 +102,7 @@ def model_options(f):
     return f
 
 
-AIM_ONLY = ("rho", "delta_out", "epsilon", "channel_file")
+AIM_ONLY = ("rho", "delta_out", "epsilon", "channel_file", "param")
 SMI_ONLY = ("layers", "skip")
 
 
@@ -110,7 +112,7 @@ def check_model(kw: dict) -> str:
         fail("--model", "one of aim, smi", model)
     bad = SMI_ONLY if model == "aim" else AIM_ONLY
     for name in bad:
-        if kw.get(name) is not None:
+        if kw.get(name) not in (None, ()):
             fail("--" + name.replace("_", "-"), f"not given with --model {model} (it does not apply)",
                  kw[name])
     if kw.get("beta") is not None and not kw["beta"] > 0:
@@ -132,8 +134,22 @@ def aim_channel(kw: dict):
     if kw.get("channel_file"):
         from .channel_file import load_channel_file
 
+        if kw.get("channel"):
+            fail("--channel", "omitted with --channel-file", kw["channel"])
         ch = load_channel_file(kw["channel_file"], tokens=T)
+        params = {s.name: v for s, v in ch.params}
+        for item in kw.get("param") or ():
+            name, _, value = item.partition("=")
+            if name not in params:
+                fail("--param", f"NAME=VALUE with NAME one of {sorted(params) or 'none'}", item)
+            try:
+                float(value)
+            except ValueError:
+                fail("--param", "NAME=VALUE with a numeric VALUE", item)
+            params[name] = value
     else:
+        if kw.get("param"):
+            fail("--param", "given only with --channel-file", kw["param"][0])
         name = kw.get("channel") or "hardmax"
         if name not in BUILTIN:
             fail("--channel", "one of " + ", ".join(BUILTIN), name)
@@ -360,6 +376,38 @@ def check(**kw):
     ) + f"\n{'all checks passed' if ok else 'SOME CHECKS FAILED'}")
     if not ok:
         sys.exit(1)
+
+
+@cli.command()
+@model_options
+@click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "python"]),
+              default="markdown", show_default=True)
+def derive(fmt, **kw):
+    """Print a channel's equations: Z_out, g_out, dg_out, SE map, Psi_out, stability."""
+    model = check_model(kw)
+    if model == "smi":
+        from .sheets import smi_sheet, strip_canonical
+
+        layers = smi_args(kw)["layers"]
+        click.echo(strip_canonical(smi_sheet(layers)))
+        return
+    from .codegen import numpy_source
+    from .output import derive as derive_channel
+    from .sheets import aim_expressions, aim_sheet, latex_document, strip_canonical
+
+    ch, cc, params = aim_channel(kw)
+    if fmt == "python":
+        click.echo(numpy_source(derive_channel(ch), params, ch))
+    elif fmt == "latex":
+        click.echo(latex_document(aim_expressions(ch), ch.tokens))
+    else:
+        text = strip_canonical(aim_sheet(ch))
+        if kw["as_json"]:
+            import sympy as sp
+
+            emit({k: sp.latex(v) for k, v in aim_expressions(ch).items()}, True)
+            return
+        click.echo(text)
 
 
 def main() -> None:

@@ -108,6 +108,20 @@ def aim_sheet(ch, *, title: str | None = None) -> str:
     return "\n".join(L) + "\n" + canonical_block(ex)
 
 
+def strip_canonical(text: str) -> str:
+    """The sheet without its canonical block (what a reader sees)."""
+    return text.split(CANON_START)[0].rstrip() + "\n"
+
+
+def latex_document(ex: dict[str, sp.Expr], T: int) -> str:
+    """The named expressions as one LaTeX align* environment."""
+    rows = []
+    for k, v in ex.items():
+        name = k.replace("_", r"\_")
+        rows.append(rf"\text{{{name}}} &= {_tex(v, T)}")
+    return "\\begin{align*}\n" + " \\\\\n".join(rows) + "\n\\end{align*}\n"
+
+
 def canonical_block(ex: dict[str, sp.Expr]) -> str:
     data = {k: sp.sstr(v) for k, v in ex.items()}
     return f"{CANON_START}\n<!--\n{json.dumps(data, indent=1, sort_keys=True)}\n-->\n"

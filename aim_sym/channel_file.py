@@ -1,0 +1,76 @@
+"""Load a user's channel file: a small Python file that builds a channel with the builders of
+:mod:`aim_sym.channels` (``discrete``, ``gaussian``, ``sign_channel``) and :func:`h_matrix`.
+
+Loading a channel file RUNS THE USER'S OWN CODE. aim-sym loads a file only when it is named on
+the command line (``--channel-file``) and never from a cache.
+
+The file defines ``channel(tokens: int)`` returning the channel.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from .channels import Channel, ChannelError, DiscreteChannel, GaussianChannel
+
+
+def load_channel_file(path: str, *, tokens: int) -> Channel:
+    """Execute ``path`` and call its ``channel(tokens)``; errors name the file and the line."""
+    if not os.path.isfile(path):
+        raise ChannelError(f"--channel-file: no such file {path!r}")
+    with open(path) as fh:
+        source = fh.read()
+    try:
+        code = compile(source, path, "exec")
+    except SyntaxError as e:
+        raise ChannelError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    namespace: dict = {"__name__": "aim_sym_channel_file", "__file__": path}
+    try:
+        exec(code, namespace)  # the user's own code, loaded on their explicit request
+    except ChannelError as e:
+        raise ChannelError(f"{path}: {e}") from None
+    except Exception as e:
+        raise ChannelError(f"{path}:{_line(e, path)}: {type(e).__name__}: {e}") from None
+    fn = namespace.get("channel")
+    if not callable(fn):
+        raise ChannelError(f"{path}: the file must define channel(tokens) returning a channel")
+    try:
+        ch = fn(tokens)
+    except ChannelError as e:
+        raise ChannelError(f"{path}: {e}") from None
+    except Exception as e:
+        raise ChannelError(f"{path}:{_line(e, path)}: {type(e).__name__}: {e}") from None
+    if not isinstance(ch, (DiscreteChannel, GaussianChannel)):
+        raise ChannelError(f"{path}: channel(tokens) returned {type(ch).__name__}, not a channel")
+    check_z_out(ch, path)
+    return ch
+
+
+def _line(e: BaseException, path: str) -> str:
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+    return str(frames[-1].lineno) if frames else "?"
+
+
+def check_z_out(ch: Channel, path: str) -> None:
+    """Z_out must not vanish on outputs of positive probability (checked at omega = 0, V = 1)."""
+    if not isinstance(ch, DiscreteChannel):
+        return
+    import sympy as sp
+
+    from .compiled import substitute_params
+    from .output import derive
+    from .symbols import V
+
+    d = derive(ch)
+    values = {s.name: (v if v is not None else "0.1") for s, v in ch.params}
+    for y, p, Z in zip(ch.outputs, ch.likelihood, d.Z_out):
+        if sp.simplify(p) == 0:
+            raise ChannelError(f"{path}: output {y} has probability zero for every h; remove it")
+        z0 = substitute_params(Z, ch, values).subs({w: 0 for w in d.omega}).subs(V, 1)
+        val = sp.N(z0, 30)
+        if not val > 1e-300:
+            raise ChannelError(
+                f"{path}: Z_out vanishes for output {y} (Z_out = {val} at omega = 0, V = 1): "
+                "an output of positive probability must have Z_out > 0"
+            )

@@ -1,0 +1,241 @@
+"""Deep tied attention as a sequence multi-index (SMI) channel, as sympy data (THEORY 2).
+
+Conventions (THEORY 2): M tokens, P = L rows of pre-activations, one row per layer
+(``P_l = 1``).  Row ``z_l`` is a vector over the M tokens.
+
+    h^(1) = z_1,   A_l = softmax_rows(beta h^(l) h^(l)T) + c I_M,
+    h^(l+1) = A_l ... A_1 z_{l+1},   y = softmax_rows(beta h^(L) h^(L)T).
+
+For M = 2 a softmax row depends on one logit only.  With ``a = beta h_0 (h_0 - h_1)`` and
+``b = beta h_1 (h_1 - h_0)``,
+
+    softmax(beta h h^T) = [[s(a), 1 - s(a)], [1 - s(b), s(b)]],   s = logistic,
+
+so ``log(y_00 / y_01) = a`` and ``log(y_11 / y_10) = b``.  Since ``a + b = beta (h_0 - h_1)^2``,
+``y`` determines ``h`` up to a global sign (:func:`inversion`), except on the null set
+``h_0 = h_1``.  ``det A = (1 + c)(s(a) + s(b) + c - 1) >= c (1 + c)`` because ``a + b >= 0``
+implies ``s(a) + s(b) >= 1``; hence ``c > 0`` is required (``c = 0`` makes ``det A`` vanish on a
+set of positive probability in the limit and is not supported).
+
+The fibre of ``y`` is parametrised by ``z_1, ..., z_{L-1}``:
+``z_L = (A_{L-1} ... A_1)^{-1} (+-h)`` with Jacobian ``1 / |det(A_{L-1} ... A_1)|``
+(:func:`fibre`).  Everything is derived here symbolically and compiled with
+:func:`compile_functions` (explicit ``modules=`` to numpy or mpmath); the numeric layer only
+calls the compiled functions.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import sympy as sp
+
+SUPPORTED_LAYERS = (2, 3)
+SUPPORTED_TOKENS = (2,)
+
+beta, c = sp.symbols("beta c", positive=True)
+
+
+def _require(cond: bool, name: str, allowed: str, value) -> None:
+    if not cond:
+        # same message format as numerics.records.require, without importing the numeric layer
+        raise ValueError(f"{name} must be {allowed}; got {value!r}")
+
+
+def z_symbols(layers: int) -> list[list[sp.Symbol]]:
+    """Symbols ``z_l_m`` (layer l = 1..L, token m = 0, 1), real."""
+    return [[sp.Symbol(f"z{l}_{m}", real=True) for m in range(2)] for l in range(1, layers + 1)]
+
+
+h_syms = sp.symbols("h0 h1", real=True)
+y_syms = sp.symbols("y00 y01 y10 y11", positive=True)
+
+
+def softmax_rows(S: sp.Matrix, b=beta) -> sp.Matrix:
+    """Row-wise softmax of ``b * S`` (literal definition)."""
+    rows = []
+    for i in range(S.rows):
+        e = [sp.exp(b * S[i, j]) for j in range(S.cols)]
+        tot = sp.Add(*e)
+        rows.append([x / tot for x in e])
+    return sp.Matrix(rows)
+
+
+def logistic(x):
+    return 1 / (1 + sp.exp(-x))
+
+
+def softmax_outer_2(hrow, b=beta) -> sp.Matrix:
+    """``softmax_rows(b h h^T)`` for two tokens, written with logistic functions of the logits.
+
+    Equal to :func:`softmax_rows` (checked by :func:`check_softmax_form`), but overflow-free
+    when lambdified.
+    """
+    h0, h1 = hrow
+    a = b * h0 * (h0 - h1)
+    bb = b * h1 * (h1 - h0)
+    return sp.Matrix([[logistic(a), logistic(-a)], [logistic(-bb), logistic(bb)]])
+
+
+def attention(hrow, cc=c, b=beta) -> sp.Matrix:
+    """``A = softmax_rows(b h h^T) + cc I`` for a row ``h`` over two tokens."""
+    return softmax_outer_2(hrow, b) + cc * sp.eye(2)
+
+
+def check_softmax_form() -> bool:
+    """Symbolic check that the logistic form equals the literal row softmax."""
+    h = sp.symbols("g0 g1", real=True)
+    H = sp.Matrix(h)
+    lit = softmax_rows(H * H.T)
+    diff = (lit - softmax_outer_2(h)).applyfunc(lambda e: sp.simplify(sp.expand(e)))
+    return diff == sp.zeros(2, 2)
+
+
+def forward(layers: int = 2):
+    """Return ``(z, h, y)``: symbols, final scores row ``h = h^(L)`` (2-vector) and ``y`` (2x2)."""
+    _require(layers in SUPPORTED_LAYERS, "layers", f"one of {SUPPORTED_LAYERS}", layers)
+    z = z_symbols(layers)
+    prod = sp.eye(2)
+    h = sp.Matrix(z[0])
+    for l in range(1, layers):
+        prod = attention(list(h)) * prod
+        h = prod * sp.Matrix(z[l])
+    y = softmax_outer_2(list(h))
+    return z, h, y
+
+
+def inversion():
+    """Fibre inversion ``y -> h`` (one sign; the other is ``-h``).
+
+    ``u = log(y01/y00) = beta h0 (h1 - h0)``, ``v = log(y10/y11) = beta h1 (h0 - h1)``,
+    ``d = h0 - h1 = sqrt(-(u + v)/beta)``, ``h0 = -u/(beta d)``, ``h1 = v/(beta d)``.
+    Returns ``(u_expr, v_expr, h0_expr, h1_expr)`` in terms of ``y`` symbols; the last two use
+    the choice ``d > 0``.
+    """
+    y00, y01, y10, y11 = y_syms
+    u = sp.log(y01 / y00)
+    v = sp.log(y10 / y11)
+    d = sp.sqrt(-(u + v) / beta)
+    return u, v, -u / (beta * d), v / (beta * d)
+
+
+def check_inversion() -> bool:
+    """Substitute ``y = softmax(beta h h^T)`` into :func:`inversion` and verify it returns
+    ``h`` for ``h0 > h1`` (the sign convention ``d > 0``)."""
+    p, q = sp.symbols("p q", positive=True)  # h1 = p - ... parametrise h0 = h1 + q, q > 0
+    h1 = sp.Symbol("t", real=True)
+    h0 = h1 + q
+    Y = softmax_rows(sp.Matrix([h0, h1]) * sp.Matrix([[h0, h1]]))
+    u, v, e0, e1 = inversion()
+    sub = dict(zip(y_syms, [Y[0, 0], Y[0, 1], Y[1, 0], Y[1, 1]], strict=True))
+    uu = sp.simplify(sp.expand_log(sp.simplify(u.subs(sub)), force=True))
+    vv = sp.simplify(sp.expand_log(sp.simplify(v.subs(sub)), force=True))
+    ok_u = sp.simplify(uu - beta * h0 * (h1 - h0)) == 0
+    ok_v = sp.simplify(vv - beta * h1 * (h0 - h1)) == 0
+    d = sp.sqrt(-(uu + vv) / beta)
+    r0 = sp.simplify(-uu / (beta * d) - h0)
+    r1 = sp.simplify(vv / (beta * d) - h1)
+    return bool(ok_u and ok_v and r0 == 0 and r1 == 0)
+
+
+def attention_inverse():
+    """``A(z_1)^{-1}`` and ``det A`` in terms of the row ``z_1`` (closed form).
+
+    With ``s_a = A_00 - c``, ``s_b = A_11 - c``: ``det A = (1 + c)(s_a + s_b + c - 1)``.
+    """
+    z1 = z_symbols(1)[0]
+    A = attention(z1)
+    sa, sb = sp.symbols("s_a s_b", positive=True)
+    Ab = sp.Matrix([[sa + c, 1 - sa], [1 - sb, sb + c]])
+    det = sp.factor(Ab.det())
+    inv = (Ab.adjugate() / det).applyfunc(sp.simplify)
+    sub = {sa: A[0, 0] - c, sb: A[1, 1] - c}
+    return z1, inv.subs(sub), det.subs(sub), det
+
+
+def fibre(layers: int = 2):
+    """Parametrise the fibre ``{z : h^(L)(z) = h}`` by ``z_1..z_{L-1}``.
+
+    Returns ``(z_params, z_L_expr, jac)``: ``z_L = (A_{L-1}...A_1)^{-1} h`` (2-vector of
+    expressions in ``z_params`` and ``h``) and ``jac = 1/|det(A_{L-1}...A_1)|`` (determinants are
+    positive, so no absolute value is needed).
+    """
+    _require(layers in SUPPORTED_LAYERS, "layers", f"one of {SUPPORTED_LAYERS}", layers)
+    z = z_symbols(layers)
+    z1, inv1, det1, _ = attention_inverse()
+    subs1 = dict(zip(z1, z[0], strict=True))
+    Ainv = inv1.subs(subs1)
+    det = det1.subs(subs1)
+    hrow = sp.Matrix(z[0])
+    prod = attention(list(hrow))
+    for l in range(1, layers - 1):
+        hrow = prod * sp.Matrix(z[l])
+        inv_l = inv1.subs(dict(zip(z1, list(hrow), strict=True)), simultaneous=True)
+        det_l = det1.subs(dict(zip(z1, list(hrow), strict=True)), simultaneous=True)
+        Ainv = Ainv * inv_l
+        det = det * det_l
+        prod = attention(list(hrow)) * prod
+    zL = Ainv * sp.Matrix(h_syms)
+    return z[: layers - 1], list(zL), 1 / det
+
+
+def check_fibre(layers: int = 2, samples: int = 3, seed: int = 0) -> float:
+    """Max |h^(L)(z_1.., z_L(h)) - h| at random points (exact rationals -> high precision)."""
+    import random
+
+    rng = random.Random(seed)
+    zs, zL, _ = fibre(layers)
+    z_all, hfwd, _ = forward(layers)
+    worst = 0.0
+    for _ in range(samples):
+        vals = {s: sp.Rational(rng.randint(-200, 200), 100) for row in zs for s in row}
+        hv = {h_syms[0]: sp.Rational(rng.randint(-300, 300), 100),
+              h_syms[1]: sp.Rational(rng.randint(-300, 300), 100)}
+        vals.update({c: sp.Rational(3, 4), beta: sp.Rational(6, 5)})
+        zl_val = [sp.N(e.subs(vals).subs(hv), 40) for e in zL]
+        sub = dict(vals)
+        sub.update(dict(zip(z_all[-1], zl_val, strict=True)))
+        for k in range(2):
+            worst = max(worst, float(abs(sp.N(hfwd[k].subs(sub), 40) - hv[h_syms[k]])))
+    return worst
+
+
+@cache
+def compile_functions(layers: int = 2, backend: str = "numpy") -> dict:
+    """Lambdify the channel pieces with explicit ``modules=`` (``"numpy"`` or ``"mpmath"``).
+
+    Keys:
+      ``forward(z..., c, beta) -> (h0, h1, y00, y01, y10, y11)`` (z flattened layer-major);
+      ``h_from_y(y00, y01, y10, y11, beta) -> (h0, h1)`` (sign with h0 > h1);
+      ``attention_inverse(z1_0, z1_1, c, beta) -> (Ai00, Ai01, Ai10, Ai11, detA)`` (L = 2);
+      ``fibre(params..., h0, h1, c, beta) -> (zL_0, zL_1, jac)``.
+    """
+    _require(backend in ("numpy", "mpmath"), "backend", "'numpy' or 'mpmath'", backend)
+    modules = "numpy" if backend == "numpy" else "mpmath"
+    z, h, y = forward(layers)
+    flat = [s for row in z for s in row]
+    out = {}
+    out["forward"] = sp.lambdify([*flat, c, beta], [h[0], h[1], y[0, 0], y[0, 1], y[1, 0],
+                                                     y[1, 1]], modules=modules)
+    _, _, e0, e1 = inversion()
+    out["h_from_y"] = sp.lambdify([*y_syms, beta], [e0, e1], modules=modules)
+    z1, inv, det, _ = attention_inverse()
+    out["attention_inverse"] = sp.lambdify([*z1, c, beta], [inv[0, 0], inv[0, 1], inv[1, 0],
+                                                             inv[1, 1], det], modules=modules)
+    zs, zL, jac = fibre(layers)
+    params = [s for row in zs for s in row]
+    out["fibre"] = sp.lambdify([*params, *h_syms, c, beta], [zL[0], zL[1], jac], modules=modules)
+    if layers == 2:
+        J = fibre_jacobian()
+        out["fibre_jacobian"] = sp.lambdify([*params, *h_syms, c, beta],
+                                            [J[0, 0], J[0, 1], J[1, 0], J[1, 1]], modules=modules)
+    return out
+
+
+def fibre_jacobian() -> sp.Matrix:
+    """``d z_2 / d z_1`` along the L = 2 fibre, ``z_2 = A(z_1)^{-1} h`` (2x2, rows = z_2 entries).
+
+    Used to shape the inner quadrature around the posterior modes when layer 2 is nearly known.
+    """
+    zs, zL, _ = fibre(2)
+    return sp.Matrix(2, 2, lambda a, b: sp.diff(zL[a], zs[0][b]))
