@@ -318,7 +318,8 @@ def plot_rows(path: str, rows: list[dict], ycols: list[str], title: str) -> None
 @model_options
 @click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
 @click.option("--digits", type=int, default=16, show_default=True, help="1 to 1000")
-def threshold(kind, small_width, digits, **kw):
+@click.option("--certified", is_flag=True, help="add an interval enclosure (python-flint)")
+def threshold(kind, small_width, digits, certified, **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists)."""
     model = check_model(kw)
     if not 1 <= digits <= 1000:
@@ -326,6 +327,8 @@ def threshold(kind, small_width, digits, **kw):
     if model == "smi":
         if kind != "weak":
             fail("KIND", "weak for --model smi", kind)
+        if certified:
+            fail("--certified", "used only for closed-form thresholds (--model aim)", True)
         from numerics import smi
 
         res = smi.weak_thresholds(progress=progress_printer, **smi_args(kw))
@@ -351,6 +354,12 @@ def threshold(kind, small_width, digits, **kw):
         name = "alpha_bar_PR" if small_width else "alpha_PR"
     out = {"model": "aim", "channel": ch.name, "tokens": ch.tokens, "threshold": name,
            **t.as_dict()}
+    if certified:
+        from .certified import enclosure
+
+        lo, hi, _ = enclosure(t.expr, digits=max(digits, 30))
+        out["interval"] = [lo, hi]
+        out["certified"] = "ball arithmetic (python-flint arb) on the closed form"
     emit(out, kw["as_json"], lambda o: (
         f"{name} ({ch.name}, T={ch.tokens}) = {o['value']}  (error {o['error']:.1e})\n"
         f"closed form: {o['closed_form']}\nmethod: {o['method']}"))
@@ -411,10 +420,16 @@ def derive(fmt, **kw):
 
 
 def main() -> None:
+    from .certified import NotCertifiable
+    from .channels import ChannelError
+
     try:
         cli(standalone_mode=False)
-    except (OptionError, InputError) as e:
+    except (OptionError, InputError, ChannelError) as e:
         click.echo(f"aim-sym: error: {e}", err=True)
+        sys.exit(2)
+    except NotCertifiable as e:
+        click.echo(f"aim-sym: error: --certified: {e}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("aim-sym: aborted", err=True)
@@ -425,10 +440,3 @@ def main() -> None:
     except ConvergenceError as e:
         click.echo(f"aim-sym: no convergence: {e}", err=True)
         sys.exit(3)
-    except Exception as e:  # channel errors and the like: one line, named
-        from .channels import ChannelError
-
-        if isinstance(e, ChannelError):
-            click.echo(f"aim-sym: error: {e}", err=True)
-            sys.exit(2)
-        raise

@@ -15,10 +15,15 @@ import numpy as np
 import sympy as sp
 from scipy.special import log_ndtr, ndtr
 
-# Gauss-Legendre rule on [0, 1] for the Drezner-Wesolowsky integral of Phi2 (numpy path)
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
-_GL_X = (_GL_X + 1) / 2
-_GL_W = _GL_W / 2
+
+def _gl01(n: int) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.legendre.leggauss(n)
+    return (x + 1) / 2, w / 2
+
+
+# Gauss-Legendre rules on [0, 1] for the Drezner-Wesolowsky integral of Phi2 (numpy path):
+# 12 nodes reach double precision for |r| <= 0.5 (measured against mp_phi2), 24 up to 0.9
+_GL_RULES = {12: _gl01(12), 16: _gl01(16), 24: _gl01(24)}
 
 
 def np_phi2(a, b, r):
@@ -32,12 +37,13 @@ def np_phi2(a, b, r):
     r = float(r)
     if abs(r) > 0.9:
         raise ValueError("np_phi2 is accurate for |r| <= 0.9 only")
-    th = np.arcsin(r) * _GL_X
+    gx, gw = _GL_RULES[12 if abs(r) <= 0.5 else 16 if abs(r) <= 0.75 else 24]
+    th = np.arcsin(r) * gx
     s, c2 = np.sin(th), np.cos(th) ** 2
     a_ = a[..., None]
     b_ = b[..., None]
     integrand = np.exp(-(a_ * a_ + b_ * b_ - 2 * a_ * b_ * s) / (2 * c2))
-    corr = np.arcsin(r) * (integrand @ _GL_W) / (2 * np.pi)
+    corr = np.arcsin(r) * (integrand @ gw) / (2 * np.pi)
     out = ndtr(a) * ndtr(b) + corr
     if r < 0:
         # joint lower tail at negative correlation: the two terms above cancel; integrate the

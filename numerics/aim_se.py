@@ -45,11 +45,12 @@ def output_moments(cc, *, q: float, V: float, level: int = 0) -> tuple[float, fl
     if not cc.discrete:
         return float(cc.e_g2(V)), float(cc.psi_out(V)), 0.0
     K = cc.K
+    pruned = 0.0
     if q == 0:
         m = np.zeros((1, K))
         w = np.ones(1)
     else:
-        m, w = gaussian_grid(q * cc.S, np.sqrt(V * np.diag(cc.S)), level)
+        m, w, pruned = gaussian_grid(q * cc.S, np.sqrt(V * np.diag(cc.S)), level)
     N = m.shape[0]
     flat = _flat_eval(cc.z_grad, [m[:, k] for k in range(K)] + [V], N)
     Y, n = cc.n_outputs, cc.n_pairs
@@ -60,7 +61,7 @@ def output_moments(cc, *, q: float, V: float, level: int = 0) -> tuple[float, fl
     safe = np.where(pos, Z, 1.0)
     e_int = np.where(pos, wg2 / safe, 0.0).sum(axis=0)
     psi_int = np.where(pos, Z * np.log(safe), 0.0).sum(axis=0)
-    tail = TAIL_MASS * float(np.max(np.abs(e_int))) if q > 0 else 0.0
+    tail = (TAIL_MASS + pruned) * float(np.max(np.abs(e_int))) if q > 0 else 0.0
     return float(e_int @ w), float(psi_int @ w), tail
 
 
@@ -142,6 +143,18 @@ def _roots(f: Callable[[float], float], grid: np.ndarray, xtol: float = 1e-14) -
     return roots
 
 
+def _polish(f: Callable[[float], float], v: float) -> float:
+    """Root of f near v: bracket by widening around v, then Brent's method."""
+    for rel in (1e-4, 1e-2, 0.3):
+        lo, hi = max(v * (1 - rel) - 1e-12, 1e-14), min(v * (1 + rel) + 1e-12, 1.0)
+        flo, fhi = f(lo), f(hi)
+        if flo == 0:
+            return lo
+        if flo * fhi < 0:
+            return brentq(f, lo, hi, xtol=1e-16, rtol=1e-15, maxiter=200)
+    raise ConvergenceError("could not bracket an SE fixed point", last_iterate=v, residual=f(v))
+
+
 def _v_grid(n: int = 48) -> np.ndarray:
     return np.unique(np.concatenate([np.geomspace(1e-6, 0.05, n // 2), np.linspace(0.05, 1, n // 2)]))
 
@@ -159,17 +172,17 @@ def fixed_points(cc, *, alpha: float, rho: float, level: int = 0) -> list[FixedP
     if alpha == 0:
         return [FixedPoint(rho, 0.0, 1.0, 0.0, True, 0.0, 0.0, True)]
     out: list[FixedPoint] = []
-    coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=level)[0] - v, _v_grid())
-    for v0 in coarse:
-        def f1(v):
-            return se_map(cc, alpha=alpha, rho=rho, V=v, level=level + 1)[0] - v
+    # scan for sign changes on a coarse rule, then solve at two rules (level, level + 1)
+    coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=level - 1)[0] - v,
+                    _v_grid(), xtol=1e-6)
+    for vc in coarse:
+        vs = []
+        for lev in (level, level + 1):
+            def f(v, lev=lev):
+                return se_map(cc, alpha=alpha, rho=rho, V=v, level=lev)[0] - v
 
-        lo, hi = max(v0 * (1 - 1e-6) - 1e-12, 1e-300), min(v0 * (1 + 1e-6) + 1e-12, 1.0)
-        if f1(lo) * f1(hi) < 0:
-            v1 = brentq(f1, lo, hi, xtol=1e-16, rtol=1e-15, maxiter=200)
-        else:
-            v1 = _roots(f1, np.linspace(max(v0 / 2, 1e-300), min(2 * v0, 1.0), 9))
-            v1 = min(v1, key=lambda x: abs(x - v0)) if v1 else v0
+            vs.append(_polish(f, vc))
+        v0, v1 = vs
         mm, q_hat = se_map(cc, alpha=alpha, rho=rho, V=v1, level=level + 1)
         dv = max(1e-7 * v1, 1e-13)
         slope = (

@@ -16,6 +16,7 @@ import numpy as np
 
 TAIL_SD = 12.0
 TAIL_MASS = 4e-33  # P(|N(0,1)| > 12) < 3.6e-33
+PRUNE = 1e-28
 
 
 @lru_cache(maxsize=256)
@@ -31,7 +32,7 @@ def sinh_rule(a: float, R: float, level: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int):
-    """Tensor nodes m (N x K) and weights (N) for E over m ~ N(0, cov), K = 1 or 2 or more.
+    """Tensor nodes m (N x K), weights (N) and the pruned weight for E over m ~ N(0, cov).
 
     ``scales`` are the per-axis feature scales of the integrand (sqrt(V S_kk)).
     """
@@ -52,4 +53,8 @@ def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int):
     prec = np.linalg.inv(cov)
     _, logdet = np.linalg.slogdet(2 * np.pi * cov)
     logpdf = -0.5 * np.einsum("ni,ij,nj->n", m, prec, m) - 0.5 * logdet
-    return m, w * np.exp(logpdf)
+    w = w * np.exp(logpdf)
+    # drop nodes whose weight is below PRUNE of the largest; their total is returned so callers
+    # can add (total x sup of the integrand) to the error bound
+    keep = w > PRUNE * w.max()
+    return m[keep], w[keep], float(w[~keep].sum())

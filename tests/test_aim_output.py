@@ -151,3 +151,17 @@ def test_bad_channels():
 
     with pytest.raises(ChannelError, match="not affine"):
         parse_events(sp.Heaviside(sp.Symbol("h_11", real=True) ** 2), 2)
+
+
+def test_certified_enclosures():
+    from aim_sym.certified import enclosure
+    from aim_sym.thresholds import small_width_weak_expr
+
+    lo, hi, _ = enclosure(small_width_weak_expr(hardmax(2)), digits=40)
+    with mpmath.workdps(60):
+        a = mpmath.asin(mpmath.mpf(1) / 3)
+        exact = 3 * (mpmath.pi**2 - 4 * a**2) / (8 * (3 * mpmath.pi - 2 * a))
+        assert mpmath.mpf(lo) <= exact <= mpmath.mpf(hi)
+        assert mpmath.mpf(hi) - mpmath.mpf(lo) < mpmath.mpf(10) ** -25
+    lo, hi, _ = enclosure(sp.Rational(3, 16), digits=30)
+    assert lo == hi == "0.187500000000000000000000000000"
