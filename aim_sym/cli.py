@@ -203,7 +203,9 @@ def cli() -> None:
 @click.option("--alpha", type=float, required=True, help="sample ratio alpha >= 0 (alpha_bar "
               "with --small-width)")
 @click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
-def se(alpha, small_width, **kw):
+@click.option("--digits", type=int, default=None, help="also solve the Bayes-optimal fixed "
+              "point to this many digits (5..200; closed-form output maps only)")
+def se(alpha, small_width, digits, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
     model = check_model(kw)
     if not alpha >= 0:
@@ -226,6 +228,12 @@ def se(alpha, small_width, **kw):
         emit({"alpha_bar": alpha, "q": best["q"], "fixed_points": fps}, kw["as_json"])
         return
     rho = 0.5 if kw.get("rho") is None else kw["rho"]
+    if digits is not None:
+        if not 5 <= digits <= 200:
+            fail("--digits", "in 5..200", digits)
+        if cc.discrete:
+            fail("--digits", "used with a channel whose output map is a closed form (linear, "
+                 "linear-noisy, softmax, Gaussian channel files)", digits)
     fps = aim_se.fixed_points(cc, alpha=alpha, rho=rho)
     bo = aim_se.bayes_optimal(fps)
     out = {
@@ -233,6 +241,9 @@ def se(alpha, small_width, **kw):
         "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse, "phi": bo.phi, "error": bo.error,
         "fixed_points": [f.as_dict() for f in fps],
     }
+    if digits is not None and bo.mmse > 0:
+        est = aim_se.fixed_point_mp(cc, alpha=alpha, rho=rho, dps=digits, v0=bo.mmse)
+        out["mmse_digits"] = {"value": est.value, "error": est.error, "method": est.method}
     emit(out, kw["as_json"], lambda o: (
         f"AIM {o['channel']} T={o['tokens']} rho={rho} alpha={alpha}: mmse = {o['mmse']:.15g} "
         f"+- {o['error']:.1e}, q = {o['q']:.15g}, q_hat = {o['q_hat']:.15g}, phi = {o['phi']}\n"

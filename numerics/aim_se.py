@@ -285,3 +285,31 @@ def small_width_fixed_points(cc, *, alpha_bar: float, level: int = 0) -> list[di
         res.append({"q": 1.0, "stable": bool(alpha_bar * k > 1),
                     "slope": 1.0 / (alpha_bar * k) if alpha_bar * k > 0 else float("inf")})
     return res
+
+
+# ----------------------------------------------------------------------------- many digits
+def fixed_point_mp(cc, *, alpha, rho, dps: int, v0: float) -> Estimate:
+    """The SE fixed point V = mmse(1 / (2 alpha E(V))) to ``dps`` digits (Gaussian channels,
+    whose output map E(V) is a closed form), by the secant method from ``v0`` at two working
+    precisions (dps + 5 and dps + 15): their difference is the error."""
+    import mpmath
+
+    if cc.discrete:
+        raise InputError("many-digit SE needs a closed-form output map (a Gaussian channel)")
+    require(5 <= dps <= 200, "dps", "in 5..200", dps)
+    vals = []
+    for work in (dps + 5, dps + 15):
+        with mpmath.workdps(work):
+            a, r = mpmath.mpf(str(alpha)), mpmath.mpf(str(rho))
+
+            def f(v, a=a, r=r, work=work):
+                q_hat = 2 * a * cc.e_g2_mp(v)
+                return _wishart().mmse(1 / q_hat, rho=r, dps=work) - v
+
+            x0 = mpmath.mpf(v0)
+            vals.append(mpmath.findroot(f, (x0, x0 * (1 + mpmath.mpf(10) ** -8)),
+                                        solver="secant", tol=mpmath.mpf(10) ** (-2 * work)))
+    with mpmath.workdps(dps + 15):
+        err = abs(vals[1] - vals[0])
+        return Estimate(mpmath.nstr(vals[1], dps), float(err), "secant on the closed-form output "
+                        "map with the mpmath prior", precision=dps)

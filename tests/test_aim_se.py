@@ -95,3 +95,14 @@ def test_bad_input():
         aim_se.fixed_points(cc, alpha=-1, rho=0.5)
     with pytest.raises(InputError, match="rho"):
         aim_se.fixed_points(cc, alpha=0.1, rho=0)
+
+
+def test_many_digit_fixed_point_softmax():
+    # 25 digits by the mpmath route agree with the double-precision solver and THEORY 1.3
+    cc = compile_channel(softmax(2))
+    a = 1.324458823529412e-2
+    bo = aim_se.bayes_optimal(aim_se.fixed_points(cc, alpha=a, rho=0.5))
+    est = aim_se.fixed_point_mp(cc, alpha=a, rho=0.5, dps=25, v0=bo.mmse)
+    assert est.error < 1e-25
+    assert abs(float(est.value) - bo.mmse) < 2e-15
+    assert est.value.startswith("0.9411915956799")
