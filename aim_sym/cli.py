@@ -398,6 +398,84 @@ def check(**kw):
         sys.exit(1)
 
 
+@cli.group()
+def sweep() -> None:
+    """Resumable sweeps (local cores, or a Dask cluster with --scheduler)."""
+
+
+def _list(spec: str | None, option: str, cast=float) -> list | None:
+    if spec is None:
+        return None
+    if ":" in spec:
+        return [cast(x) for x in parse_grid(spec, option)]
+    try:
+        return [cast(x) for x in spec.split(",")]
+    except ValueError:
+        fail(option, "a list a,b,c or a grid start:stop:num", spec)
+
+
+@sweep.command("grid")
+@click.option("--model", default="aim", show_default=True)
+@click.option("--channel", default="hardmax", show_default=True)
+@click.option("--alphas", required=True, help="start:stop:num or a,b,c")
+@click.option("--rhos", default="0.5", show_default=True)
+@click.option("--tokens", "tokens_", default="2", show_default=True, help="list of T")
+@click.option("--betas", default=None, help="list of beta (softmax)")
+@click.option("--out", "out_path", required=True)
+@click.option("--workers", type=int, default=None, help="local processes (default: all cores)")
+@click.option("--scheduler", default=None, help="Dask scheduler ADDRESS")
+@click.option("--json", "as_json", is_flag=True)
+def sweep_grid(model, channel, alphas, rhos, tokens_, betas, out_path, workers, scheduler,
+               as_json):
+    """AIM SE over a grid of (alpha, rho, T, beta): one tidy CSV row per point."""
+    from numerics.sweep import aim_point, grid, run_sweep
+
+    if model != "aim":
+        fail("--model", "aim for sweep grid (use sweep skip for smi)", model)
+    a, r = _list(alphas, "--alphas"), _list(rhos, "--rhos")
+    ts = _list(tokens_, "--tokens", int)
+    if any(x < 0 for x in a):
+        fail("--alphas", "values >= 0", alphas)
+    if any(x <= 0 for x in r):
+        fail("--rhos", "values > 0", rhos)
+    if any(t < 2 for t in ts):
+        fail("--tokens", "values >= 2", tokens_)
+    if workers is not None and workers < 1:
+        fail("--workers", ">= 1", workers)
+    axes = {"channel": [channel], "tokens": ts, "rho": r, "alpha": a}
+    if betas is not None:
+        axes["beta"] = _list(betas, "--betas")
+    rows = run_sweep(aim_point, grid(**axes), out=out_path, workers=workers, scheduler=scheduler,
+                     progress=progress_printer)
+    emit({"out": out_path, "points": len(rows),
+          "failed": sum(not str(r_["status"]).startswith("converged") for r_ in rows)}, as_json)
+
+
+@sweep.command("skip")
+@click.option("--layers", type=int, default=2, show_default=True)
+@click.option("--tokens", type=int, default=2, show_default=True)
+@click.option("--beta", type=float, default=1.0, show_default=True)
+@click.option("--skips", required=True, help="start:stop:num or a,b,c")
+@click.option("--out", "out_path", required=True)
+@click.option("--plot", "plot_path", default=None)
+@click.option("--no-sequential", is_flag=True, help="weak thresholds only (fast)")
+@click.option("--json", "as_json", is_flag=True)
+def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, as_json):
+    """SMI deep attention: weak and sequential thresholds against the skip strength c."""
+    from numerics import smi
+
+    args = smi_args({"channel": None, "layers": layers, "skip": 1.0, "beta": beta,
+                     "tokens": tokens})
+    cs = _list(skips, "--skips")
+    if any(c <= 0 for c in cs):
+        fail("--skips", "values > 0", skips)
+    rows = smi.sweep_skip(skips=cs, layers=args["layers"], tokens=tokens, beta=args["beta"],
+                          out=out_path, progress=progress_printer, sequential=not no_sequential)
+    if plot_path:
+        smi.plot_phase(rows, plot_path)
+    emit({"out": out_path, "plot": plot_path, "rows": rows}, as_json)
+
+
 @cli.command()
 @model_options
 @click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "python"]),

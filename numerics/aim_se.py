@@ -191,6 +191,7 @@ def fixed_points(cc, *, alpha: float, rho: float, level: int = 0) -> list[FixedP
         ) / (2 * dv)
         prior_err = _wishart().mmse_estimate(1.0 / q_hat, rho=rho).error
         err = abs(v1 - v0) + prior_err / max(abs(1 - slope), 1e-3)
+        err = max(err, 4 * np.finfo(float).eps * v1)  # floor: the resolution of a double
         phi = free_entropy(cc, alpha=alpha, rho=rho, V=v1, q_hat=q_hat, level=level + 1)
         out.append(FixedPoint(Q0 - v1, q_hat, v1, phi, abs(slope) < 1, slope, err))
     if cc.noiseless:
