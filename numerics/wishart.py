@@ -202,6 +202,31 @@ def _is_physical_edge(g: float, s: float, delta: float) -> bool:
     return bool(d_phys < d_other)
 
 
+def _select_edges(entries: list, s: Any, delta: Any) -> list:
+    """Edges among the real critical points ``entries`` = [(z(g_c), g_c), ...].
+
+    The largest negative and the smallest positive g_c are always the outer edges (z decreases
+    from the pole at g = 0 to them); any other real critical point is an inner edge iff it
+    passes Biane's check.  A lone inner candidate (a tangency at round-off level) is dropped.
+    """
+    neg = [e for e in entries if e[1] < 0]
+    pos = [e for e in entries if e[1] > 0]
+    outer = []
+    if neg:
+        outer.append(max(neg, key=lambda e: e[1]))
+    if pos:
+        outer.append(min(pos, key=lambda e: e[1]))
+    inner = [
+        e
+        for e in entries
+        if not any(e is o for o in outer)
+        and _is_physical_edge(float(e[1]), float(s), float(delta))
+    ]
+    if len(inner) % 2:
+        inner = []
+    return outer + inner
+
+
 def _quartic_coeffs(rho: Any, delta: Any, s: Any) -> list:
     kappa = 1 / rho
     return [delta * kappa, -2 * delta * s, delta + 1 - kappa, 2 * s, -1]
@@ -213,7 +238,7 @@ def _assemble(edges: list, crit_all: list) -> tuple[tuple, tuple]:
         raise ConvergenceError(
             "could not identify the support edges", last_iterate=edges, residual=None
         )
-    edges.sort(key=lambda e: float(e[0]))
+    edges.sort(key=lambda e: e[0])
     intervals = tuple(
         (edges[i][0], edges[i + 1][0], edges[i][1], edges[i + 1][1])
         for i in range(0, len(edges), 2)
@@ -254,12 +279,11 @@ def _spectrum_f(rho: float, delta: float) -> _Spectrum:
         if abs(r.imag) <= _REAL_TOL_F * abs(r):
             g = r.real
             entry = (float(_z(g, s, m, delta)), g)
-            if _is_physical_edge(g, s, delta):
-                edges.append(entry)
+            edges.append(entry)
             crit_all.append((entry[0], entry))
         else:
             crit_all.append((complex(_z(r, s, m, delta)), (None, None)))
-    intervals, crit = _assemble(edges, crit_all)
+    intervals, crit = _assemble(_select_edges(edges, s, delta), crit_all)
     return _Spectrum(rho, delta, s, m, intervals, crit)
 
 
@@ -287,12 +311,11 @@ def _spectrum_mp(rho: Any, delta: Any, dps: int) -> _Spectrum:
             if abs(r.imag) <= tol * abs(r):
                 g = r.real
                 entry = (_z(g, s, m, delta_), g)
-                if _is_physical_edge(float(g), float(s), float(delta_)):
-                    edges.append(entry)
+                edges.append(entry)
                 crit_all.append((entry[0], entry))
             else:
                 crit_all.append((_z(r, s, m, delta_), (None, None)))
-        intervals, crit = _assemble(edges, crit_all)
+        intervals, crit = _assemble(_select_edges(edges, s, delta_), crit_all)
         return _Spectrum(rho_, delta_, s, m, intervals, crit)
 
 
@@ -473,17 +496,26 @@ def _nodes_mp(sp: _Spectrum, digits: float, dps: int) -> tuple[list, list, list]
             mid, half = (a + b) / 2, (b - a) / 2
             images = _singular_images(k, sp, _floor(digits), mp=True)
             br = _breakpoints(images, 1e-3 * _floor(digits), mp=True)
-            for t0, t1 in zip(br[:-1], br[1:]):
+            for t0, t1 in zip(br[:-1], br[1:], strict=True):
                 xi, wi = _gl_mp(_panel_order(t0, t1, images, digits), prec_dps)
                 c, h = (t0 + t1) / 2, (t1 - t0) / 2
-                for u, wu in zip(xi, wi):
+                for u, wu in zip(xi, wi, strict=True):
                     th = c + h * u
                     xs.append(mid - half * mpmath.cos(th))
                     ws.append(half * mpmath.sin(th) * h * wu)
         sp_f = _spectrum_f(float(sp.rho), float(sp.delta))
         xf = np.array([float(x) for x in xs])
+        roots = np.sort_complex(_cubic_roots_f(xf, sp_f.s, sp_f.delta))
+        dist = np.abs(roots[:, :, None] - roots[:, None, :])
+        sep = np.min(np.where(np.eye(3, dtype=bool), np.inf, dist), axis=(1, 2))
         seeds = _roots_f(xf, sp_f, np.ones(xf.shape, dtype=bool))
-        gs = [_newton_mp(complex(g0), x, sp, prec_dps) for g0, x in zip(seeds, xs)]
+        # near a (double or triple) root the double seed may sit in the wrong basin
+        risky = sep < 1e-4 * np.abs(seeds)
+        gs = [
+            _polyroot_mp(x, sp, inside=True) if bad else _newton_mp(complex(g0), x, sp, prec_dps)
+            for g0, x, bad in zip(seeds, xs, risky, strict=True)
+        ]
+        gs = [mpmath.conj(g) if g.imag < 0 else g for g in gs]
     return xs, ws, gs
 
 
@@ -578,7 +610,7 @@ def _integrals_mp(rho: Any, delta: Any, digits: float, dps: int) -> dict:
         pi = mpmath.pi
         c = 1 / (2 * (1 + delta_))
         acc = dict.fromkeys(("mass", "mean", "m2", "rr", "mu3", "sigma", "ab"), mpmath.mpf(0))
-        for x, w, g in zip(xs, ws, gs):
+        for x, w, g in zip(xs, ws, gs, strict=True):
             mu = g.imag / pi
             wm = w * mu
             r = g.real - (x - m) * c
@@ -689,7 +721,10 @@ def density(x: Any, *, rho: Any, delta: Any, dps: int | None = None) -> Any:
 
 
 def rie_denoiser(x: Any, *, rho: Any, delta: Any, dps: int | None = None) -> Any:
-    """Optimal rotationally invariant eigenvalue denoiser xi(x) = x - 2 Delta Re g(x) (THEORY 1.1)."""
+    """Optimal rotationally invariant eigenvalue denoiser xi(x) = x - 2 Delta Re g(x).
+
+    (THEORY 1.1; the RIE of S from Y = S + sqrt(Delta) Z.)
+    """
     g = stieltjes(x, rho=rho, delta=delta, dps=dps)
     if dps is not None:
         with mpmath.workdps(dps):
