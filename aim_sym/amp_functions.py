@@ -126,7 +126,7 @@ def _discrete(ch: DiscreteChannel, params: dict) -> AmpFunctions:
     n = len(d.omega)
     args = list(d.omega) + [V]
     g_fns, dg_fns = [], []
-    for gy, dgy in zip(d.g_out, d.dg_out):
+    for gy, dgy in zip(d.g_out, d.dg_out, strict=True):
         g_fns.append(compile_expr([substitute_params(e, ch, params) for e in gy], args))
         dg_fns.append(compile_expr([substitute_params(dgy[i, i], ch, params) for i in range(n)],
                                    args))

@@ -74,7 +74,7 @@ def check_gradients(ch: Channel, *, params: dict | None = None, n: int = 2, seed
                 gv = g(*om, v, *ys)
                 dgv = dg(*om, v, *ys)
                 for i in range(k):
-                    def at(t, f, i=i):
+                    def at(t, f, i=i, om=om, v=v, ys=ys):
                         o = list(om)
                         o[i] += t
                         return f(*o, v, *ys)

@@ -194,6 +194,7 @@ def smi_args(kw: dict) -> dict:
 
 # ----------------------------------------------------------------------------- commands
 @click.group()
+@click.version_option(package_name="aim-sym")
 def cli() -> None:
     """aim-sym: derive and solve Bayes-optimal learning of attention models."""
 
@@ -512,6 +513,8 @@ def main() -> None:
     from .certified import NotCertifiable
     from .channels import ChannelError
 
+    if len(sys.argv) == 1:
+        sys.argv.append("--help")
     try:
         cli(standalone_mode=False)
     except (OptionError, InputError, ChannelError) as e:

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-from .channels import ChannelError, DiscreteChannel, GaussianChannel, coefficients, row_basis
+from .channels import ChannelError, DiscreteChannel, GaussianChannel
 from .special import Phi, Phi2
 from .symbols import V, alpha, h_symbols, omega_symbols, q, weight_matrix, weights
 
@@ -152,7 +152,7 @@ def derive_discrete(ch: DiscreteChannel) -> OutputDerivation:
     omega = omega_symbols(T)
     C = weight_matrix(T)
     Zs, forms = [], []
-    for y, p in zip(ch.outputs, ch.likelihood):
+    for p in ch.likelihood:
         events = parse_events(p, T)
         Z = sp.Add(*[event_probability(ev, omega, C) for ev in events])
         Zs.append(Z)

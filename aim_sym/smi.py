@@ -226,6 +226,13 @@ def compile_functions(layers: int = 2, backend: str = "numpy") -> dict:
     params = [s for row in zs for s in row]
     out["fibre"] = sp.lambdify([*params, *h_syms, c, beta], [zL[0], zL[1], jac], modules=modules)
     if layers == 2:
+        ab, inv_t, det_t = attention_inverse_logits()
+        out["attention_inverse_ab"] = sp.lambdify([*ab, c], [inv_t[0, 0], inv_t[0, 1],
+                                                             inv_t[1, 0], inv_t[1, 1], det_t],
+                                                  modules=modules)
+        _, zz, _, logp = logit_chart()
+        out["logit_chart"] = sp.lambdify([*ab, beta], [zz[0] ** 2, zz[0] * zz[1], zz[1] ** 2,
+                                                       logp], modules=modules)
         J = fibre_jacobian()
         out["fibre_jacobian"] = sp.lambdify([*params, *h_syms, c, beta],
                                             [J[0, 0], J[0, 1], J[1, 0], J[1, 1]], modules=modules)
@@ -239,3 +246,57 @@ def fibre_jacobian() -> sp.Matrix:
     """
     zs, zL, _ = fibre(2)
     return sp.Matrix(2, 2, lambda a, b: sp.diff(zL[a], zs[0][b]))
+
+
+logit_syms = sp.symbols("a b", real=True)
+
+
+def attention_inverse_logits():
+    """``A^{-1}`` and ``det A`` as functions of the two softmax logits ``(a, b)`` of the first
+    layer (``A_00 = s(a) + c``, ``A_11 = s(b) + c``, ``s`` logistic).  Returns
+    ``((a, b), inv, det)``."""
+    a, b = logit_syms
+    sa, sb = sp.symbols("s_a s_b", positive=True)
+    Ab = sp.Matrix([[sa + c, 1 - sa], [1 - sb, sb + c]])
+    det = sp.factor(Ab.det())
+    inv = (Ab.adjugate() / det).applyfunc(sp.simplify)
+    sub = {sa: logistic(a), sb: logistic(b)}
+    return (a, b), inv.subs(sub), det.subs(sub)
+
+
+def logit_chart():
+    """Chart of the z_1 plane modulo ``z_1 -> -z_1`` by the logits
+    ``a = beta z0 (z0 - z1)``, ``b = beta z1 (z1 - z0)`` (domain ``a + b > 0``).
+
+    Inverse (one preimage): ``d = sqrt((a + b)/beta)``, ``z0 = a/(beta d)``, ``z1 = -b/(beta d)``;
+    ``|det d(a, b)/dz| = 2 beta (a + b)``; the density of ``(a, b)`` for ``z_1 ~ N(0, I)`` (two
+    preimages) is ``p = exp(-(a^2 + b^2)/(2 beta (a + b))) / (2 pi beta (a + b))``.  Every
+    function of ``A(z_1)`` is a function of ``(a, b)``, and the layer-1 likelihood is smooth and
+    close to Gaussian there even when the softmax saturates, which makes this the chart for the
+    inner (fibre) integral.  Returns ``((a, b), (z0, z1), jac, log_p)``.
+    """
+    a, b = logit_syms
+    d = sp.sqrt((a + b) / beta)
+    z0, z1 = a / (beta * d), -b / (beta * d)
+    jac = 2 * beta * (a + b)
+    logp = -(a**2 + b**2) / (2 * beta * (a + b)) - sp.log(2 * sp.pi * beta * (a + b))
+    return (a, b), (z0, z1), jac, logp
+
+
+def check_logit_chart() -> bool:
+    """Symbolic checks of :func:`logit_chart`: the inverse maps back to ``(a, b)``, the
+    Jacobian determinant is ``-2 beta (a + b)`` in z coordinates, and ``p`` equals
+    ``2 N(z; 0, I) / |det|`` (two preimages)."""
+    (a, b), (z0, z1), jac, logp = logit_chart()
+    g0, g1 = sp.symbols("g0 g1", real=True)
+    fa = beta * g0 * (g0 - g1)
+    fb = beta * g1 * (g1 - g0)
+    dom = {a: sp.Symbol("ap", positive=True), b: sp.Symbol("bp", positive=True)}
+    ok1 = sp.simplify((beta * z0 * (z0 - z1) - a).subs(dom)) == 0
+    ok2 = sp.simplify((beta * z1 * (z1 - z0) - b).subs(dom)) == 0
+    det = sp.Matrix([[sp.diff(fa, g0), sp.diff(fa, g1)], [sp.diff(fb, g0), sp.diff(fb, g1)]]).det()
+    ok3 = sp.simplify(det + jac.subs({a: fa, b: fb})) == 0
+    p_push = 2 * sp.exp(-(z0**2 + z1**2) / 2) / (2 * sp.pi) / jac
+    ok4 = sp.simplify((sp.log(p_push) - logp).subs(dom).rewrite(sp.log)) == 0 or \
+        sp.simplify(sp.expand_log(sp.log(p_push) - logp, force=True).subs(dom)) == 0
+    return bool(ok1 and ok2 and ok3 and ok4)

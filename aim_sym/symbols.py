@@ -7,7 +7,7 @@ C = diag(1 + delta_ab).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import sympy as sp
 
@@ -26,13 +26,13 @@ def pairs(T: int) -> tuple[tuple[int, int], ...]:
     return tuple((a, b) for a in range(1, T + 1) for b in range(a, T + 1))
 
 
-@lru_cache(maxsize=None)
+@cache
 def h_symbols(T: int) -> tuple[sp.Symbol, ...]:
     """Pre-activations h_ab, a <= b."""
     return tuple(sp.Symbol(f"h_{a}{b}", real=True) for a, b in pairs(T))
 
 
-@lru_cache(maxsize=None)
+@cache
 def omega_symbols(T: int) -> tuple[sp.Symbol, ...]:
     """Posterior means omega_ab of h_ab (THEORY 1.1)."""
     return tuple(sp.Symbol(f"omega_{a}{b}", real=True) for a, b in pairs(T))

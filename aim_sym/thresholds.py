@@ -3,7 +3,8 @@
 * small-width weak recovery: alpha_bar_c = 1 / (2 E_{q=0}[sum (1 + delta_ab) g_ab^2]) at V = 1;
   at q = 0 omega = 0, so for discrete channels the expectation is a finite sum over outputs and
   the threshold is an exact sympy expression;
-* perfect recovery: alpha_PR = c(rho) / (2 k), c = 2 rho - rho^2 for rho <= 1 and 1 above, k = lim_{V -> 0} V E(V)
+* perfect recovery: alpha_PR = c(rho) / (2 k), c = 2 rho - rho^2 for rho <= 1 and 1 above,
+  k = lim_{V -> 0} V E(V)
   (parameter counting; the prior mmse(Delta) / Delta -> c(rho) as Delta -> 0), and
   alpha_bar_PR = 1 / k in the small-width limit. Channels with k = 0 (noisy, or discrete, where
   q_hat grows slower than 1/V) have no finite perfect-recovery threshold.

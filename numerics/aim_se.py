@@ -19,7 +19,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from .gauss import TAIL_MASS, gaussian_grid
-from .records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, Estimate, InputError, require
 
 
 def _wishart():
@@ -173,7 +173,7 @@ def fixed_points(cc, *, alpha: float, rho: float, level: int = 0) -> list[FixedP
         return [FixedPoint(rho, 0.0, 1.0, 0.0, True, 0.0, 0.0, True)]
     out: list[FixedPoint] = []
     # scan for sign changes on a coarse rule, then solve at two rules (level, level + 1)
-    coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=level - 1)[0] - v,
+    coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=level - 2)[0] - v,
                     _v_grid(), xtol=1e-6)
     for vc in coarse:
         vs = []

@@ -48,7 +48,7 @@ def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int):
     grids = np.meshgrid(*axes, indexing="ij")
     m = np.stack([g.ravel() for g in grids], axis=1)
     w = np.ones(m.shape[0])
-    for k, g in enumerate(np.meshgrid(*wts, indexing="ij")):
+    for g in np.meshgrid(*wts, indexing="ij"):
         w = w * g.ravel()
     prec = np.linalg.inv(cov)
     _, logdet = np.linalg.slogdet(2 * np.pi * cov)
