@@ -155,8 +155,8 @@ def numpy_source(d, params: dict | None = None, ch=None) -> str:
         "",
     ]
     if d.discrete:
-        lines += ["_GL_X, _GL_W = np.polynomial.legendre.leggauss(24)",
-                  "_GL_X = (_GL_X + 1) / 2", "_GL_W = _GL_W / 2", ""]
+        lines += [inspect.getsource(_gl01), "",
+                  "_GL_RULES = {12: _gl01(12), 16: _gl01(16), 24: _gl01(24)}", ""]
         lines += [inspect.getsource(f) for f in (np_phi2, _lower_tail)]
         lines += ["_TL_X, _TL_W = np.polynomial.legendre.leggauss(64)",
                   "_TL_X = (_TL_X + 1) / 2", "_TL_W = _TL_W / 2", "Phi2 = np_phi2", "", ""]
