@@ -143,7 +143,7 @@ def _roots(f: Callable[[float], float], grid: np.ndarray, xtol: float = 1e-14) -
     return roots
 
 
-def _polish(f: Callable[[float], float], v: float) -> float:
+def _polish(f: Callable[[float], float], v: float, xtol: float = 1e-16) -> float:
     """Root of f near v: bracket by widening around v, then Brent's method."""
     for rel in (1e-4, 1e-2, 0.3):
         lo, hi = max(v * (1 - rel) - 1e-12, 1e-14), min(v * (1 + rel) + 1e-12, 1.0)
@@ -151,7 +151,7 @@ def _polish(f: Callable[[float], float], v: float) -> float:
         if flo == 0:
             return lo
         if flo * fhi < 0:
-            return brentq(f, lo, hi, xtol=1e-16, rtol=1e-15, maxiter=200)
+            return brentq(f, lo, hi, xtol=xtol, rtol=1e-15, maxiter=200)
     raise ConvergenceError("could not bracket an SE fixed point", last_iterate=v, residual=f(v))
 
 
@@ -159,41 +159,52 @@ def _v_grid(n: int = 48) -> np.ndarray:
     return np.unique(np.concatenate([np.geomspace(1e-6, 0.05, n // 2), np.linspace(0.05, 1, n // 2)]))
 
 
-def fixed_points(cc, *, alpha: float, rho: float, level: int = 0) -> list[FixedPoint]:
+def fixed_points(cc, *, alpha: float, rho: float, tol: float = 1e-13,
+                 max_level: int = 3) -> list[FixedPoint]:
     """All SE fixed points with V = Q0 - q in [0, 1], the Bayes-optimal one flagged.
 
-    Found by bracketing sign changes of mmse(1/q_hat(V)) - V on a grid, refined by Brent's
-    method at two quadrature levels (the difference is the error). V = 0 (perfect recovery) is a
-    fixed point of every noiseless channel; it is stable iff alpha >= alpha_PR (THEORY 1.2); its
-    free entropy is not finite and is reported as None.
+    Sign changes of mmse(1/q_hat(V)) - V are bracketed on a grid with a coarse quadrature rule;
+    each root is then solved by Brent's method on successively finer rules (levels -1, 0, 1, ..)
+    until two successive levels agree within ``tol``: their difference (plus the prior's own
+    refinement error) is the reported error. V = 0 (perfect recovery) is a fixed point of every
+    noiseless channel; it is stable iff alpha >= alpha_PR (THEORY 1.2); its free entropy is not
+    finite and is reported as None.
     """
     _check(alpha, rho)
+    require(tol > 0, "tol", "> 0", tol)
     Q0 = 1.0 + rho
     if alpha == 0:
         return [FixedPoint(rho, 0.0, 1.0, 0.0, True, 0.0, 0.0, True)]
     out: list[FixedPoint] = []
-    # scan for sign changes on a coarse rule, then solve at two rules (level, level + 1)
-    coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=level - 2)[0] - v,
+    coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=-2)[0] - v,
                     _v_grid(), xtol=1e-6)
+    xtol = max(min(tol / 10, 1e-6), 1e-16)
     for vc in coarse:
-        vs = []
-        for lev in (level, level + 1):
+        prev, lev = None, -1
+        while True:
             def f(v, lev=lev):
                 return se_map(cc, alpha=alpha, rho=rho, V=v, level=lev)[0] - v
 
-            vs.append(_polish(f, vc))
-        v0, v1 = vs
-        mm, q_hat = se_map(cc, alpha=alpha, rho=rho, V=v1, level=level + 1)
+            v1 = _polish(f, vc if prev is None else prev, xtol)
+            if not cc.discrete or (prev is not None and abs(v1 - prev) <= tol):
+                break
+            if lev >= max_level:
+                raise ConvergenceError(f"SE fixed point not converged to tol={tol} by quadrature "
+                                       f"level {max_level}", last_iterate=v1, residual=abs(v1 - prev))
+            prev, lev = v1, lev + 1
+        level = lev
+        mm, q_hat = se_map(cc, alpha=alpha, rho=rho, V=v1, level=level)
         dv = max(1e-7 * v1, 1e-13)
         slope = (
-            se_map(cc, alpha=alpha, rho=rho, V=v1 + dv, level=level + 1)[0]
-            - se_map(cc, alpha=alpha, rho=rho, V=v1 - dv, level=level + 1)[0]
+            se_map(cc, alpha=alpha, rho=rho, V=v1 + dv, level=level)[0]
+            - se_map(cc, alpha=alpha, rho=rho, V=v1 - dv, level=level)[0]
         ) / (2 * dv)
         prior_err = _wishart().mmse_estimate(1.0 / q_hat, rho=rho).error
-        err = abs(v1 - v0) + prior_err / max(abs(1 - slope), 1e-3)
-        err = max(err, 4 * np.finfo(float).eps * v1)  # floor: the resolution of a double
-        phi = free_entropy(cc, alpha=alpha, rho=rho, V=v1, q_hat=q_hat, level=level + 1)
-        out.append(FixedPoint(Q0 - v1, q_hat, v1, phi, abs(slope) < 1, slope, err))
+        err = (0.0 if prev is None else abs(v1 - prev)) + prior_err / max(abs(1 - slope), 1e-3)
+        err = max(err, 4 * np.finfo(float).eps * v1, xtol)  # resolution of a double / the solve
+        phi = free_entropy(cc, alpha=alpha, rho=rho, V=v1, q_hat=q_hat, level=level)
+        out.append(FixedPoint(Q0 - v1, q_hat, v1, phi, abs(slope) < 1, slope, err,
+                              extra={"level": level}))
     if cc.noiseless:
         apr = perfect_recovery_alpha(cc, rho=rho)
         stable0 = apr is not None and alpha >= apr
@@ -225,11 +236,12 @@ def perfect_recovery_alpha(cc, *, rho: float) -> float | None:
     return (2 * rho - rho**2 if rho <= 1 else 1.0) / (2 * float(k))
 
 
-def curve(cc, *, alphas, rho: float, progress: Callable | None = None) -> list[dict]:
+def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
+          progress: Callable | None = None) -> list[dict]:
     """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha)."""
     rows = []
     for i, a in enumerate(alphas):
-        fps = fixed_points(cc, alpha=float(a), rho=rho)
+        fps = fixed_points(cc, alpha=float(a), rho=rho, tol=tol)
         bo = bayes_optimal(fps)
         rows.append(
             {
