@@ -75,3 +75,16 @@ def test_bad_values_exit_2_with_one_line(args, option):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and option in lines[0], p.stderr
+
+
+def test_amp_command(tmp_path):
+    png = tmp_path / "amp.png"
+    out = json.loads(run("amp", "--model", "aim", "--channel", "softmax", "--tokens", "2",
+                         "--rho", "0.5", "--alpha", "0.13", "--dim", "40", "--seeds", "2",
+                         "--max-iter", "30", "--plot", str(png), "--json").stdout)
+    for k in ("mean", "stderr", "se_prediction"):
+        assert k in out
+    assert abs(out["se_prediction"] - 0.2212) < 1e-3
+    assert 0 < out["mean"] < 1 and os.path.getsize(png) > 1000
+    p = run("amp", "--alpha", "0.1", "--dim", "5", check=False)
+    assert p.returncode == 2 and "--dim" in p.stderr

@@ -1,0 +1,464 @@
+"""Finite-size Bayes-optimal GAMP with the RIE matrix denoiser (GAMP-RIE) for the AIM
+(THEORY 1, 1.1, check 7 of THEORY 4).
+
+The AIM is a generalised linear model in the symmetric matrix S: sample mu, pair a <= b,
+
+    h_mu,ab = <Z_mu,ab, S>,   Z_mu,ab = (x_a x_b^T + x_b x_a^T) / (2 sqrt D) - delta_ab I / sqrt D,
+
+so that Var h_ab = (1 + delta_ab) Tr(S^2)/D -> (1 + delta_ab) Q0. Writing GAMP over the entries
+S_ij (i <= j) and using ||Z_ab||_F^2 ~ (1 + delta_ab) D / 2 (entrywise Z_ab,ij^2 ~ (1 + delta_ab)
+(1 + delta_ij) / (2D)), every scalar of the algorithm collapses onto the SE's:
+
+    omega^t_mu,ab = <Z_mu,ab, S_hat^t> - (1 + delta_ab) V^t g^{t-1}_mu,ab         (Onsager)
+    g^t = g_out(y_mu, omega^t_mu, V^t),  dg^t_ab = d g_ab / d omega_ab             (derived)
+    A^t = -(2 / D^2) sum_mu sum_ab (1 + delta_ab) dg^t_mu,ab                       (-> q_hat)
+    R^t = S_hat^t + (2 / (D A^t)) sum_mu sum_ab g^t_mu,ab Z_mu,ab     (= S + sqrt(Delta) GOE)
+    S_hat^{t+1} = xi(R^t),  xi = RIE eigenvalue denoiser at Delta^t = 1 / A^t
+    V^{t+1} = (2 Delta^t / D^2) div xi(R^t)                                        (-> mmse)
+
+with div xi = sum_k xi'(l_k) + (1/2) sum_{k != l} (xi(l_k) - xi(l_l)) / (l_k - l_l) over the
+eigenvalues l of R^t (the divergence with respect to the D(D+1)/2 free entries), S_hat^0 =
+sqrt(rho) I (the prior mean), V^0 = 1 (the prior variance), g^{-1} = 0. GOE here has
+off-diagonal variance 1/D (semicircle of variance 1), as in :mod:`numerics.wishart`. The
+pairs-by-pairs structure V C, C = diag(1 + delta_ab), is the SE's; so g_out is the same derived
+function the SE integrates (:mod:`aim_sym.amp_functions`).
+
+Damping (default 0.5, on the output messages g and A; see :func:`amp_iterations`). Undamped,
+the iteration diverges at D ~ 50-100: one sample's term (2 / (D A)) g Z_mu in R^t is a rank-one
+(rank-two for a != b) spike of operator norm ~ 2 |g| / (A sqrt D), which at these sizes and small
+A pops out of the bulk; the spectral denoiser's response to it is then far from the linear
+response the Onsager term removes. The same iteration with GOE design matrices of the same
+normalisation is stable undamped. With damping, AMP follows the equally damped SE iteration by
+iteration and ends above the SE fixed point by a bias that shrinks like 1/D (about 3/D in
+||S_hat - S||_F^2 / D for softmax and hardmax at T = 2, rho = 0.5; tests/test_amp.py). At very
+small alpha D (e.g. D = 50, alpha = 0.05: N = 125 samples) damping 0.5 is not enough and some
+runs diverge (reported, never hidden); larger damping (0.8) stabilises D = 100, alpha = 0.05.
+At finite D the iterates keep fluctuating at the 1e-2 level instead of converging to ``tol``;
+the reported error is the last iterate.
+
+The D x D matrix sum g Z is formed as (X^T G X - (sum_a g_aa) I) / sqrt D with G_mu the T x T
+symmetric matrix (G_aa = g_aa, G_ab = G_ba = g_ab / 2): the N x D x D tensor of Z's is never built.
+
+The channel argument: :func:`run_amp` takes the channel object (``aim_sym.channels``), or
+an already compiled :class:`aim_sym.amp_functions.AmpFunctions`, and the
+:class:`aim_sym.compiled.CompiledChannel` for the SE prediction, i.e. exactly what
+``aim_sym.cli.aim_channel`` returns: ``ch, cc, params = aim_channel(kw);
+run_amp(ch, cc, alpha=..., rho=..., dim=..., seeds=...)``. Channel parameter values are read
+from ``cc.params`` (or ``params=``). This module never touches sympy trees; it calls
+:func:`aim_sym.amp_functions.amp_functions` for the compiled callables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from .records import InputError, require
+
+
+def _wishart():
+    from . import wishart
+
+    return wishart
+
+
+def _aim_se():
+    from . import aim_se
+
+    return aim_se
+
+
+# ----------------------------------------------------------------------------- channel glue
+def _functions(channel, params: dict):
+    if hasattr(channel, "g_dg") and hasattr(channel, "sample"):
+        return channel
+    from aim_sym.amp_functions import amp_functions
+
+    return amp_functions(channel, params)
+
+
+def _compiled(channel, cc, params: dict):
+    if cc is not None:
+        return cc
+    from aim_sym.compiled import compile_channel
+
+    return compile_channel(channel, params)
+
+
+def pairs(T: int) -> list[tuple[int, int]]:
+    """Pairs (a, b), 0 <= a <= b < T, row-major: the order of the derivation's omega_ab."""
+    return [(a, b) for a in range(T) for b in range(a, T)]
+
+
+# ----------------------------------------------------------------------------- data
+def sample_target(dim: int, rho: float, rng) -> np.ndarray:
+    """S = W W^T / sqrt(R D), W in R^{D x R} iid N(0, 1), R = round(rho D) >= 1 (THEORY 1)."""
+    R = max(1, int(round(rho * dim)))
+    W = rng.standard_normal((dim, R))
+    return W @ W.T / math.sqrt(R * dim)
+
+
+def preactivations(X: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """h_mu,ab = (x_a^T S x_b - delta_ab Tr S) / sqrt D for the pairs a <= b: shape (N, n)."""
+    N, T, D = X.shape
+    H = np.einsum("nad,nbd->nab", X @ S, X)
+    idx = pairs(T)
+    h = np.stack([H[:, a, b] for a, b in idx], axis=1)
+    diag = np.array([a == b for a, b in idx])
+    h[:, diag] -= np.trace(S)
+    return h / math.sqrt(D)
+
+
+def generate(fns, *, alpha: float, rho: float, dim: int, rng) -> dict:
+    """One data set of the AIM: tokens X (N, T, D), target S, pre-activations h (N, n) and the
+    observations AMP sees (``fns.sample``), N = round(alpha D^2)."""
+    T = fns.tokens
+    N = max(1, int(round(alpha * dim * dim)))
+    S = sample_target(dim, rho, rng)
+    X = rng.standard_normal((N, T, dim))
+    h = preactivations(X, S)
+    obs = fns.sample(h, rng)
+    return {"X": X, "S": S, "h": h, "obs": obs, "N": N}
+
+
+# ----------------------------------------------------------------------------- operators
+def forward(X: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """<Z_mu,ab, M> for every sample and pair (M symmetric D x D)."""
+    return preactivations(X, M)
+
+
+def adjoint(X: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """sum_mu sum_ab g_mu,ab Z_mu,ab as a D x D matrix, via X^T G X (no N x D x D tensor)."""
+    N, T, D = X.shape
+    Y = np.zeros_like(X)
+    tr = 0.0
+    for k, (a, b) in enumerate(pairs(T)):
+        if a == b:
+            Y[:, a] += g[:, k, None] * X[:, a]
+            tr += float(g[:, k].sum())
+        else:
+            Y[:, a] += (g[:, k, None] / 2) * X[:, b]
+            Y[:, b] += (g[:, k, None] / 2) * X[:, a]
+    M = X.reshape(-1, D).T @ Y.reshape(-1, D)
+    M = (M + M.T) / 2
+    M[np.diag_indices(D)] -= tr
+    return M / math.sqrt(D)
+
+
+# ----------------------------------------------------------------------------- denoiser
+def rie_step(R: np.ndarray, *, delta: float, rho: float, fd: float = 1e-6):
+    """S_hat = xi(R) (RIE at noise delta) and V = (2 delta / D^2) div xi(R)."""
+    W = _wishart()
+    D = R.shape[0]
+    lam, U = np.linalg.eigh(R)
+    xi = np.asarray(W.rie_denoiser(lam, rho=rho, delta=delta), dtype=float)
+    dxi = (np.asarray(W.rie_denoiser(lam + fd, rho=rho, delta=delta), dtype=float)
+           - np.asarray(W.rie_denoiser(lam - fd, rho=rho, delta=delta), dtype=float)) / (2 * fd)
+    dl = lam[:, None] - lam[None, :]
+    close = np.abs(dl) < 1e-9
+    gam = np.where(close, (dxi[:, None] + dxi[None, :]) / 2,
+                   (xi[:, None] - xi[None, :]) / np.where(close, 1.0, dl))
+    off = gam.sum() - np.trace(gam)
+    div = dxi.sum() + off / 2
+    S_hat = (U * xi) @ U.T
+    return (S_hat + S_hat.T) / 2, 2 * delta * div / D**2
+
+
+# ----------------------------------------------------------------------------- AMP
+def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: float = 1e-8,
+                   damping: float = 0.5, variance: str = "divergence", v_floor: float = 1e-13,
+                   delta_floor: float = 1e-6, callback: Callable | None = None) -> dict:
+    """Run GAMP-RIE on one data set; per-iteration error ||S_hat^t - S||_F^2 / D (t = 0 is the
+    prior mean), V^t, A^t and the empirical effective noise ||R^t - S||_F^2 / D (-> 1/A^t).
+
+    ``damping`` d damps the output messages: g^t <- (1 - d) g^t + d g^{t-1} and
+    A^t <- (1 - d) A^t + d A^{t-1} (from t = 1; fixed points are unchanged). Undamped GAMP
+    diverges at D ~ 100 for the token design (see the module docstring). Stops when
+    ||S_hat^{t+1} - S_hat^t||_F^2 / D < tol, when V falls below ``v_floor`` or Delta = 1/A^t
+    below ``delta_floor`` (perfect recovery; that last step denoises at ``delta_floor``), or
+    after ``max_iter`` iterations. ``variance``: 'divergence' (the AMP's own V^{t+1}) or 'se'
+    (V^{t+1} = mmse(Delta^t) of the prior, THEORY 1.1).
+    """
+    require(variance in ("divergence", "se"), "variance", "'divergence' or 'se'", variance)
+    require(0 <= damping < 1, "damping", "in [0, 1)", damping)
+    X, S, obs = data["X"], data["S"], data["obs"]
+    N, T, D = X.shape
+    w = np.asarray(fns.weights, dtype=float)
+    S_hat = math.sqrt(rho) * np.eye(D)
+    V = 1.0
+    g_prev = np.zeros((N, len(w)))
+    A_prev = None
+    err = [float(np.sum((S_hat - S) ** 2) / D)]
+    Vs, As, noise = [V], [], []
+    converged, reason = False, "max_iter"
+    for t in range(max_iter):
+        omega = forward(X, S_hat) - w * V * g_prev
+        g, dg = fns.g_dg(obs, omega, V)
+        if not (np.all(np.isfinite(g)) and np.all(np.isfinite(dg))):
+            reason = "non-finite g_out"
+            break
+        A = float(-2.0 * np.sum(dg @ w) / D**2)
+        if damping and A_prev is not None:
+            g = (1 - damping) * g + damping * g_prev
+            A = (1 - damping) * A + damping * A_prev
+        if not A > 0:
+            reason = f"A = {A} <= 0"
+            break
+        As.append(A)
+        delta = 1.0 / A
+        floor_hit = delta < delta_floor
+        if floor_hit:
+            # perfect-recovery regime: the prior side is evaluated at Delta >= delta_floor
+            # (numerics.wishart resolves the spectrum down to ~1e-7); last step
+            delta = delta_floor
+        R = S_hat + (2.0 / (D * A)) * adjoint(X, g)
+        noise.append(float(np.sum((R - S) ** 2) / D))
+        new, Vnew = rie_step(R, delta=delta, rho=rho)
+        if variance == "se":
+            Vnew = float(_wishart().mmse(delta, rho=rho))
+        change = float(np.sum((new - S_hat) ** 2) / D)
+        S_hat, V, g_prev, A_prev = new, float(Vnew), g, A
+        err.append(float(np.sum((S_hat - S) ** 2) / D))
+        Vs.append(V)
+        if callback:
+            callback(t + 1, err[-1], V, A)
+        if not np.isfinite(err[-1]) or err[-1] > 1e6:
+            reason = "diverged"
+            break
+        if V < v_floor or floor_hit:
+            converged, reason = True, "perfect recovery (V or Delta below floor)"
+            break
+        if change < tol:
+            converged, reason = True, "tol"
+            break
+    return {"error": err, "V": Vs, "A": As, "noise": noise, "converged": converged,
+            "reason": reason, "iterations": len(err) - 1, "S_hat": S_hat}
+
+
+# ----------------------------------------------------------------------------- SE side
+def se_trajectory(cc, *, alpha: float, rho: float, n_iter: int, damping: float = 0.0,
+                  v_floor: float = 1e-13, delta_floor: float = 1e-6):
+    """SE iterated from V^0 = 1 with the AMP's damping (q_hat^t <- (1 - d) q_hat(V^t) +
+    d q_hat^{t-1}, V^{t+1} = mmse(1 / q_hat^t)): V^t and q_hat^t, which AMP's V^t and A^t
+    track iteration by iteration (THEORY 1.1)."""
+    se = _aim_se()
+    W = _wishart()
+    Q0 = 1.0 + rho
+    Vs, qh = [1.0], []
+    for t in range(n_iter):
+        if Vs[-1] < v_floor:
+            Vs.append(0.0)
+            qh.append(float("inf"))
+            continue
+        E, _, _ = se.output_moments(cc, q=Q0 - Vs[-1], V=Vs[-1])
+        q = 2 * alpha * E
+        if damping and t > 0:
+            q = (1 - damping) * q + damping * qh[-1]
+        qh.append(float(q))
+        if q <= 0:
+            Vs.append(1.0)
+        elif 1.0 / q < delta_floor:  # perfect recovery: below the prior module's range
+            Vs.append(0.0)
+        else:
+            Vs.append(float(W.mmse(1.0 / q, rho=rho)))
+    return Vs, qh
+
+
+def se_prediction(cc, *, alpha: float, rho: float, max_iter: int = 20000,
+                  tol: float = 1e-13) -> dict:
+    """The SE fixed point reached from V = 1 (the one AMP tracks), matched to
+    :func:`numerics.aim_se.fixed_points` for its error; plus the Bayes-optimal one."""
+    se = _aim_se()
+    V = 1.0
+    for _ in range(max_iter):
+        if V < 1e-14:
+            V = 0.0
+            break
+        Vn = float(se.se_map(cc, alpha=alpha, rho=rho, V=V)[0])
+        if abs(Vn - V) < tol:
+            V = Vn
+            break
+        V = Vn
+    fps = se.fixed_points(cc, alpha=alpha, rho=rho)
+    near = min(fps, key=lambda f: abs(f.mmse - V))
+    bo = se.bayes_optimal(fps)
+    return {"mmse": near.mmse, "error": near.error, "iterated": V,
+            "bayes_optimal_mmse": bo.mmse, "n_fixed_points": len(fps)}
+
+
+# ----------------------------------------------------------------------------- driver
+def _seed_list(seeds) -> list[int]:
+    if isinstance(seeds, (int, np.integer)):
+        require(seeds >= 1, "seeds", "an integer >= 1 or a list of integers", seeds)
+        return list(range(int(seeds)))
+    out = [int(s) for s in seeds]
+    require(len(out) >= 1, "seeds", "non-empty", seeds)
+    return out
+
+
+def _mean_se(vals) -> tuple[float, float]:
+    a = np.asarray(vals, dtype=float)
+    if a.size == 0:
+        return float("nan"), float("nan")
+    se = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else float("nan")
+    return float(a.mean()), se
+
+
+def _pad(rows: list[list[float]]) -> np.ndarray:
+    L = max(len(r) for r in rows)
+    return np.array([list(r) + [r[-1]] * (L - len(r)) for r in rows], dtype=float)
+
+
+def _write_json(path: str, obj: dict) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(obj, fh, indent=1, default=float)
+    os.replace(tmp, path)
+
+
+def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
+            seeds: int | Iterable[int] = 5, max_iter: int = 100, tol: float = 1e-8,
+            progress: Callable | None = None, rng_seed: int = 0, params: dict | None = None,
+            damping: float = 0.5, variance: str = "divergence", se: bool = True,
+            out: str | None = None) -> dict:
+    """GAMP-RIE at dimension ``dim`` over several seeds, against the SE (THEORY 4, check 7).
+
+    ``channel``: an AIM channel object (or compiled :class:`AmpFunctions`); ``cc`` its
+    CompiledChannel (compiled here if None). Seed s draws its data from
+    SeedSequence([rng_seed, s]), so each seed's run is reproducible on its own. Returns a dict:
+    ``mean``, ``stderr`` (of the final ||S_hat - S||_F^2 / D over seeds), ``per_seed``,
+    ``per_iteration`` (mean error at each iteration, finished runs held at their last value),
+    ``per_iteration_stderr``, ``se_prediction`` (SE fixed point reached from V = 1, float),
+    ``se`` (details), ``se_trajectory`` (SE V^t), ``V``/``A`` (mean AMP V^t, A^t),
+    ``q_hat_se``, ``iterations``, ``converged``, ``time_s``, ``interrupted``. A
+    KeyboardInterrupt stops the run and returns the finished seeds (``interrupted``: True);
+    with ``out`` the dict is written as JSON (atomically) after every seed. Runs that blow up
+    are kept (``reasons`` says 'diverged'), never dropped. ``se=False`` skips the SE.
+    """
+    require(np.isfinite(alpha) and alpha > 0, "alpha", "> 0", alpha)
+    require(np.isfinite(rho) and rho > 0, "rho", "> 0", rho)
+    require(isinstance(dim, (int, np.integer)) and dim >= 2, "dim", "an integer >= 2", dim)
+    require(isinstance(max_iter, (int, np.integer)) and max_iter >= 1, "max_iter", ">= 1",
+            max_iter)
+    seed_list = _seed_list(seeds)
+    params = dict(params if params is not None else getattr(cc, "params", {}) or {})
+    fns = _functions(channel, params)
+    result: dict = {"channel": fns.name, "tokens": fns.tokens, "alpha": float(alpha),
+                    "rho": float(rho), "dim": int(dim), "N": int(round(alpha * dim * dim)),
+                    "rng_seed": int(rng_seed), "damping": damping, "variance": variance,
+                    "se_prediction": None}
+    if se:
+        ccc = cc if cc is not None or hasattr(channel, "g_dg") else _compiled(channel, cc, params)
+        if ccc is not None:
+            pred = se_prediction(ccc, alpha=alpha, rho=rho)
+            Vse, qh = se_trajectory(ccc, alpha=alpha, rho=rho, n_iter=max_iter,
+                                    damping=damping)
+            result.update(se_prediction=pred["mmse"], se=pred, se_trajectory=Vse, q_hat_se=qh)
+    runs: list[dict] = []
+    done_seeds: list[int] = []
+    t0 = time.perf_counter()
+    interrupted = False
+
+    def summarise() -> dict:
+        finals = [r["error"][-1] for r in runs]
+        m, s = _mean_se(finals)
+        res = dict(result, mean=m, stderr=s, per_seed=finals, seeds=list(done_seeds),
+                   iterations=[r["iterations"] for r in runs],
+                   converged=[r["converged"] for r in runs],
+                   reasons=[r["reason"] for r in runs],
+                   time_s=time.perf_counter() - t0, interrupted=interrupted)
+        if runs:
+            E = _pad([r["error"] for r in runs])
+            res["per_iteration"] = E.mean(axis=0).tolist()
+            res["per_iteration_stderr"] = (
+                (E.std(axis=0, ddof=1) / math.sqrt(len(runs))).tolist() if len(runs) > 1
+                else [float("nan")] * E.shape[1])
+            res["V"] = _pad([r["V"] for r in runs]).mean(axis=0).tolist()
+            res["A"] = _pad([r["A"] for r in runs if r["A"]] or [[float("nan")]]).mean(
+                axis=0).tolist()
+            res["noise"] = _pad([r["noise"] for r in runs if r["noise"]] or [[float("nan")]]
+                                ).mean(axis=0).tolist()
+        else:
+            res["per_iteration"] = []
+        return res
+
+    try:
+        for i, s in enumerate(seed_list):
+            rng = np.random.default_rng(np.random.SeedSequence([int(rng_seed), int(s)]))
+            data = generate(fns, alpha=alpha, rho=rho, dim=dim, rng=rng)
+            r = amp_iterations(fns, data, rho=rho, max_iter=max_iter, tol=tol, damping=damping,
+                               variance=variance)
+            r.pop("S_hat")
+            runs.append(r)
+            done_seeds.append(s)
+            if progress:
+                progress(i + 1, len(seed_list),
+                         f"seed {s}: error {r['error'][-1]:.6g} after {r['iterations']} "
+                         f"iterations ({r['reason']})")
+            if out:
+                _write_json(out, summarise())
+    except KeyboardInterrupt:
+        interrupted = True
+    res = summarise()
+    if out:
+        _write_json(out, res)
+    return res
+
+
+# ----------------------------------------------------------------------------- plot
+def plot_amp_vs_se(points, curve, path: str, *, reference=None, title: str | None = None) -> None:
+    """AMP points with error bars over the SE curve (matplotlib Agg), written to ``path``.
+
+    ``points``: run_amp results (dicts with alpha, mean, stderr; ``dim`` used in the label);
+    ``curve``: rows with alpha and mmse (as :func:`numerics.aim_se.curve` returns), or a pair
+    (alphas, mmse); ``reference``: optional rows (alpha, mmse, mmse_std) drawn as other points
+    (e.g. published AMP measurements).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if isinstance(curve, tuple):
+        ca, cm = curve
+    else:
+        ca = [r["alpha"] for r in curve]
+        cm = [r["mmse"] for r in curve]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot(ca, cm, "-", color="k", lw=1.2, label="SE (Bayes-optimal)")
+    dims = sorted({p.get("dim") for p in points}, key=lambda d: (d is None, d))
+    for d, mk in zip(dims, "osD^v<>" * 4, strict=False):
+        sel = [p for p in points if p.get("dim") == d and np.isfinite(p["mean"])
+               and p["mean"] < 1.1]
+        ax.errorbar([p["alpha"] for p in sel], [p["mean"] for p in sel],
+                    yerr=[0 if not np.isfinite(p["stderr"]) else p["stderr"] for p in sel],
+                    fmt=mk, ms=4, capsize=2, label=f"GAMP-RIE, D = {d}")
+    if reference is not None:
+        ax.errorbar([r["alpha"] for r in reference], [r["mmse"] for r in reference],
+                    yerr=[r.get("mmse_std", 0) for r in reference], fmt="x", ms=4, capsize=2,
+                    color="gray", label="reference AMP")
+    off = [p for p in points if not (np.isfinite(p["mean"]) and p["mean"] < 1.1)]
+    if off:  # a mean dominated by diverged seeds: marked at the top, not scaled to
+        ax.plot([p["alpha"] for p in off], [1.05] * len(off), "v", color="r",
+                label="diverged seeds (off scale)")
+    ax.set_ylim(-0.02, 1.1)
+    ax.set_xlabel(r"$\alpha$")
+    ax.set_ylabel(r"$\|\hat S - S\|_F^2 / D$")
+    if title:
+        ax.set_title(title)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+__all__ = ["run_amp", "amp_iterations", "generate", "forward", "adjoint", "rie_step",
+           "se_prediction", "se_trajectory", "plot_amp_vs_se", "InputError"]
