@@ -16,7 +16,7 @@ from collections.abc import Callable
 import click
 import numpy as np
 
-from numerics.records import ConvergenceError, InputError
+from numerics.records import ConvergenceError, InputError, atomic_write
 
 MODELS = ("aim", "smi")
 
@@ -48,16 +48,6 @@ def emit(obj: dict, as_json: bool, human: Callable[[dict], str] | None = None) -
         click.echo(json.dumps(_finite(obj), indent=2))
     else:
         click.echo(human(obj) if human else "\n".join(f"{k}: {v}" for k, v in obj.items()))
-
-
-def atomic_write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file in the same folder, then rename)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def progress_printer(done: int, total: int, message: str) -> None:

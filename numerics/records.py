@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,3 +53,18 @@ def require(condition: bool, name: str, allowed: str, value: Any) -> None:
     """Raise :class:`InputError` naming ``name`` and its allowed range unless ``condition``."""
     if not condition:
         raise InputError(f"{name} must be {allowed}; got {value!r}")
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

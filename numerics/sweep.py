@@ -15,20 +15,12 @@ import io
 import itertools
 import json
 import os
-import tempfile
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import as_completed as cf_as_completed
 
-
-def atomic_write(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+from .records import atomic_write
 
 
 def grid(**axes) -> list[dict]:
