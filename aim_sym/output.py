@@ -231,12 +231,21 @@ def derive_gaussian(ch: GaussianChannel) -> OutputDerivation:
 
 @lru_cache(maxsize=64)
 def derive(ch) -> OutputDerivation:
-    """Derive Z_out, g_out, dg_out and the SE output map of a channel (THEORY 1.1)."""
+    """Derive Z_out, g_out, dg_out and the SE output map of a channel (THEORY 1.1).
+
+    Cached in memory and on disk (:mod:`aim_sym.cache`), keyed by the channel's data."""
     if isinstance(ch, GaussianChannel):
-        return derive_gaussian(ch)
-    if isinstance(ch, DiscreteChannel):
-        return derive_discrete(ch)
-    raise ChannelError(f"not a channel: {ch!r}")
+        build = derive_gaussian
+    elif isinstance(ch, DiscreteChannel):
+        build = derive_discrete
+    else:
+        raise ChannelError(f"not a channel: {ch!r}")
+    from .cache import cached
+
+    key = sp.srepr((type(ch).__name__, ch.name, ch.tokens,
+                    [getattr(ch, f) for f in ("statistics", "noise", "outputs", "likelihood")
+                     if hasattr(ch, f)], [s for s, _ in ch.params]))
+    return cached("derive", key, lambda: build(ch))
 
 
 def stationarity_residual(d: OutputDerivation) -> sp.Expr:
