@@ -321,7 +321,9 @@ def plot_rows(path: str, rows: list[dict], ycols: list[str], title: str) -> None
 @click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
 @click.option("--digits", type=int, default=16, show_default=True, help="1 to 1000")
 @click.option("--certified", is_flag=True, help="add an interval enclosure (python-flint)")
-def threshold(kind, small_width, digits, certified, **kw):
+@click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only (seconds, not "
+              "minutes)")
+def threshold(kind, small_width, digits, certified, no_sequential, **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists)."""
     model = check_model(kw)
     if not 1 <= digits <= 1000:
@@ -333,11 +335,14 @@ def threshold(kind, small_width, digits, certified, **kw):
             fail("--certified", "used only for closed-form thresholds (--model aim)", True)
         from numerics import smi
 
-        res = smi.weak_thresholds(progress=progress_printer, **smi_args(kw))
+        res = smi.weak_thresholds(progress=progress_printer, sequential=not no_sequential,
+                                  **smi_args(kw))
         emit({"model": "smi", **smi_args(kw), "thresholds": res}, kw["as_json"])
         return
     from . import thresholds
 
+    if no_sequential:
+        fail("--no-sequential", "used only with --model smi", True)
     ch, cc, params = aim_channel(kw)
     if kind == "weak":
         if not small_width:

@@ -88,3 +88,18 @@ def test_amp_command(tmp_path):
     assert 0 < out["mean"] < 1 and os.path.getsize(png) > 1000
     p = run("amp", "--alpha", "0.1", "--dim", "5", check=False)
     assert p.returncode == 2 and "--dim" in p.stderr
+
+
+def test_smi_weak_thresholds_and_sweep(tmp_path):
+    out = json.loads(run("threshold", "weak", "--model", "smi", "--channel", "deep-attention",
+                         "--layers", "2", "--tokens", "2", "--skip", "1", "--no-sequential",
+                         "--json").stdout)
+    th = {(t["layer"], t["kind"]): t for t in out["thresholds"]}
+    assert abs(th[(2, "weak")]["value"] - 0.18547784) < 1e-7 and th[(2, "weak")]["error"] < 1e-8
+    assert abs(th[(1, "weak")]["value"] - 6.1569366) < 1e-6
+    csv_path, png = tmp_path / "phase.csv", tmp_path / "phase.png"
+    run("sweep", "skip", "--layers", "2", "--tokens", "2", "--skips", "1,2", "--no-sequential",
+        "--out", str(csv_path), "--plot", str(png))
+    rows = list(csv.DictReader(open(csv_path)))
+    assert [float(r["skip"]) for r in rows] == [1.0, 2.0] and os.path.getsize(png) > 1000
+    assert float(rows[1]["weak_layer2"]) < float(rows[0]["weak_layer2"])

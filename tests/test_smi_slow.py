@@ -1,0 +1,74 @@
+"""Slow checks of the deep tied-attention SMI engine (run with ``pytest -m slow``)."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from numerics import smi
+
+pytestmark = pytest.mark.slow
+
+SEQ_VALUE, SEQ_Q2 = 0.70934, 0.974376   # c = beta = 1 (this engine, orders SEQ_ORDERS)
+
+
+def test_sequential_threshold_converged():
+    t = time.perf_counter()
+    r = smi.sequential_threshold()
+    dt = time.perf_counter() - t
+    assert abs(r["value"] - SEQ_VALUE) < 1e-4 and abs(r["q2"] - SEQ_Q2) < 1e-5
+    assert r["error"] < 0.006
+    assert all(abs(v - r["value"]) <= r["error"] for v in r["values"])
+    assert r["nishimori"][-1] < 0.003
+    assert dt < 400
+
+
+def test_sequential_threshold_montecarlo_route():
+    # independent route: seeded Monte Carlo of mu1 and of the residual at the quadrature root
+    mc = smi.montecarlo_branch(SEQ_Q2, samples=8000, inner=1600, seed=5)
+    alpha_mc = 1.0 / mc["mu1"].value
+    se_alpha = mc["mu1"].error * alpha_mc**2
+    assert abs(alpha_mc - SEQ_VALUE) < 3 * se_alpha + 0.006
+    assert abs(mc["resid"].value) < 3 * mc["resid"].error
+
+
+def test_free_entropy_stationarity_tight():
+    r = smi.nishimori_stationarity(0.4, order=(14, 48, 24))
+    assert r["nishimori"] < 1e-7          # measured 3e-8
+    assert r["stationarity"] < 0.004      # measured 0.29% (omega/h rules)
+
+
+def test_run_checks_pass_in_time():
+    t = time.perf_counter()
+    out = smi.run_checks()
+    assert time.perf_counter() - t < 60
+    assert all(set(d) == {"name", "passed", "detail", "value", "tolerance"} for d in out)
+    assert all(d["passed"] for d in out), [d for d in out if not d["passed"]]
+
+
+def test_weak_thresholds_without_sequential():
+    out = smi.weak_thresholds(sequential=False)
+    assert [d["kind"] for d in out] == ["weak", "weak"]
+    weak = {d["layer"]: d for d in out}
+    assert abs(weak[2]["value"] - 0.185477841) < 1e-8
+    assert abs(weak[1]["value"] - 6.15693656) < 1e-7
+
+
+def test_layer2_branch_has_no_fixed_point_below_weak_threshold():
+    # alpha_branch(q2) = q2 / ((1 - q2) K2(q2)) rises from 1/lambda_2 = 0.18548: no SE fixed
+    # point with q2 > 0 below the weak threshold, hence no first-order transition on this line
+    lam2 = 1.0 / 0.1854778406
+    prev = 1.0 / lam2
+    for q2 in (0.02, 0.1, 0.3):
+        s = smi._stats(0.0, q2, c=1.0, beta=1.0, n_w1=2, n_w2=10, n_h=32, n_z=24)
+        a = q2 / ((1 - q2) * s["K2"])
+        assert a > prev
+        prev = a
+    assert math.isfinite(prev) and prev > 0.3
+
+
+def test_montecarlo_branch_input():
+    with pytest.raises(Exception, match="q2"):
+        smi.montecarlo_branch(1.0)
+    assert np.isfinite(smi.montecarlo_branch(0.5, samples=50, inner=50)["K2"].value)
