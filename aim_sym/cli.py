@@ -258,9 +258,12 @@ def curve(alphas, out_path, plot_path, **kw):
         rows = smi.se_curve(alphas=grid, progress=progress_printer, **smi_args(kw))
         flat = []
         for r in rows:
-            d = {k: v for k, v in r.items() if k != "Q"}
-            for i, qv in enumerate(r["Q"]):
-                d[f"Q_{i + 1}{i + 1}"] = qv
+            d = {}
+            for k, v in r.items():
+                if isinstance(v, (list, tuple)):  # diagonal entries Q_11, Q_22, ...
+                    d.update({f"{k}_{i + 1}{i + 1}": x for i, x in enumerate(v)})
+                else:
+                    d[k] = v
             flat.append(d)
         rows = flat
         ycols = [k for k in rows[0] if k.startswith("Q_")] + ["e_gen"]
