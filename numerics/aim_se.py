@@ -143,9 +143,10 @@ def _roots(f: Callable[[float], float], grid: np.ndarray, xtol: float = 1e-14) -
     return roots
 
 
-def _polish(f: Callable[[float], float], v: float, xtol: float = 1e-16) -> float:
-    """Root of f near v: bracket by widening around v, then Brent's method."""
-    for rel in (1e-4, 1e-2, 0.3):
+def _polish(f: Callable[[float], float], v: float, xtol: float = 1e-16,
+            first: float = 1e-4) -> float:
+    """Root of f near v: bracket by widening around v (from ``first``), then Brent's method."""
+    for rel in (first, 1e-4, 1e-2, 0.3):
         lo, hi = max(v * (1 - rel) - 1e-12, 1e-14), min(v * (1 + rel) + 1e-12, 1.0)
         flo, fhi = f(lo), f(hi)
         if flo == 0:
@@ -185,7 +186,8 @@ def fixed_points(cc, *, alpha: float, rho: float, tol: float = 1e-13,
             def f(v, lev=lev):
                 return se_map(cc, alpha=alpha, rho=rho, V=v, level=lev)[0] - v
 
-            v1 = _polish(f, vc if prev is None else prev, xtol)
+            v1 = _polish(f, vc if prev is None else prev, xtol,
+                         first=1e-4 if prev is None else 1e-7)
             if not cc.discrete or (prev is not None and abs(v1 - prev) <= tol):
                 break
             if lev >= max_level:
