@@ -204,6 +204,10 @@ def se(alpha, small_width, digits, **kw):
     if model == "smi":
         from numerics import smi
 
+        if small_width:
+            fail("--small-width", "used only with --model aim", True)
+        if digits is not None:
+            fail("--digits", "used only with --model aim", digits)
         res = smi.fixed_point(alpha=alpha, **smi_args(kw))
         emit(res, kw["as_json"])
         return
@@ -336,6 +340,8 @@ def threshold(kind, small_width, digits, certified, no_sequential, **kw):
             fail("KIND", "weak for --model smi", kind)
         if certified:
             fail("--certified", "used only for closed-form thresholds (--model aim)", True)
+        if small_width:
+            fail("--small-width", "used only with --model aim", True)
         from numerics import smi
 
         res = smi.weak_thresholds(progress=progress_printer, sequential=not no_sequential,
