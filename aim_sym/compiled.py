@@ -100,7 +100,7 @@ def compile_channel(ch: Channel, params: dict | None = None) -> CompiledChannel:
         args = list(d.m) + [V]
         return CompiledChannel(
             discrete=True,
-            noiseless=True,
+            noiseless=d.deterministic,
             n_outputs=len(d.Z_out),
             z_grad=compile_expr(flat, args, backend="numpy"),
             z_grad_mp=compile_expr(flat, args, backend="mpmath"),

@@ -59,6 +59,7 @@ class OutputDerivation:
     q_hat_map: sp.Expr | None = None  # 2 alpha E_g2 (Gaussian channels)
     psi_out: sp.Expr | None = None  # Psi_out(V) in closed form (Gaussian channels)
     params: tuple[sp.Symbol, ...] = field(default=())
+    deterministic: bool = True  # y is a function of h (P(y|h) in {0, 1}): V = 0 is a fixed point
 
     @property
     def discrete(self) -> bool:
@@ -152,8 +153,10 @@ def derive_discrete(ch: DiscreteChannel) -> OutputDerivation:
     omega = omega_symbols(T)
     C = weight_matrix(T)
     Zs, forms = [], []
+    deterministic = True
     for p in ch.likelihood:
         events = parse_events(p, T)
+        deterministic &= len(events) == 1 and events[0].weight == 1
         Z = sp.Add(*[event_probability(ev, omega, C) for ev in events])
         Zs.append(Z)
         for ev in events:
@@ -184,6 +187,7 @@ def derive_discrete(ch: DiscreteChannel) -> OutputDerivation:
         omega_of_m=omega_of_m,
         E_g2_at_q0=E0,
         params=tuple(s for s, _ in ch.params),
+        deterministic=bool(deterministic),
     )
 
 
@@ -226,6 +230,7 @@ def derive_gaussian(ch: GaussianChannel) -> OutputDerivation:
         q_hat_map=2 * alpha * E,
         psi_out=psi,
         params=tuple(s for s, _ in ch.params),
+        deterministic=bool(ch.noiseless),
     )
 
 
