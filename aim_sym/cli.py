@@ -482,36 +482,61 @@ def _list(spec: str | None, option: str, cast=float) -> list | None:
 
 @sweep.command("grid")
 @click.option("--model", default="aim", show_default=True)
-@click.option("--channel", default="hardmax", show_default=True)
+@click.option("--channel", default=None, help="aim: a built-in channel (default hardmax)")
 @click.option("--alphas", required=True, help="start:stop:num or a,b,c")
-@click.option("--rhos", default="0.5", show_default=True)
+@click.option("--rhos", default=None, help="aim: list of rho (default 0.5)")
 @click.option("--tokens", "tokens_", default="2", show_default=True, help="list of T")
-@click.option("--betas", default=None, help="list of beta (softmax)")
+@click.option("--betas", default=None, help="list of beta")
+@click.option("--skips", default=None, help="smi: list of skip strengths c (default 1)")
+@click.option("--layers", type=int, default=2, show_default=True, help="smi: depth L")
 @click.option("--out", "out_path", required=True)
 @click.option("--workers", type=int, default=None, help="local processes (default: all cores)")
 @click.option("--scheduler", default=None, help="Dask scheduler ADDRESS")
 @click.option("--json", "as_json", is_flag=True)
-def sweep_grid(model, channel, alphas, rhos, tokens_, betas, out_path, workers, scheduler,
-               as_json):
-    """AIM SE over a grid of (alpha, rho, T, beta): one tidy CSV row per point."""
-    from numerics.sweep import aim_point, grid, run_sweep
+def sweep_grid(model, channel, alphas, rhos, tokens_, betas, skips, layers, out_path, workers,
+               scheduler, as_json):
+    """SE over a grid of (alpha, rho, T, beta) for the AIM or (alpha, c, beta) for the SMI:
+    one tidy CSV row per point."""
+    from numerics.sweep import aim_point, grid, run_sweep, smi_point
 
-    if model != "aim":
-        fail("--model", "aim for sweep grid (use sweep skip for smi)", model)
-    a, r = _list(alphas, "--alphas"), _list(rhos, "--rhos")
+    if model not in MODELS:
+        fail("--model", "one of aim, smi", model)
+    a = _list(alphas, "--alphas")
     ts = _list(tokens_, "--tokens", int)
     if any(x < 0 for x in a):
         fail("--alphas", "values >= 0", alphas)
-    if any(x <= 0 for x in r):
-        fail("--rhos", "values > 0", rhos)
-    if any(t < 2 for t in ts):
-        fail("--tokens", "values >= 2", tokens_)
     if workers is not None and workers < 1:
         fail("--workers", ">= 1", workers)
-    axes = {"channel": [channel], "tokens": ts, "rho": r, "alpha": a}
-    if betas is not None:
-        axes["beta"] = _list(betas, "--betas")
-    rows = run_sweep(aim_point, grid(**axes), out=out_path, workers=workers, scheduler=scheduler,
+    bs = None if betas is None else _list(betas, "--betas")
+    if bs is not None and any(b <= 0 for b in bs):
+        fail("--betas", "values > 0", betas)
+    if model == "aim":
+        for opt, val in (("--skips", skips),):
+            if val is not None:
+                fail(opt, "not given with --model aim (it does not apply)", val)
+        r = _list(rhos or "0.5", "--rhos")
+        if any(x <= 0 for x in r):
+            fail("--rhos", "values > 0", rhos)
+        if any(t < 2 for t in ts):
+            fail("--tokens", "values >= 2", tokens_)
+        axes = {"channel": [channel or "hardmax"], "tokens": ts, "rho": r, "alpha": a}
+        if bs is not None:
+            axes["beta"] = bs
+        task = aim_point
+    else:
+        for opt, val in (("--rhos", rhos), ("--channel", channel)):
+            if val is not None:
+                fail(opt, "not given with --model smi (it does not apply)", val)
+        cs = _list(skips or "1", "--skips")
+        if any(c <= 0 for c in cs):
+            fail("--skips", "values > 0", skips)
+        if layers != 2:
+            fail("--layers", "2 (the SMI SE is implemented for L = 2)", layers)
+        if ts != [2]:
+            fail("--tokens", "2 for --model smi", tokens_)
+        axes = {"layers": [layers], "tokens": ts, "skip": cs, "beta": bs or [1.0], "alpha": a}
+        task = smi_point
+    rows = run_sweep(task, grid(**axes), out=out_path, workers=workers, scheduler=scheduler,
                      progress=progress_printer)
     emit({"out": out_path, "points": len(rows),
           "failed": sum(not str(r_["status"]).startswith("converged") for r_ in rows)}, as_json)

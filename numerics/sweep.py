@@ -121,3 +121,21 @@ def aim_point(point: dict) -> dict:
     return {"q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse, "phi": bo.phi, "error": bo.error,
             "n_fixed_points": len(fps), "method": "SE fixed points, two quadrature levels",
             "status": "converged"}
+
+
+def smi_point(point: dict) -> dict:
+    """One SMI deep-attention SE point: keys alpha, skip, beta, layers, tokens."""
+    from . import smi
+
+    res = smi.fixed_point(alpha=float(point["alpha"]), layers=int(point["layers"]),
+                          tokens=int(point["tokens"]), skip=float(point["skip"]),
+                          beta=float(point["beta"]))
+    row = {}
+    for k, v in res.items():
+        if isinstance(v, (list, tuple)):
+            row.update({f"{k}_{i + 1}{i + 1}": x for i, x in enumerate(v)})
+        elif isinstance(v, (int, float, str, bool)) or v is None:
+            row[k] = v
+    row.setdefault("method", "SMI SE on the branch Q = diag(0, q2) (numerics.smi.fixed_point)")
+    row["status"] = "converged"
+    return row
