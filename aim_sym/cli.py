@@ -234,6 +234,10 @@ def se(alpha, small_width, digits, **kw):
     out = {
         "model": "aim", "channel": ch.name, "tokens": ch.tokens, "rho": rho, "alpha": alpha,
         "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse, "phi": bo.phi, "error": bo.error,
+        "method": ("closed-form output map" if not cc.discrete else
+                   f"quadrature over omega, levels up to {bo.extra.get('level')}")
+        + " + Wishart prior quadrature; error = difference of two refinement levels",
+        "precision": 16,
         "fixed_points": [f.as_dict() for f in fps],
     }
     if digits is not None and bo.mmse > 0:
