@@ -568,7 +568,18 @@ def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, 
                           out=out_path, progress=progress_printer, sequential=not no_sequential)
     if plot_path:
         smi.plot_phase(rows, plot_path)
-    emit({"out": out_path, "plot": plot_path, "rows": rows}, as_json)
+    emit({"out": out_path, "plot": plot_path, "rows": rows}, as_json, lambda o: "\n".join(
+        [f"{'c':>6s} {'weak layer 2':>22s} {'weak layer 1':>22s} {'sequential layer 1':>22s}"]
+        + [f"{r['skip']:6.3g} {_pm(r, 'weak_layer2')} {_pm(r, 'weak_layer1')} "
+           f"{_pm(r, 'sequential_layer1')}  {r['status']}" for r in rows]
+        + [f"CSV: {out_path}" + (f", plot: {plot_path}" if plot_path else "")]))
+
+
+def _pm(row: dict, key: str) -> str:
+    v, e = row.get(key), row.get(f"{key}_error")
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return f"{'-':>22s}"
+    return f"{v:>12.9g} +- {e:7.1e}"
 
 
 @cli.command()
