@@ -72,6 +72,16 @@ def expr_has(expr, sym) -> bool:
     return expr.has(sym)
 
 
+def pr_constant(ch: Channel, params: dict | None = None) -> sp.Expr:
+    """k = lim_{V->0} V E[sum (1+delta) g^2] (THEORY 1.2); 0 when q_hat V -> 0 (discrete and
+    noisy channels): perfect recovery needs k > 0."""
+    d = derive(ch)
+    if d.discrete:
+        return sp.Integer(0)
+    e = substitute_params(d.E_g2, ch, params or {})
+    return sp.nsimplify(sp.limit(V * e, V, 0, "+"))
+
+
 def compile_channel(ch: Channel, params: dict | None = None) -> CompiledChannel:
     """Derive (cached) and compile a channel with the given parameter values."""
     params = dict(params or {})
@@ -108,7 +118,6 @@ def compile_channel(ch: Channel, params: dict | None = None) -> CompiledChannel:
         )
     e = substitute_params(d.E_g2, ch, params)
     psi = substitute_params(d.psi_out, ch, params)
-    k = sp.limit(V * e, V, 0, "+")
     return CompiledChannel(
         discrete=False,
         noiseless=bool(ch.noiseless),
@@ -117,6 +126,6 @@ def compile_channel(ch: Channel, params: dict | None = None) -> CompiledChannel:
         e_g2_mp=compile_expr(e, [V], backend="mpmath"),
         psi_out=compile_expr(psi, [V], backend="numpy"),
         psi_out_mp=compile_expr(psi, [V], backend="mpmath"),
-        pr_constant=sp.nsimplify(k),
+        pr_constant=pr_constant(ch, params),
         **common,
     )

@@ -18,7 +18,7 @@ import mpmath
 import sympy as sp
 
 from .channels import Channel, ChannelError
-from .compiled import substitute_params
+from .compiled import pr_constant, substitute_params
 from .output import derive
 from .symbols import V, rho
 
@@ -86,15 +86,6 @@ def small_width_weak(ch: Channel, *, digits: int = 16, params: dict | None = Non
 
 def d_is_discrete(ch: Channel) -> bool:
     return derive(ch).discrete
-
-
-def pr_constant(ch: Channel, params: dict | None = None) -> sp.Expr:
-    """k = lim_{V->0} V E[sum (1 + delta) g^2]; 0 when q_hat V -> 0."""
-    d = derive(ch)
-    if d.discrete:
-        return sp.Integer(0)
-    e = substitute_params(d.E_g2, ch, params or {})
-    return sp.nsimplify(sp.limit(V * e, V, 0, "+"))
 
 
 def perfect_recovery_expr(ch: Channel, *, rho_value=None, small_width: bool = False,
