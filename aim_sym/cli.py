@@ -424,8 +424,30 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
 
     _os.environ.setdefault("OMP_NUM_THREADS", "1")
     model = check_model(kw)
-    if model != "aim":
-        fail("--model", "aim for amp (SMI GAMP is not available yet)", model)
+    if model == "smi":
+        if alpha is None or alphas is not None or plot_path:
+            fail("--alpha", "one value for --model smi (no --alphas/--plot)", alpha or alphas)
+        if not alpha > 0:
+            fail("--alpha", "> 0", alpha)
+        if not 10 <= dim <= 10000:
+            fail("--dim", "in 10..10000", dim)
+        if not 1 <= seeds <= 1000:
+            fail("--seeds", "in 1..1000", seeds)
+        if not 0 <= damping < 1:
+            fail("--damping", "in [0, 1)", damping)
+        from numerics import smi_amp
+
+        r = smi_amp.run_smi_amp(alpha=alpha, dim=dim, seeds=seeds, max_iter=max_iter,
+                                damping=damping, rng_seed=rng_seed, progress=progress_printer,
+                                **smi_args(kw))
+        keep = ("Q_mean", "Q_stderr", "Q_tail_mean", "Q_tail_stderr", "per_iteration",
+                "se_prediction", "seconds")
+        out = {"model": "smi", "alpha": alpha, "dim": dim, "seeds": seeds,
+               **{k: r.get(k) for k in keep}}
+        if out_path:
+            atomic_write(out_path, json.dumps(_finite(out), indent=2))
+        emit(out, kw["as_json"])
+        return
     if (alpha is None) == (alphas is None):
         fail("--alpha", "given (or --alphas, not both)", alpha)
     grid = [alpha] if alpha is not None else list(parse_grid(alphas, "--alphas"))
