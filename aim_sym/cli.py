@@ -254,7 +254,9 @@ def se(alpha, small_width, digits, **kw):
 @click.option("--alphas", required=True, help="start:stop:num")
 @click.option("--out", "out_path", default=None, help="CSV file")
 @click.option("--plot", "plot_path", default=None, help="PNG file")
-def curve(alphas, out_path, plot_path, **kw):
+@click.option("--tol", type=float, default=1e-13, show_default=True,
+              help="aim: target error of each fixed point (1e-15..1e-2); larger is faster")
+def curve(alphas, out_path, plot_path, tol, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
     model = check_model(kw)
     grid = parse_grid(alphas, "--alphas")
@@ -281,7 +283,9 @@ def curve(alphas, out_path, plot_path, **kw):
 
         ch, cc, _ = aim_channel(kw)
         rho = 0.5 if kw.get("rho") is None else kw["rho"]
-        rows = aim_se.curve(cc, alphas=grid, rho=rho, progress=progress_printer)
+        if not 1e-15 <= tol <= 1e-2:
+            fail("--tol", "in [1e-15, 1e-2]", tol)
+        rows = aim_se.curve(cc, alphas=grid, rho=rho, tol=tol, progress=progress_printer)
         ycols = ["mmse"]
         title = f"AIM {ch.name}, T={ch.tokens}, rho={rho}"
     if out_path:
