@@ -48,7 +48,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import optimize
 
-from numerics.records import ConvergenceError, Estimate, require
+from numerics.records import ConvergenceError, Estimate, atomic_write, require
 
 SIGMA_H = 2.7
 _CHUNK = 3_000_000  # elements per (outer x inner) block
@@ -776,22 +776,6 @@ SWEEP_COLUMNS = ("skip", "weak_layer2", "weak_layer2_error", "weak_layer1", "wea
                  "status")
 
 
-def _atomic_write(path: str, text: str) -> None:
-    import os
-    import tempfile
-
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def _read_partial(path: str) -> list[dict]:
     import json
     import os
@@ -840,7 +824,7 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
             row["status"] = f"failed: {e}"
         row["seconds"] = time.perf_counter() - t
         rows.append(row)
-        _atomic_write(state, "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write(state, "".join(json.dumps(r) + "\n" for r in rows))
         if progress:
             progress(k + 1, len(todo), f"c = {c:g}")
     keep = [r for r in rows if any(abs(r["skip"] - c) <= 1e-12 * max(1.0, abs(c))
@@ -849,7 +833,7 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
     lines = [",".join(SWEEP_COLUMNS)]
     for r in keep:
         lines.append(",".join(_csv_cell(r.get(k, float("nan"))) for k in SWEEP_COLUMNS))
-    _atomic_write(out, "\n".join(lines) + "\n")
+    atomic_write(out, "\n".join(lines) + "\n")
     return keep
 
 

@@ -26,26 +26,6 @@ def test_compiled_inversion_numpy_and_mpmath():
                    abs(h[0] + out[0]) + abs(h[1] + out[1])) < 1e-10
 
 
-def _zout_mp(h, om, v, nodes, c=1.0, beta=1.0):
-    """Z_out and the posterior-formula g_out on a fixed z_1 rule, at mpmath precision."""
-    f = sym.compile_functions(2, "mpmath")["attention_inverse"]
-    Z = mp.mpf(0)
-    Ez = [mp.mpf(0)] * 4
-    for z0, z1, w in nodes:
-        a00, a01, a10, a11, det = f(z0, z1, c, beta)
-        pr = mp.exp(-((z0 - om[0]) ** 2 + (z1 - om[1]) ** 2) / (2 * v[0])) / (2 * mp.pi * v[0])
-        for s in (1, -1):
-            u = s * (a00 * h[0] + a01 * h[1])
-            t = s * (a10 * h[0] + a11 * h[1])
-            p = w * pr * mp.exp(-((u - om[2]) ** 2 + (t - om[3]) ** 2) / (2 * v[1])) / (
-                2 * mp.pi * v[1] * det)
-            Z += p
-            for k, val in enumerate((z0, z1, u, t)):
-                Ez[k] += p * val
-    g = [(Ez[k] / Z - om[k]) / v[k // 2] for k in range(4)]
-    return Z, g
-
-
 def test_gout_is_gradient_of_log_zout_mpmath():
     mp.mp.dps = 50
     x = [mp.mpf(t) for t in (-2.2, -1.1, 0.0, 1.3, 2.4)]
@@ -55,13 +35,13 @@ def test_gout_is_gradient_of_log_zout_mpmath():
         h = [mp.mpf(t) for t in h]
         om = [mp.mpf(t) for t in om]
         v = [mp.mpf(t) for t in v]
-        _, g = _zout_mp(h, om, v, nodes)
+        _, g = smi.zout_mp(h, om, v, nodes)
         eps = mp.mpf(10) ** -20
         for k in range(4):
             op, omn = list(om), list(om)
             op[k] += eps
             omn[k] -= eps
-            fd = (mp.log(_zout_mp(h, op, v, nodes)[0]) - mp.log(_zout_mp(h, omn, v, nodes)[0])) / (
+            fd = (mp.log(smi.zout_mp(h, op, v, nodes)[0]) - mp.log(smi.zout_mp(h, omn, v, nodes)[0])) / (
                 2 * eps)
             assert abs(fd - g[k]) < mp.mpf(10) ** -30
     mp.mp.dps = 15
