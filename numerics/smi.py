@@ -230,6 +230,17 @@ def _fibre_jacobian(z0, z1, h0, h1, c, beta):
 MIX = (0.2, 0.4, 0.4)  # prior component, +z1 mode, -z1 mode
 
 
+def _outer_tensor(w, a, e):
+    """Flattened 6D tensor product of three 2D rules (omega_2, true z_1, eta): nodes and weights."""
+    (w0, w1, ww), (a0, a1, wa), (e0, e1, we) = w, a, e
+    na, ne, nw = a0.size, e0.size, w0.size
+    O0, O1 = np.repeat(w0, na * ne), np.repeat(w1, na * ne)
+    Z0, Z1 = np.tile(np.repeat(a0, ne), nw), np.tile(np.repeat(a1, ne), nw)
+    E0, E1 = np.tile(e0, nw * na), np.tile(e1, nw * na)
+    Wt = np.repeat(ww, na * ne) * np.tile(np.repeat(wa, ne), nw) * np.tile(we, nw * na)
+    return O0, O1, Z0, Z1, E0, E1, Wt
+
+
 def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
     """Layer-2 branch Q = diag(0, q2): ``K2 = E sum_m g_2m^2`` and
     ``mu1 = E ||Cov[z_1 | y, omega_2] - I||_F^2``, robust as q2 -> 1.
@@ -247,14 +258,7 @@ def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
     e0, e1, we = _grid2(n_e, 1.0, False)
     x0, x1, wx = _grid2(n_in, 1.0, False)
     # outer tensor
-    O0 = np.repeat(w0, a0.size * e0.size)
-    O1 = np.repeat(w1, a0.size * e0.size)
-    Z0 = np.tile(np.repeat(a0, e0.size), w0.size)
-    Z1 = np.tile(np.repeat(a1, e0.size), w0.size)
-    E0 = np.tile(e0, w0.size * a0.size)
-    E1 = np.tile(e1, w0.size * a0.size)
-    Wt = np.repeat(ww, a0.size * e0.size) * np.tile(np.repeat(wa, e0.size), w0.size) \
-        * np.tile(we, w0.size * a0.size)
+    O0, O1, Z0, Z1, E0, E1, Wt = _outer_tensor((w0, w1, ww), (a0, a1, wa), (e0, e1, we))
     acc = dict(K2=0.0, mu1=0.0, weight=0.0, trcov2=0.0)
     step = max(1, _CHUNK // (3 * x0.size * 8))
     nchunks = -(-O0.size // step)
@@ -1099,14 +1103,7 @@ def _stats_branch_v2(q2, *, c, beta, n_w, n_z, n_e, n_in, n_p, progress=None):
     w0, w1, ww = _omega_rule(n_w, q2)
     a0, a1, wa = _grid2(n_z, 1.0, True)
     e0, e1, we = _grid2(n_e, 1.0, False)
-    O0 = np.repeat(w0, a0.size * e0.size)
-    O1 = np.repeat(w1, a0.size * e0.size)
-    Z0 = np.tile(np.repeat(a0, e0.size), w0.size)
-    Z1 = np.tile(np.repeat(a1, e0.size), w0.size)
-    E0 = np.tile(e0, w0.size * a0.size)
-    E1 = np.tile(e1, w0.size * a0.size)
-    Wt = (np.repeat(ww, a0.size * e0.size) * np.tile(np.repeat(wa, e0.size), w0.size)
-          * np.tile(we, w0.size * a0.size))
+    O0, O1, Z0, Z1, E0, E1, Wt = _outer_tensor((w0, w1, ww), (a0, a1, wa), (e0, e1, we))
     Ai, _ = _attention_inverse(Z0, Z1, c, beta)
     A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
     t0, t1 = O0 + math.sqrt(v2) * E0, O1 + math.sqrt(v2) * E1
