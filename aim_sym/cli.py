@@ -350,11 +350,19 @@ def threshold(kind, small_width, digits, certified, no_sequential, **kw):
             fail("--certified", "used only for closed-form thresholds (--model aim)", True)
         if small_width:
             fail("--small-width", "used only with --model aim", True)
+        args = smi_args(kw)
+        if args["layers"] == 3:
+            from numerics import smi_deep
+
+            res = smi_deep.weak_thresholds(progress=progress_printer, **args)
+            emit({"model": "smi", **args, "thresholds": res,
+                  "note": "L = 3: weak thresholds of each layer at Q = 0; sequential thresholds "
+                          "are computed for L = 2 only"}, kw["as_json"])
+            return
         from numerics import smi
 
-        res = smi.weak_thresholds(progress=progress_printer, sequential=not no_sequential,
-                                  **smi_args(kw))
-        emit({"model": "smi", **smi_args(kw), "thresholds": res}, kw["as_json"])
+        res = smi.weak_thresholds(progress=progress_printer, sequential=not no_sequential, **args)
+        emit({"model": "smi", **args, "thresholds": res}, kw["as_json"])
         return
     from . import thresholds
 
