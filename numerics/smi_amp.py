@@ -377,6 +377,7 @@ def amp_run(data, *, skip=1.0, beta=1.0, max_iter=50, damping=0.3, order=24, ini
         else:
             A = np.einsum("npm,nqm->pq", g, g) / D
         A = 0.5 * (A + A.T)
+        A_raw = A
         if damping > 0 and it > 0:
             g = (1 - damping) * g + damping * g_old
             A = (1 - damping) * A + damping * A_old
@@ -394,9 +395,15 @@ def amp_run(data, *, skip=1.0, beta=1.0, max_iter=50, damping=0.3, order=24, ini
                    self=[float(S[0, 0]), float(S[1, 1])],
                    mse=[float(min(((What[l] - W[l]) ** 2).sum(), ((What[l] + W[l]) ** 2).sum()) / D)
                         for l in range(2)],
-                   A=A.tolist(), V=C.tolist(), step=diff, ess_min=float(mo["ess"].min()),
+                   A=A.tolist(), A_raw=A_raw.tolist(), V=C.tolist(), step=diff,
+                   ess_min=float(mo["ess"].min()),
                    mixture_fraction=float(mo["mixture"].mean()),
                    seconds=time.perf_counter() - t0)
+        if "z" in data:
+            # finite-size diagnostic: the SE assumes z - omega ~ N(0, V) per token column
+            res = data["z"] - omega
+            rec["resid_var"] = [float((res[:, l] ** 2).mean()) for l in range(2)]
+            rec["V_used"] = [float(V[0, 0]), float(V[1, 1])]
         hist.append(rec)
         if progress:
             progress(it + 1, max_iter, f"Q = ({Q[0, 0]:.4f}, {Q[1, 1]:.4f})")
