@@ -173,7 +173,8 @@ def rie_step(R: np.ndarray, *, delta: float, rho: float, fd: float = 1e-6):
 # ----------------------------------------------------------------------------- AMP
 def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: float = 1e-8,
                    damping: float = 0.5, variance: str = "divergence", v_floor: float = 1e-13,
-                   delta_floor: float = 1e-6, callback: Callable | None = None) -> dict:
+                   delta_floor: float = 1e-6, callback: Callable | None = None,
+                   blowup: float = 1e6) -> dict:
     """Run GAMP-RIE on one data set; per-iteration error ||S_hat^t - S||_F^2 / D (t = 0 is the
     prior mean), V^t, A^t and the empirical effective noise ||R^t - S||_F^2 / D (-> 1/A^t).
 
@@ -182,7 +183,8 @@ def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: flo
     diverges at D ~ 100 for the token design (see the module docstring). Stops when
     ||S_hat^{t+1} - S_hat^t||_F^2 / D < tol, when V falls below ``v_floor`` or Delta = 1/A^t
     below ``delta_floor`` (perfect recovery; that last step denoises at ``delta_floor``), or
-    after ``max_iter`` iterations. ``variance``: 'divergence' (the AMP's own V^{t+1}) or 'se'
+    after ``max_iter`` iterations, or as 'diverged' when the error exceeds ``blowup`` (the
+    prior mean's error is mmse = 1, THEORY 1.1). ``variance``: 'divergence' (the AMP's own V^{t+1}) or 'se'
     (V^{t+1} = mmse(Delta^t) of the prior, THEORY 1.1).
     """
     require(variance in ("divergence", "se"), "variance", "'divergence' or 'se'", variance)
@@ -228,7 +230,7 @@ def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: flo
         Vs.append(V)
         if callback:
             callback(t + 1, err[-1], V, A)
-        if not np.isfinite(err[-1]) or err[-1] > 1e6:
+        if not np.isfinite(err[-1]) or err[-1] > blowup:
             reason = "diverged"
             break
         if V < v_floor or floor_hit:
@@ -293,6 +295,33 @@ def se_prediction(cc, *, alpha: float, rho: float, max_iter: int = 20000,
 
 
 # ----------------------------------------------------------------------------- driver
+DAMPING_SCHEDULE = (0.5, 0.7, 0.8, 0.9)
+BLOWUP = 10.0
+
+
+def damped_run(fns, data: dict, *, rho: float, damping, max_iter: int, tol: float,
+               variance: str) -> dict:
+    """:func:`amp_iterations` with a fixed ``damping``, or with ``damping="auto"``: the
+    schedule :data:`DAMPING_SCHEDULE` tried in turn on the same data, moving on when a run
+    diverges (error above :data:`BLOWUP` x the prior's mmse of 1, non-finite g_out or A <= 0).
+    The small-alpha D failure of damping 0.5 (N = alpha D^2 ~ 300-600 at D = 100) is thus
+    met by 0.7-0.9 without slowing the runs that converge at 0.5. The result carries
+    ``damping`` (the one used) and ``attempts`` (damping, reason) of every try; when every
+    damping fails, the last try is returned (reason says why), never hidden."""
+    if damping != "auto":
+        r = amp_iterations(fns, data, rho=rho, max_iter=max_iter, tol=tol, damping=damping,
+                           variance=variance)
+        return dict(r, damping=damping, attempts=[(damping, r["reason"])])
+    attempts = []
+    for d in DAMPING_SCHEDULE:
+        r = amp_iterations(fns, data, rho=rho, max_iter=max_iter, tol=tol, damping=d,
+                           variance=variance, blowup=BLOWUP)
+        attempts.append((d, r["reason"]))
+        if r["converged"] or r["reason"] == "max_iter":
+            break
+    return dict(r, damping=d, attempts=attempts)
+
+
 def _seed_list(seeds) -> list[int]:
     if isinstance(seeds, (int, np.integer)):
         require(seeds >= 1, "seeds", "an integer >= 1 or a list of integers", seeds)
@@ -348,6 +377,8 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
     require(isinstance(dim, (int, np.integer)) and dim >= 2, "dim", "an integer >= 2", dim)
     require(isinstance(max_iter, (int, np.integer)) and max_iter >= 1, "max_iter", ">= 1",
             max_iter)
+    require(damping == "auto" or (isinstance(damping, (int, float)) and 0 <= damping < 1),
+            "damping", "'auto' or in [0, 1)", damping)
     seed_list = _seed_list(seeds)
     params = dict(params if params is not None else getattr(cc, "params", {}) or {})
     fns = _functions(channel, params)
@@ -360,7 +391,8 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
         if ccc is not None:
             pred = se_prediction(ccc, alpha=alpha, rho=rho)
             Vse, qh = se_trajectory(ccc, alpha=alpha, rho=rho, n_iter=max_iter,
-                                    damping=damping)
+                                    damping=DAMPING_SCHEDULE[0] if damping == "auto"
+                                    else damping)
             result.update(se_prediction=pred["mmse"], se=pred, se_trajectory=Vse, q_hat_se=qh)
     runs: list[dict] = []
     done_seeds: list[int] = []
@@ -374,6 +406,8 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
                    iterations=[r["iterations"] for r in runs],
                    converged=[r["converged"] for r in runs],
                    reasons=[r["reason"] for r in runs],
+                   dampings=[r["damping"] for r in runs],
+                   attempts=[r["attempts"] for r in runs],
                    time_s=time.perf_counter() - t0, interrupted=interrupted)
         if runs:
             E = _pad([r["error"] for r in runs])
@@ -394,8 +428,8 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
         for i, s in enumerate(seed_list):
             rng = np.random.default_rng(np.random.SeedSequence([int(rng_seed), int(s)]))
             data = generate(fns, alpha=alpha, rho=rho, dim=dim, rng=rng)
-            r = amp_iterations(fns, data, rho=rho, max_iter=max_iter, tol=tol, damping=damping,
-                               variance=variance)
+            r = damped_run(fns, data, rho=rho, damping=damping, max_iter=max_iter, tol=tol,
+                           variance=variance)
             r.pop("S_hat")
             runs.append(r)
             done_seeds.append(s)
