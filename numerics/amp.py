@@ -23,7 +23,16 @@ off-diagonal variance 1/D (semicircle of variance 1), as in :mod:`numerics.wisha
 pairs-by-pairs structure V C, C = diag(1 + delta_ab), is the SE's; so g_out is the same derived
 function the SE integrates (:mod:`aim_sym.amp_functions`).
 
-Damping (default 0.5, on the output messages g and A; see :func:`amp_iterations`). Undamped,
+Damping (on the output messages g and A; see :func:`amp_iterations`; :func:`run_amp`'s default
+"auto" is :func:`damped_run`: 0.5, then 0.7, 0.8, 0.9 on the same data while a run diverges,
+i.e. its error exceeds 10 x the prior's mmse of 1, which happens within 2-15 iterations).
+Measured at D = 100, T = 2, rho = 0.5, 8 seeds (benchmarks/amp_damping_grid.py, RESULTS.md):
+softmax with damping 0.5 diverges for some seeds at alpha <= 0.0635 (all at 0.02), and "auto"
+brings every seed down to alpha = 0.02 (damping 0.7-0.8); hardmax is different: at alpha <=
+0.04 the same seeds diverge at every damping in 0, 0.2, ..., 0.9 (larger damping is worse for
+hardmax: 0.7 already fails at alpha = 0.08, where 0.5 converges), so "auto" leaves those
+seeds reported as diverged; they are a small-N (N = alpha D^2 <= 400) failure that damping does
+not cure. Undamped,
 the iteration diverges at D ~ 50-100: one sample's term (2 / (D A)) g Z_mu in R^t is a rank-one
 (rank-two for a != b) spike of operator norm ~ 2 |g| / (A sqrt D), which at these sizes and small
 A pops out of the bulk; the spectral denoiser's response to it is then far from the linear
@@ -32,7 +41,7 @@ normalisation is stable undamped. With damping, AMP follows the equally damped S
 iteration and ends above the SE fixed point by a bias that shrinks like 1/D (about 3/D in
 ||S_hat - S||_F^2 / D for softmax and hardmax at T = 2, rho = 0.5; tests/test_amp.py). At very
 small alpha D (e.g. D = 50, alpha = 0.05: N = 125 samples) damping 0.5 is not enough and some
-runs diverge (reported, never hidden); larger damping (0.8) stabilises D = 100, alpha = 0.05.
+runs diverge (reported, never hidden); see "auto" above.
 At finite D the iterates keep fluctuating at the 1e-2 level instead of converging to ``tol``;
 the reported error is the last iterate.
 
@@ -356,7 +365,7 @@ def _write_json(path: str, obj: dict) -> None:
 def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
             seeds: int | Iterable[int] = 5, max_iter: int = 100, tol: float = 1e-8,
             progress: Callable | None = None, rng_seed: int = 0, params: dict | None = None,
-            damping: float = 0.5, variance: str = "divergence", se: bool = True,
+            damping: float | str = "auto", variance: str = "divergence", se: bool = True,
             out: str | None = None) -> dict:
     """GAMP-RIE at dimension ``dim`` over several seeds, against the SE (THEORY 4, check 7).
 
@@ -371,6 +380,9 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
     KeyboardInterrupt stops the run and returns the finished seeds (``interrupted``: True);
     with ``out`` the dict is written as JSON (atomically) after every seed. Runs that blow up
     are kept (``reasons`` says 'diverged'), never dropped. ``se=False`` skips the SE.
+    ``damping``: a number in [0, 1), or "auto" (default; :func:`damped_run`: 0.5, and on
+    divergence 0.7, 0.8, 0.9 on the same data; ``dampings`` lists the one each seed used,
+    ``attempts`` every try; the SE trajectory is the one damped at 0.5).
     """
     require(np.isfinite(alpha) and alpha > 0, "alpha", "> 0", alpha)
     require(np.isfinite(rho) and rho > 0, "rho", "> 0", rho)

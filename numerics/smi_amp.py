@@ -414,6 +414,85 @@ def amp_run(data, *, skip=1.0, beta=1.0, max_iter=50, damping=0.3, order=24, ini
     return dict(history=hist, W_hat=What, C=C, omega=omega, V=V)
 
 
+CONV_WINDOW, CONV_RANGE = 10, 0.01
+
+
+def converged(history, *, window=CONV_WINDOW, tol=CONV_RANGE) -> bool:
+    """Convergence rule for finite D: every overlap Q_ll moved by less than ``tol`` (max - min)
+    over the last ``window`` iterations. At finite D the iterates do not settle to machine
+    precision: they keep a fluctuation of a few 1e-3 (see benchmarks/RESULTS.md)."""
+    if len(history) < window:
+        return False
+    Q = np.array([r["Q"] for r in history[-window:]])
+    return bool(np.all(Q.max(0) - Q.min(0) < tol))
+
+
+def branch_k2_montecarlo(q2, *, skip=1.0, beta=1.0, samples=20000, order=24, seed=0) -> dict:
+    """K2(q2) = E sum_m g_2m^2 on the SE branch Q = diag(0, q2) (THEORY 2.1: Q_hat_22 =
+    alpha K2), by Monte Carlo over (omega, z) with g_out from this module's fibre rule. Both
+    forms: ``K2`` (E sum g^2) and ``K2_dg`` (E -sum dg_22; equal in expectation by Nishimori,
+    THEORY 1.2; bounded above by 2 / V_22, hence the smaller variance). Errors are standard
+    errors over the samples. A route independent of numerics.smi's quadrature."""
+    require(0 < q2 < 1, "q2", "in (0, 1)", q2)
+    require(int(samples) >= 2, "samples", ">= 2", samples)
+    rng = np.random.default_rng([int(seed), int(round(q2 * 1e6))])
+    n = int(samples)
+    om = np.zeros((n, 2, 2))
+    om[:, 1] = math.sqrt(q2) * rng.standard_normal((n, 2))
+    z = om + np.stack([rng.standard_normal((n, 2)),
+                       math.sqrt(1 - q2) * rng.standard_normal((n, 2))], 1)
+    h, _ = forward(z, skip=skip, beta=beta)
+    g, dg, _ = gout(h, om, np.diag([1.0, 1 - q2]), skip=skip, beta=beta, order=order)
+    gg = (g[:, 1, :] ** 2).sum(1)
+    mdg = -dg[:, :, 1, 1].sum(1)
+    r = math.sqrt(n)
+    return dict(q2=float(q2), K2=float(gg.mean()), K2_err=float(gg.std(ddof=1) / r),
+                K2_dg=float(mdg.mean()), K2_dg_err=float(mdg.std(ddof=1) / r),
+                samples=n, order=order)
+
+
+def branch_fixed_point_montecarlo(*, alpha, bracket, skip=1.0, beta=1.0, samples=20000,
+                                  order=24, seed=0) -> dict:
+    """SE fixed point on the branch Q = diag(0, q2): the root of
+    F(q2) = log(alpha K2(q2)) - log(q2 / (1 - q2)) in ``bracket`` = (q_lo, q_hi), F from
+    :func:`branch_k2_montecarlo` (dg form) at q_lo, the midpoint and q_hi, root of the
+    quadratic through the three. Error: the K2 standard errors propagated to the root, plus
+    the interpolation error |quadratic root - linear root| (keep the bracket narrow, ~0.02).
+    Returns value, error, method, the K2 estimates and F; raises ConvergenceError when F does
+    not change sign on the bracket."""
+    from numerics.records import ConvergenceError
+
+    a, b = (float(x) for x in bracket)
+    require(0 < a < b < 1, "bracket", "0 < q_lo < q_hi < 1", bracket)
+    qs = np.array([a, 0.5 * (a + b), b])
+    ks = [branch_k2_montecarlo(q, skip=skip, beta=beta, samples=samples, order=order,
+                               seed=seed) for q in qs]
+    F = np.array([math.log(alpha * k["K2_dg"]) - math.log(q / (1 - q)) for k, q in zip(ks, qs)])
+    eF = np.array([k["K2_dg_err"] / k["K2_dg"] for k in ks])
+    if F[0] * F[2] > 0:
+        raise ConvergenceError("branch SE fixed point not bracketed", last_iterate=(a, b),
+                               residual=tuple(F))
+
+    def roots(Fv):
+        c = np.polyfit(qs, Fv, 2)
+        rr = [r.real for r in np.roots(c) if abs(r.imag) < 1e-12 and a <= r.real <= b]
+        k = 0 if Fv[0] * Fv[1] <= 0 else 1
+        lin = qs[k] + (qs[k + 1] - qs[k]) * Fv[k] / (Fv[k] - Fv[k + 1])
+        return (min(rr, key=lambda r: abs(r - lin)) if rr else lin), lin
+
+    q, lin = roots(F)
+    sens = []
+    for i in range(3):
+        d = np.zeros(3)
+        d[i] = 1e-6
+        sens.append((roots(F + d)[0] - q) / 1e-6)
+    e_mc = float(np.sqrt(np.sum((np.array(sens) * eF) ** 2)))
+    return dict(value=float(q), error=e_mc + abs(q - lin), error_mc=e_mc,
+                error_interp=abs(q - lin), K2=ks, F=F.tolist(),
+                method=f"Monte Carlo K2 ({samples} samples, fibre rule order {order}), "
+                       f"quadratic interpolation on [{a}, {b}]")
+
+
 def _se_prediction(alpha, layers, tokens, skip, beta):
     try:
         from numerics.smi import fixed_point
@@ -457,6 +536,7 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
                       init_overlap=init_overlap, a_update=a_update, rng=rng, tol=tol,
                       adaptive=adaptive)
         per_seed.append(dict(seed=k, history=res["history"], final=res["history"][-1],
+                             converged=converged(res["history"]),
                              h_recovery_error=float(np.min(np.abs(
                                  data["h_obs"][:, None, :] - np.stack([data["h"], -data["h"]], 1)),
                                  axis=1).max())))
@@ -479,6 +559,7 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
                Q_raw_mean=raws.mean(0).tolist(),
                self_mean=selfs.mean(0).tolist(), mse_mean=mses.mean(0).tolist(),
                per_iteration=traj.mean(0).tolist(),
+               converged_fraction=float(np.mean([s["converged"] for s in per_seed])),
                se_prediction=_se_prediction(alpha, layers, tokens, skip, beta) if se else None,
                per_seed=per_seed,
                settings=dict(skip=skip, beta=beta, max_iter=max_iter, damping=damping, order=order,
