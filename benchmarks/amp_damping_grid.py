@@ -68,9 +68,10 @@ def main(argv=None):
     with mp.Pool(a.procs) as pool:
         for r in pool.imap_unordered(_job, jobs):
             out.append(r)
-            ok = sum(x["reason"] != "diverged" for x in r["runs"])
+            ok = sum(x["reason"] in ("max_iter", "tol") or x["reason"].startswith("perfect")
+                     for x in r["runs"])
             print(f"{r['channel']} alpha={r['alpha']:g} damping={r['damping']}: "
-                  f"{ok}/{len(r['runs'])} not diverged; SE {r['se']:.4f}; "
+                  f"{ok}/{len(r['runs'])} finished (no divergence); SE {r['se']:.4f}; "
                   f"errors {[round(x['error'], 3) for x in r['runs']]} "
                   f"{[x['damping'] for x in r['runs']]} ({r['seconds']:.0f} s)", flush=True)
             with open(a.out, "w") as f:
