@@ -2,8 +2,10 @@
 
 Fast tests: data generation, the fibre-quadrature g_out and its Jacobian against finite
 differences of the same quadrature's log Z_out, E[z | y] = 0 at Q = 0 (sign symmetry),
-Nishimori, quadrature convergence at moderate V, reproducibility, input checks.
-Slow tests (``pytest -m slow``): GAMP at D = 500 against the state evolution.
+Nishimori, quadrature convergence at moderate V, reproducibility, input checks, the
+convergence rule and the Monte Carlo branch SE. Slow tests (``pytest -m slow``): GAMP at
+D = 2000, alpha = 0.6 against the Monte Carlo branch SE; D = 500, alpha = 1 against the
+Monte Carlo SE.
 """
 
 import math
