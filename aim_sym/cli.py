@@ -426,7 +426,9 @@ def check(**kw):
 @click.option("--dim", type=int, default=100, show_default=True, help="D, 10..2000")
 @click.option("--seeds", type=int, default=4, show_default=True, help="1..1000")
 @click.option("--max-iter", type=int, default=100, show_default=True)
-@click.option("--damping", type=float, default=0.5, show_default=True, help="in [0, 1)")
+@click.option("--damping", default="auto", show_default=True,
+              help="in [0, 1), or 'auto': AIM tries 0.5, 0.7, 0.8, 0.9 until a run does not "
+                   "diverge; SMI uses 0.3")
 @click.option("--rng-seed", type=int, default=0, show_default=True)
 @click.option("--out", "out_path", default=None, help="JSON file (written after every seed)")
 @click.option("--plot", "plot_path", default=None, help="PNG: AMP points over the SE curve")
@@ -436,7 +438,13 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
 
     _os.environ.setdefault("OMP_NUM_THREADS", "1")
     model = check_model(kw)
+    if damping != "auto":
+        try:
+            damping = float(damping)
+        except ValueError:
+            fail("--damping", "a number in [0, 1) or 'auto'", damping)
     if model == "smi":
+        damping = 0.3 if damping == "auto" else damping
         if alpha is None or alphas is not None or plot_path:
             fail("--alpha", "one value for --model smi (no --alphas/--plot)", alpha or alphas)
         if not alpha > 0:
@@ -453,6 +461,7 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
                                 damping=damping, rng_seed=rng_seed, progress=progress_printer,
                                 **smi_args(kw))
         keep = ("Q_mean", "Q_stderr", "Q_tail_mean", "Q_tail_stderr", "per_iteration",
+                "converged_fraction",
                 "se_prediction", "seconds")
         out = {"model": "smi", "alpha": alpha, "dim": dim, "seeds": seeds,
                **{k: r.get(k) for k in keep}}
@@ -469,8 +478,8 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
         fail("--dim", "in 10..2000", dim)
     if not 1 <= seeds <= 1000:
         fail("--seeds", "in 1..1000", seeds)
-    if not 0 <= damping < 1:
-        fail("--damping", "in [0, 1)", damping)
+    if damping != "auto" and not 0 <= damping < 1:
+        fail("--damping", "in [0, 1) or 'auto'", damping)
     if max_iter < 1:
         fail("--max-iter", ">= 1", max_iter)
     from numerics import aim_se
@@ -488,6 +497,7 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
         results.append({"alpha": float(a), "dim": dim, "mean": r["mean"], "stderr": r["stderr"],
                         "se_prediction": r["se_prediction"], "per_seed": r["per_seed"],
                         "per_iteration": r["per_iteration"], "converged": r.get("converged"),
+                        "dampings": r.get("dampings"),
                         "interrupted": r.get("interrupted", False)})
     if plot_path:
         top = max(grid) * 1.3

@@ -23,7 +23,16 @@ off-diagonal variance 1/D (semicircle of variance 1), as in :mod:`numerics.wisha
 pairs-by-pairs structure V C, C = diag(1 + delta_ab), is the SE's; so g_out is the same derived
 function the SE integrates (:mod:`aim_sym.amp_functions`).
 
-Damping (default 0.5, on the output messages g and A; see :func:`amp_iterations`). Undamped,
+Damping (on the output messages g and A; see :func:`amp_iterations`; :func:`run_amp`'s default
+"auto" is :func:`damped_run`: 0.5, then 0.7, 0.8, 0.9 on the same data while a run diverges,
+i.e. its error exceeds 10 x the prior's mmse of 1, which happens within 2-15 iterations).
+Measured at D = 100, T = 2, rho = 0.5, 8 seeds (benchmarks/amp_damping_grid.py, RESULTS.md):
+softmax with damping 0.5 diverges for some seeds at alpha <= 0.0635 (all at 0.02), and "auto"
+brings every seed down to alpha = 0.02 (damping 0.7-0.8); hardmax is different: at alpha <=
+0.04 the same seeds diverge at every damping in 0, 0.2, ..., 0.9 (larger damping is worse for
+hardmax: 0.7 already fails at alpha = 0.08, where 0.5 converges), so "auto" leaves those
+seeds reported as diverged; they are a small-N (N = alpha D^2 <= 400) failure that damping does
+not cure. Undamped,
 the iteration diverges at D ~ 50-100: one sample's term (2 / (D A)) g Z_mu in R^t is a rank-one
 (rank-two for a != b) spike of operator norm ~ 2 |g| / (A sqrt D), which at these sizes and small
 A pops out of the bulk; the spectral denoiser's response to it is then far from the linear
@@ -32,7 +41,7 @@ normalisation is stable undamped. With damping, AMP follows the equally damped S
 iteration and ends above the SE fixed point by a bias that shrinks like 1/D (about 3/D in
 ||S_hat - S||_F^2 / D for softmax and hardmax at T = 2, rho = 0.5; tests/test_amp.py). At very
 small alpha D (e.g. D = 50, alpha = 0.05: N = 125 samples) damping 0.5 is not enough and some
-runs diverge (reported, never hidden); larger damping (0.8) stabilises D = 100, alpha = 0.05.
+runs diverge (reported, never hidden); see "auto" above.
 At finite D the iterates keep fluctuating at the 1e-2 level instead of converging to ``tol``;
 the reported error is the last iterate.
 
@@ -173,7 +182,8 @@ def rie_step(R: np.ndarray, *, delta: float, rho: float, fd: float = 1e-6):
 # ----------------------------------------------------------------------------- AMP
 def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: float = 1e-8,
                    damping: float = 0.5, variance: str = "divergence", v_floor: float = 1e-13,
-                   delta_floor: float = 1e-6, callback: Callable | None = None) -> dict:
+                   delta_floor: float = 1e-6, callback: Callable | None = None,
+                   blowup: float = 1e6) -> dict:
     """Run GAMP-RIE on one data set; per-iteration error ||S_hat^t - S||_F^2 / D (t = 0 is the
     prior mean), V^t, A^t and the empirical effective noise ||R^t - S||_F^2 / D (-> 1/A^t).
 
@@ -182,7 +192,8 @@ def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: flo
     diverges at D ~ 100 for the token design (see the module docstring). Stops when
     ||S_hat^{t+1} - S_hat^t||_F^2 / D < tol, when V falls below ``v_floor`` or Delta = 1/A^t
     below ``delta_floor`` (perfect recovery; that last step denoises at ``delta_floor``), or
-    after ``max_iter`` iterations. ``variance``: 'divergence' (the AMP's own V^{t+1}) or 'se'
+    after ``max_iter`` iterations, or as 'diverged' when the error exceeds ``blowup`` (the
+    prior mean's error is mmse = 1, THEORY 1.1). ``variance``: 'divergence' (the AMP's own V^{t+1}) or 'se'
     (V^{t+1} = mmse(Delta^t) of the prior, THEORY 1.1).
     """
     require(variance in ("divergence", "se"), "variance", "'divergence' or 'se'", variance)
@@ -228,7 +239,7 @@ def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: flo
         Vs.append(V)
         if callback:
             callback(t + 1, err[-1], V, A)
-        if not np.isfinite(err[-1]) or err[-1] > 1e6:
+        if not np.isfinite(err[-1]) or err[-1] > blowup:
             reason = "diverged"
             break
         if V < v_floor or floor_hit:
@@ -293,6 +304,33 @@ def se_prediction(cc, *, alpha: float, rho: float, max_iter: int = 20000,
 
 
 # ----------------------------------------------------------------------------- driver
+DAMPING_SCHEDULE = (0.5, 0.7, 0.8, 0.9)
+BLOWUP = 10.0
+
+
+def damped_run(fns, data: dict, *, rho: float, damping, max_iter: int, tol: float,
+               variance: str) -> dict:
+    """:func:`amp_iterations` with a fixed ``damping``, or with ``damping="auto"``: the
+    schedule :data:`DAMPING_SCHEDULE` tried in turn on the same data, moving on when a run
+    diverges (error above :data:`BLOWUP` x the prior's mmse of 1, non-finite g_out or A <= 0).
+    The small-alpha D failure of damping 0.5 (N = alpha D^2 ~ 300-600 at D = 100) is thus
+    met by 0.7-0.9 without slowing the runs that converge at 0.5. The result carries
+    ``damping`` (the one used) and ``attempts`` (damping, reason) of every try; when every
+    damping fails, the last try is returned (reason says why), never hidden."""
+    if damping != "auto":
+        r = amp_iterations(fns, data, rho=rho, max_iter=max_iter, tol=tol, damping=damping,
+                           variance=variance)
+        return dict(r, damping=damping, attempts=[(damping, r["reason"])])
+    attempts = []
+    for d in DAMPING_SCHEDULE:
+        r = amp_iterations(fns, data, rho=rho, max_iter=max_iter, tol=tol, damping=d,
+                           variance=variance, blowup=BLOWUP)
+        attempts.append((d, r["reason"]))
+        if r["converged"] or r["reason"] == "max_iter":
+            break
+    return dict(r, damping=d, attempts=attempts)
+
+
 def _seed_list(seeds) -> list[int]:
     if isinstance(seeds, (int, np.integer)):
         require(seeds >= 1, "seeds", "an integer >= 1 or a list of integers", seeds)
@@ -327,7 +365,7 @@ def _write_json(path: str, obj: dict) -> None:
 def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
             seeds: int | Iterable[int] = 5, max_iter: int = 100, tol: float = 1e-8,
             progress: Callable | None = None, rng_seed: int = 0, params: dict | None = None,
-            damping: float = 0.5, variance: str = "divergence", se: bool = True,
+            damping: float | str = "auto", variance: str = "divergence", se: bool = True,
             out: str | None = None) -> dict:
     """GAMP-RIE at dimension ``dim`` over several seeds, against the SE (THEORY 4, check 7).
 
@@ -342,12 +380,17 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
     KeyboardInterrupt stops the run and returns the finished seeds (``interrupted``: True);
     with ``out`` the dict is written as JSON (atomically) after every seed. Runs that blow up
     are kept (``reasons`` says 'diverged'), never dropped. ``se=False`` skips the SE.
+    ``damping``: a number in [0, 1), or "auto" (default; :func:`damped_run`: 0.5, and on
+    divergence 0.7, 0.8, 0.9 on the same data; ``dampings`` lists the one each seed used,
+    ``attempts`` every try; the SE trajectory is the one damped at 0.5).
     """
     require(np.isfinite(alpha) and alpha > 0, "alpha", "> 0", alpha)
     require(np.isfinite(rho) and rho > 0, "rho", "> 0", rho)
     require(isinstance(dim, (int, np.integer)) and dim >= 2, "dim", "an integer >= 2", dim)
     require(isinstance(max_iter, (int, np.integer)) and max_iter >= 1, "max_iter", ">= 1",
             max_iter)
+    require(damping == "auto" or (isinstance(damping, (int, float)) and 0 <= damping < 1),
+            "damping", "'auto' or in [0, 1)", damping)
     seed_list = _seed_list(seeds)
     params = dict(params if params is not None else getattr(cc, "params", {}) or {})
     fns = _functions(channel, params)
@@ -360,7 +403,8 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
         if ccc is not None:
             pred = se_prediction(ccc, alpha=alpha, rho=rho)
             Vse, qh = se_trajectory(ccc, alpha=alpha, rho=rho, n_iter=max_iter,
-                                    damping=damping)
+                                    damping=DAMPING_SCHEDULE[0] if damping == "auto"
+                                    else damping)
             result.update(se_prediction=pred["mmse"], se=pred, se_trajectory=Vse, q_hat_se=qh)
     runs: list[dict] = []
     done_seeds: list[int] = []
@@ -374,6 +418,8 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
                    iterations=[r["iterations"] for r in runs],
                    converged=[r["converged"] for r in runs],
                    reasons=[r["reason"] for r in runs],
+                   dampings=[r["damping"] for r in runs],
+                   attempts=[r["attempts"] for r in runs],
                    time_s=time.perf_counter() - t0, interrupted=interrupted)
         if runs:
             E = _pad([r["error"] for r in runs])
@@ -394,8 +440,8 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
         for i, s in enumerate(seed_list):
             rng = np.random.default_rng(np.random.SeedSequence([int(rng_seed), int(s)]))
             data = generate(fns, alpha=alpha, rho=rho, dim=dim, rng=rng)
-            r = amp_iterations(fns, data, rho=rho, max_iter=max_iter, tol=tol, damping=damping,
-                               variance=variance)
+            r = damped_run(fns, data, rho=rho, damping=damping, max_iter=max_iter, tol=tol,
+                           variance=variance)
             r.pop("S_hat")
             runs.append(r)
             done_seeds.append(s)
