@@ -18,15 +18,19 @@ Every number below is a python-flint ball (arb/acb) and every step is a proof:
    is certified by the mass: the intervals in the support carry total mass exactly 1 and each
    candidate's upper-root mass is > 0, so at most one non-empty choice is consistent with the
    enclosures (:func:`_support`); if the enclosures cannot tell, ConvergenceError.
-4. On each support interval [a, b] the integrand (Im g)^3 = ((g1 - g2)/(2i))^3, g1, g2 the roots of
-   P in discs B1 (upper half plane) and B2 = conj(B1), is analytic wherever both discs are certified
-   by the contraction test; it is integrated by flint's rigorous Gauss-Legendre integrator
-   (acb.integral, error bounds from Cauchy estimates on Bernstein ellipses). Where the test fails
-   (near the edges, where the roots coalesce) the integrand is bounded by (Im g)^3 in
-   [0, Delta^(-3/2)] (:func:`_density_bound`); the integrator multiplies that by the length of
-   the sliver, so the cut-offs at the edges are bounded, not ignored.
-5. The integration runs over [lo(a), hi(b)]; outside [a, b] the integrand is 0 (no non-real
-   root there) and is only ever bounded, so the edge balls' widths are covered.
+4. On each support interval the integrand is (Im g)^3 = (sqrt(W)/2)^3 with W = -(g1 - g2)^2 =
+   4/(A r) - (Sigma - r)^2, r the real root of P, g1, g2 the pair, A = s Delta and Sigma the sum of
+   the roots (:class:`_Cubic`). r is simple and stays away from the pair, also at the edges where
+   g1, g2 coalesce; it is enclosed by a contraction test uniformly over a complex ball of x
+   (:meth:`_Cubic.real_root`), and W is analytic where r is certified and Re W > 0. flint's
+   rigorous Gauss-Legendre integrator (acb.integral: error bounds from |f| on Bernstein ellipses)
+   does the rest, bisecting towards the edges.
+5. Non-analytic calls (points and real sub-intervals) enclose the integrand by
+   [0, sqrt(max(W, 0))/2]^3, and by [0, Delta^(-3/2)] if r is not certified (:func:`_density_bound`,
+   a proof that mu <= 1/(pi sqrt(Delta))): the integrator multiplies such bounds by the length of
+   the sliver next to an edge, so the cut-offs at the edges are bounded, not ignored. The path
+   runs over [lo(a), hi(b)] of the edge balls; beyond the true edges the integrand is 0 (W <= 0)
+   and is only ever bounded, so the edge balls' widths are covered.
 
 Certified: the interval contains Delta - (4 pi^2/3) Delta^2 int mu^3 with mu_Delta defined by the
 cubic of THEORY 1.1 for the exact rationals rho, Delta. Not certified (taken from the
@@ -46,10 +50,9 @@ import numpy as np
 
 from numerics.records import ConvergenceError, require
 
-__all__ = ["Enclosure", "mmse_enclosure", "density_mass_enclosure"]
+__all__ = ["Enclosure", "mmse_enclosure", "moment_enclosure"]
 
-_TRIES = 5  # radius enlargements tried by the contraction test
-_GROW = 8.0  # factor between tries
+_TRIES = 5  # radius updates tried by the contraction test
 
 
 @dataclass(frozen=True)
@@ -268,7 +271,10 @@ class _Cubic:
         xm = x.mid()
         s, m, delta = self.p_f
         xc = complex(xm)
-        roots = _cubic_roots_f(s * delta, -(s * xc + delta), xc + s - m, -1.0)
+        try:
+            roots = _cubic_roots_f(s * delta, -(s * xc + delta), xc + s - m, -1.0)
+        except (ZeroDivisionError, OverflowError):
+            return None
         if not all(cmath.isfinite(z) for z in roots):
             return None
         iso = max(range(3), key=lambda i: min(abs(roots[i] - roots[j]) for j in range(3) if j != i))
@@ -385,7 +391,7 @@ def _density_bound(delta: Any) -> Any:
     return 1 / delta.sqrt()
 
 
-def _integrand(cub: _Cubic, k: int, bound: Any | None) -> Any:
+def _integrand(cub: _Cubic, k: int, bound: Any | None, weight: int = 0) -> Any:
     """f(x, analytic) for acb.integral: (sqrt(W)/2)^k = (Im g)^k (see :class:`_Cubic`).
 
     Analytic calls: the real root is certified on the ball and Re W > 0 there, so the principal
@@ -393,10 +399,15 @@ def _integrand(cub: _Cubic, k: int, bound: Any | None) -> Any:
     balls; the path is real): for real x the integrand is sqrt(W(x))/2 where W(x) > 0 and 0 where
     W(x) <= 0, so it lies in [0, sqrt(max(W, 0))/2]; if r is not certified, in [0, b] with b =
     ``bound`` (1/sqrt(Delta) on the support) or Cauchy's root bound (``bound`` None).
+    ``weight`` j multiplies by x^j (moment checks).
     """
     flint = _flint()
 
     def f(x: Any, analytic: bool) -> Any:
+        val = _f(x, analytic)
+        return val * x**weight if weight else val
+
+    def _f(x: Any, analytic: bool) -> Any:
         box = cub.real_root(x)
         if analytic:
             if box is None:
@@ -483,13 +494,19 @@ def _real_roots_D(p: _Params) -> list:
 # --------------------------------------------------------------------------------------------
 
 
-def _integrate(cub: _Cubic, k: int, bound: Any | None, lo: Any, hi: Any, tol: Any) -> Any:
-    """Rigorous enclosure of int_lo^hi (Im g1)^k dx over the real segment (lo, hi exact)."""
+def _integrate(
+    cub: _Cubic, k: int, bound: Any | None, lo: Any, hi: Any, tol: Any, rel_tol: Any = None,
+    eval_limit: int = 10**6, weight: int = 0,
+) -> Any:
+    """Rigorous enclosure of int_lo^hi (Im g)^k dx over the real segment (lo, hi exact).
+
+    ``tol``/``rel_tol`` only steer the work (flint's goals); the returned ball is rigorous anyway.
+    """
     flint = _flint()
-    f = _integrand(cub, k, bound)
+    f = _integrand(cub, k, bound, weight)
     val = flint.acb.integral(
-        f, flint.acb(lo), flint.acb(hi), abs_tol=tol, rel_tol=tol, eval_limit=10**6,
-        depth_limit=4 * flint.ctx.prec,
+        f, flint.acb(lo), flint.acb(hi), abs_tol=tol, rel_tol=tol if rel_tol is None else rel_tol,
+        eval_limit=eval_limit, depth_limit=4 * flint.ctx.prec,
     )
     if not val.is_finite():
         raise ConvergenceError("certified integral did not close", last_iterate=val)
@@ -510,23 +527,27 @@ def _support(p: _Params, cub: _Cubic) -> tuple[list, list]:
     cands = _candidates(p)
     if len(cands) == 1:
         return cands, []
+    choices = [[0], [1], [0, 1]]
     old = flint.ctx.prec
+    masses: list = []
     try:
-        flint.ctx.prec = 64
-        tol = flint.arb(2) ** -30
-        masses = [
-            _integrate(cub, 1, None, a.lower(), b.upper(), tol)
-            / flint.arb.pi()
-            for a, b in cands
-        ]
+        for prec, bits in ((64, 16), (80, 32), (112, 56)):
+            flint.ctx.prec = max(prec, old)
+            tol = flint.arb(2) ** -bits
+            # capped work: a capped integral is still a rigorous (wider) ball
+            masses = [
+                _integrate(cub, 1, None, a.lower(), b.upper(), tol, tol, eval_limit=6000)
+                / flint.arb.pi()
+                for a, b in cands
+            ]
+            # the support T is the one non-empty choice whose masses sum to exactly 1: drop every
+            # choice whose enclosed sum excludes 1
+            fits = [ch for ch in choices if sum((masses[i] for i in ch), flint.arb(0)).contains(1)]
+            if len(fits) == 1:
+                return [cands[i] for i in fits[0]], masses
     finally:
         flint.ctx.prec = old
-    choices = [[0], [1], [0, 1]]
-    fits = [ch for ch in choices if sum((masses[i] for i in ch), flint.arb(0)).contains(1)]
-    # each candidate's mass is > 0, so distinct consistent choices would need masses equal to 1
-    if len(fits) != 1:
-        raise ConvergenceError("could not decide the support by its mass", last_iterate=masses)
-    return [cands[i] for i in fits[0]], masses
+    raise ConvergenceError("could not decide the support by its mass", last_iterate=masses)
 
 
 def _digits_ok(digits: Any) -> int:
@@ -539,83 +560,95 @@ def _digits_ok(digits: Any) -> int:
     return int(digits)
 
 
-def _decimal(x: Any, digits: int, up: bool) -> str:
+def _decimal(x: Any, decimals: int, up: bool) -> str:
+    """x rounded outward (down if not ``up``) to ``decimals`` decimals, as a string."""
     flint = _flint()
-    scale = flint.fmpz(10) ** digits
-    v = x * scale
+    v = x * flint.fmpz(10) ** decimals
     n = (v.ceil() if up else v.floor()).unique_fmpz()
     if n is None:
         raise ConvergenceError("precision too low to round the endpoints", last_iterate=x)
     n = int(n)
     sign = "-" if n < 0 else ""
-    t = str(abs(n)).rjust(digits + 1, "0")
-    return f"{sign}{t[:-digits]}.{t[-digits:]}"
+    t = str(abs(n)).rjust(decimals + 1, "0")
+    return f"{sign}{t[:-decimals]}.{t[-decimals:]}"
 
 
 def mmse_enclosure(*, rho: Any, delta: Any, digits: int = 20) -> Enclosure:
     """Certified [lo, hi] containing mmse(Delta) = Delta - (4 pi^2/3) Delta^2 int mu^3 (THEORY 1.1).
 
     ``rho``, ``delta``: exact rationals (int, Fraction, decimal string; a float means its shortest
-    decimal). ``digits``: decimals printed and the accuracy aimed at (the reached width is in the
-    record). See the module docstring for the proof outline and what is certified.
+    decimal, 0.1 = 1/10). ``digits``: significant digits aimed at and printed (the endpoints are
+    rounded outward; the reached width is in the record). The module docstring has the proof
+    outline and says what is and is not certified.
     """
     rho_q, delta_q = _exact(rho, "rho"), _exact(delta, "delta")
     digits = _digits_ok(digits)
     flint = _flint()
-    big = max(1.0, float(delta_q))
+    d_f = float(delta_q)
     old = flint.ctx.prec
     try:
-        # Delta^2 I ~ Delta cancels against Delta: carry 2 log10(Delta) more digits
-        flint.ctx.prec = int((digits + 2 * math.log10(big) + 6) * 3.33) + 24
+        # Delta^2 I ~ Delta cancels against Delta at large Delta: carry 2 log10(Delta) more digits
+        flint.ctx.prec = int((digits + 2 * math.log10(max(1.0, d_f)) + 8) * 3.33) + 24
         p = _params(rho_q, delta_q)
         cub = _Cubic(p, flint.ctx.prec)
         support, masses = _support(p, cub)
-        tol = flint.arb(10) ** (-(digits + 3)) / (p.delta * p.delta + 1)
+        # mmse ~ min(Delta, 1): aim the integral's absolute error at 10^-(digits+2) mmse/Delta^2
+        tol = flint.arb(10) ** (-(digits + 3)) * min(d_f, 1.0) / max(d_f * d_f, 1e-300)
         bound = _density_bound(p.delta)
         total = flint.arb(0)
         for a, b in support:
             total += _integrate(cub, 3, bound, a.lower(), b.upper(), tol)
         val = p.delta - 4 * p.delta * p.delta * total / (3 * flint.arb.pi())
-        lo, hi = _decimal(val.lower(), digits, False), _decimal(val.upper(), digits, True)
+        if not (val.is_finite() and val > 0):
+            raise ConvergenceError("mmse enclosure not positive and finite", last_iterate=val)
+        decimals = max(digits, digits - 1 - math.floor(math.log10(float(val.mid()))))
+        lo, hi = _decimal(val.lower(), decimals, False), _decimal(val.upper(), decimals, True)
         width = float(Fraction(hi) - Fraction(lo))
         prec = flint.ctx.prec
+        mid = val.mid().str(digits + 3, radius=False)
+        radius = float(val.rad())
         sup = [[a.str(20, radius=False), b.str(20, radius=False)] for a, b in support]
+        mass_s = [m.str(10) for m in masses]
     finally:
         flint.ctx.prec = old
     return Enclosure(
         lo=lo,
         hi=hi,
-        mid=val.mid().str(digits + 2, radius=False),
-        value=float(val.mid()),
+        mid=mid,
+        value=float(Fraction(mid)),
         width=width,
         error=width / 2,
         method=(
-            "ball arithmetic (python-flint arb/acb): discriminant roots for the support, "
-            "contraction-certified cubic roots, rigorous Gauss-Legendre (acb.integral) of "
-            "(Im g)^3, edge slivers bounded by Im g <= Delta^(-1/2)"
+            "ball arithmetic (python-flint arb/acb): certified discriminant roots for the support, "
+            "contraction-certified real root of the cubic, W = -(g1 - g2)^2, rigorous Gauss-Legendre "
+            "(acb.integral) of (sqrt(W)/2)^3 with edge slivers bounded"
         ),
         what_is_certified=(
-            "[lo, hi] contains Delta - (4 pi^2/3) Delta^2 int mu_Delta^3 dx for the exact rationals "
-            f"rho = {rho_q}, Delta = {delta_q}, mu_Delta defined by the cubic of THEORY 1.1. Not "
-            "certified: that this formula is the MMSE (literature), the Wishart R-transform, "
-            "python-flint itself."
+            "[lo, hi] contains Delta - (4 pi^2/3) Delta^2 int mu_Delta(x)^3 dx for the exact rationals "
+            f"rho = {rho_q}, Delta = {delta_q}, with mu_Delta = Im g(x - i0)/pi and g the Stieltjes "
+            "root of the cubic of THEORY 1.1. Not certified: that this formula is the Bayes-optimal "
+            "MMSE of the denoising problem and that the cubic is the free convolution of the Wishart "
+            "spectrum with the semicircle (both from the literature), and python-flint itself."
         ),
         precision=prec,
         extra={
             "rho": str(rho_q),
             "delta": str(delta_q),
+            "ball_radius": radius,
             "support": sup,
-            "support_masses": [m.str(10) for m in masses],
+            "support_masses": mass_s,
         },
     )
 
 
-def density_mass_enclosure(*, rho: Any, delta: Any, prec: int = 80) -> Any:
-    """Certified enclosure (arb) of int mu_Delta dx over the certified support (should hold 1).
+def moment_enclosure(*, rho: Any, delta: Any, order: int, prec: int = 80) -> Any:
+    """Certified enclosure (arb) of int x^order mu_Delta(x) dx over the certified support.
 
-    A check of the whole chain (support, roots, integrator) against a known exact value.
+    A check of the whole chain (support, roots, integrator) against exact values: 1, sqrt(rho)
+    and 1 + rho + Delta for order 0, 1, 2 (free cumulants add; THEORY 1.1).
     """
     rho_q, delta_q = _exact(rho, "rho"), _exact(delta, "delta")
+    require(order in (0, 1, 2, 3), "order", "0, 1, 2 or 3", order)
     flint = _flint()
     old = flint.ctx.prec
     try:
@@ -624,10 +657,10 @@ def density_mass_enclosure(*, rho: Any, delta: Any, prec: int = 80) -> Any:
         cub = _Cubic(p, flint.ctx.prec)
         support, _ = _support(p, cub)
         bound = _density_bound(p.delta)
-        tol = flint.arb(2) ** (-int(prec) + 10)
+        tol = flint.arb(2) ** (-int(prec) + 16)
         total = flint.arb(0)
         for a, b in support:
-            total += _integrate(cub, 1, bound, a.lower(), b.upper(), tol)
+            total += _integrate(cub, 1, bound, a.lower(), b.upper(), tol, weight=order)
         return total / flint.arb.pi()
     finally:
         flint.ctx.prec = old
