@@ -592,12 +592,14 @@ def mmse_enclosure(*, rho: Any, delta: Any, digits: int = 20) -> Enclosure:
         p = _params(rho_q, delta_q)
         cub = _Cubic(p, flint.ctx.prec)
         support, masses = _support(p, cub)
-        # mmse ~ min(Delta, 1): aim the integral's absolute error at 10^-(digits+2) mmse/Delta^2
-        tol = flint.arb(10) ** (-(digits + 3)) * min(d_f, 1.0) / max(d_f * d_f, 1e-300)
+        # mmse ~ min(Delta, 1): aim the integral's error at 10^-(digits+4) mmse/Delta^2 per leaf
+        # (flint's goals are per sub-interval; the relative goal must not loosen it)
+        rel = flint.arb(10) ** (-(digits + 4))
+        tol = rel * min(d_f, 1.0) / max(d_f * d_f, 1e-300)
         bound = _density_bound(p.delta)
         total = flint.arb(0)
         for a, b in support:
-            total += _integrate(cub, 3, bound, a.lower(), b.upper(), tol)
+            total += _integrate(cub, 3, bound, a.lower(), b.upper(), tol, rel / 100)
         val = p.delta - 4 * p.delta * p.delta * total / (3 * flint.arb.pi())
         if not (val.is_finite() and val > 0):
             raise ConvergenceError("mmse enclosure not positive and finite", last_iterate=val)
@@ -607,7 +609,7 @@ def mmse_enclosure(*, rho: Any, delta: Any, digits: int = 20) -> Enclosure:
         prec = flint.ctx.prec
         mid = val.mid().str(digits + 3, radius=False)
         radius = float(val.rad())
-        sup = [[a.str(20, radius=False), b.str(20, radius=False)] for a, b in support]
+        sup = [[a.str(30, radius=False), b.str(30, radius=False)] for a, b in support]
         mass_s = [m.str(10) for m in masses]
     finally:
         flint.ctx.prec = old
