@@ -141,16 +141,6 @@ def _params(rho: Fraction, delta: Fraction) -> _Params:
 # --------------------------------------------------------------------------------------------
 
 
-def _cubic(g: Any, x: Any, p: _Params) -> Any:
-    """P(g; x) = s Delta g^3 - (s x + Delta) g^2 + (x + s - m) g - 1 (THEORY 1.1)."""
-    return ((p.s * p.delta * g - (p.s * x + p.delta)) * g + (x + p.s - p.m)) * g - 1
-
-
-def _dcubic(g: Any, x: Any, p: _Params) -> Any:
-    """dP/dg."""
-    return (3 * p.s * p.delta * g - 2 * (p.s * x + p.delta)) * g + (x + p.s - p.m)
-
-
 def _contracts(f: Any, df: Any, c: Any, r: Any) -> tuple[bool, Any]:
     """(True, r) if f has exactly one zero in the closed disc |g - c| <= r, and it is simple.
 
@@ -244,6 +234,7 @@ class _Cubic:
         self.steps = max(2, math.ceil(math.log2(max(prec, 53) / 48)) + 1)
 
     def _fns(self, x: Any) -> tuple[Any, Any]:
+        """P(.; x) = s Delta g^3 - (s x + Delta) g^2 + (x + s - m) g - 1 and dP/dg (THEORY 1.1)."""
         a2 = -(self.p.s * x + self.p.delta)
         a1 = x + self.smm
         a3, a3x3, a2x2 = self.a3, self.a3x3, 2 * a2
@@ -643,14 +634,14 @@ def mmse_enclosure(*, rho: Any, delta: Any, digits: int = 20) -> Enclosure:
     )
 
 
-def moment_enclosure(*, rho: Any, delta: Any, order: int, prec: int = 80) -> Any:
-    """Certified enclosure (arb) of int x^order mu_Delta(x) dx over the certified support.
+def moment_enclosure(*, rho: Any, delta: Any, orders: tuple = (0, 1, 2), prec: int = 80) -> list:
+    """Certified enclosures (arb) of int x^j mu_Delta(x) dx, j in ``orders``, over the support.
 
     A check of the whole chain (support, roots, integrator) against exact values: 1, sqrt(rho)
-    and 1 + rho + Delta for order 0, 1, 2 (free cumulants add; THEORY 1.1).
+    and 1 + rho + Delta for j = 0, 1, 2 (free cumulants add; THEORY 1.1).
     """
     rho_q, delta_q = _exact(rho, "rho"), _exact(delta, "delta")
-    require(order in (0, 1, 2, 3), "order", "0, 1, 2 or 3", order)
+    require(all(j in (0, 1, 2, 3) for j in orders), "orders", "a tuple of 0, 1, 2, 3", orders)
     flint = _flint()
     old = flint.ctx.prec
     try:
@@ -658,11 +649,15 @@ def moment_enclosure(*, rho: Any, delta: Any, order: int, prec: int = 80) -> Any
         p = _params(rho_q, delta_q)
         cub = _Cubic(p, flint.ctx.prec)
         support, _ = _support(p, cub)
+        flint.ctx.prec = int(prec)
         bound = _density_bound(p.delta)
         tol = flint.arb(2) ** (-int(prec) + 16)
-        total = flint.arb(0)
-        for a, b in support:
-            total += _integrate(cub, 1, bound, a.lower(), b.upper(), tol, weight=order)
-        return total / flint.arb.pi()
+        out = []
+        for j in orders:
+            total = flint.arb(0)
+            for a, b in support:
+                total += _integrate(cub, 1, bound, a.lower(), b.upper(), tol, weight=j)
+            out.append(total / flint.arb.pi())
+        return out
     finally:
         flint.ctx.prec = old
