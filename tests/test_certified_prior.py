@@ -32,9 +32,14 @@ def _ref(rho: str, delta: str) -> Fraction:
         return Fraction(mpmath.nstr(W.mmse(delta, rho=rho, dps=40), 42))
 
 
+@functools.cache
+def _enc(rho: str, delta: str, digits: int) -> C.Enclosure:
+    return C.mmse_enclosure(rho=rho, delta=delta, digits=digits)
+
+
 @pytest.mark.parametrize("rho,delta", CASES)
 def test_enclosure_contains_40_digit_mmse(rho, delta):
-    enc = C.mmse_enclosure(rho=rho, delta=delta, digits=16)
+    enc = _enc(rho, delta, 16)
     ref = _ref(rho, delta)
     lo, hi = Fraction(enc.lo), Fraction(enc.hi)
     assert lo <= ref <= hi
@@ -45,14 +50,14 @@ def test_enclosure_contains_40_digit_mmse(rho, delta):
 
 
 def test_support_count_and_edges_match_wishart():
-    enc = C.mmse_enclosure(rho="0.2", delta="0.01", digits=10)
+    enc = _enc("0.2", "0.01", 16)
     ref = W.support("0.2", "0.01", dps=40)
     assert len(enc.extra["support"]) == len(ref) == 2
     with mpmath.workdps(40):
         for (a, b), (ra, rb) in zip(enc.extra["support"], ref):
             assert abs(mpmath.mpf(a) - ra) < 1e-20 and abs(mpmath.mpf(b) - rb) < 1e-20
     # rho > 1: one interval
-    assert len(C.mmse_enclosure(rho="2", delta="0.1", digits=10).extra["support"]) == 1
+    assert len(_enc("2", "0.1", 16).extra["support"]) == 1
 
 
 def test_perturbed_delta_is_excluded():
@@ -183,7 +188,7 @@ def _cli(capsys, monkeypatch, *args) -> tuple[int, str, str]:
 
 def test_cli_certified_json_and_estimate(capsys, monkeypatch):
     code, out, err = _cli(capsys, monkeypatch, "--rho", "0.2", "--delta", "0.01", "--certified",
-                          "--digits", "16", "--json")
+                          "--digits", "10", "--json")
     assert code == 0, err
     res = json.loads(out)
     lo, hi = (Fraction(v) for v in res["interval"])
@@ -192,7 +197,9 @@ def test_cli_certified_json_and_estimate(capsys, monkeypatch):
         assert key in res
     code, out, err = _cli(capsys, monkeypatch, "--rho", "0.2", "--delta", "0.01", "--json")
     est = json.loads(out)
-    assert code == 0 and abs(Fraction(est["value"]) - lo) < 1e-14 and 0 <= est["error"] < 1e-12
+    v = Fraction(est["value"])
+    assert code == 0 and lo - Fraction(1, 10**13) <= v <= hi + Fraction(1, 10**13)
+    assert 0 <= est["error"] < 1e-12
 
 
 @pytest.mark.parametrize("args,option", [(("--rho", "-1", "--delta", "1"), "--rho"),
@@ -201,3 +208,15 @@ def test_cli_certified_json_and_estimate(capsys, monkeypatch):
 def test_cli_bad_values_exit_2(capsys, monkeypatch, args, option):
     code, out, err = _cli(capsys, monkeypatch, *args)
     assert code == 2 and option in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rho,delta", CASES + [("1", "0.001"), ("0.9", "0.0001"), ("5", "10000"),
+                                               ("0.5", "0.00000001"), ("10000", "1"),
+                                               ("0.0001", "0.01"), ("0.000001", "1")])
+def test_30_digit_enclosures_and_extremes(rho, delta):
+    """30 significant digits against the 40-digit reference; tiny and huge rho and Delta."""
+    enc = C.mmse_enclosure(rho=rho, delta=delta, digits=30)
+    ref = _ref(rho, delta)
+    assert Fraction(enc.lo) <= ref <= Fraction(enc.hi)
+    assert enc.width <= 1e-29 * float(ref)
