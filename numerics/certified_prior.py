@@ -452,22 +452,24 @@ def _real_roots_D(p: _Params) -> list:
     discs = []
     steps = max(2, math.ceil(math.log2(flint.ctx.prec / 40)) + 2)
     for z in approx:
-        real = abs(z.imag) <= 1e-7 * max(1.0, abs(z))
-        c = flint.acb(float(z.real), 0.0 if real else float(z.imag))
-        c = _newton(d_poly, dd_poly, c, steps)
-        if real:
-            c = flint.acb(c.real)
-        r = ((d_poly(c).mid() / dd_poly(c).mid()).abs_upper() * 4).mid()
-        r = (r + c.abs_upper() * flint.arb(2) ** (-flint.ctx.prec + 8)).mid()
-        ok, r = _contracts(d_poly, dd_poly, c, r)
-        if not ok:
+        # a nearly real approximation is tried as a real root first, then as a complex one
+        tries = (True, False) if abs(z.imag) <= 1e-4 * max(1.0, abs(z)) else (False,)
+        for real in tries:
+            c = flint.acb(float(z.real), 0.0 if real else float(z.imag))
+            c = _newton(d_poly, dd_poly, c, steps)
+            if real:
+                c = flint.acb(c.real)
+            r = ((d_poly(c).mid() / dd_poly(c).mid()).abs_upper() * 4).mid()
+            r = (r + c.abs_upper() * flint.arb(2) ** (-flint.ctx.prec + 8)).mid()
+            ok, r = _contracts(d_poly, dd_poly, c, r)
+            if ok and (real or abs(c.imag) > r):
+                break
+        else:
             raise ConvergenceError(
                 "could not isolate the support edges (a double root: two intervals touching?)",
                 last_iterate=complex(z),
                 residual=None,
             )
-        if not real and not abs(c.imag) > r:
-            raise ConvergenceError("a discriminant root disc meets the real axis", last_iterate=complex(z))
         discs.append((c, r, real))
     for i in range(4):
         for j in range(i):
@@ -578,19 +580,24 @@ def mmse_enclosure(*, rho: Any, delta: Any, digits: int = 20) -> Enclosure:
     d_f = float(delta_q)
     old = flint.ctx.prec
     try:
-        # Delta^2 I ~ Delta cancels against Delta at large Delta: carry 2 log10(Delta) more digits
-        flint.ctx.prec = int((digits + 2 * math.log10(max(1.0, d_f)) + 8) * 3.33) + 24
+        # mmse = Delta - c Delta^2 I cancels by a factor ~ Delta/mmse; m_est (Delta -> 0 and
+        # Delta -> infinity limits of THEORY 1.1, within a factor ~3) only steers precision and goals
+        r_f = float(rho_q)
+        m_est = min(d_f * (2 * r_f - r_f * r_f if r_f <= 1 else 1.0), 1.0) / 2
+        cancel = max(1.0, d_f / m_est)
+        extra = max(math.log10(cancel), 2 * math.log10(max(1.0, d_f)))
+        flint.ctx.prec = int((digits + extra + 8) * 3.33) + 24
         p = _params(rho_q, delta_q)
         cub = _Cubic(p, flint.ctx.prec)
         support, masses = _support(p, cub)
-        # mmse ~ min(Delta, 1): aim the integral's error at 10^-(digits+4) mmse/Delta^2 per leaf
-        # (flint's goals are per sub-interval; the relative goal must not loosen it)
+        # aim the integral's error at 10^-(digits+4) mmse/Delta^2 per leaf (flint's goals are per
+        # sub-interval; I ~ Delta/Delta^2, so the relative goal carries the cancellation factor)
         rel = flint.arb(10) ** (-(digits + 4))
-        tol = rel * min(d_f, 1.0) / max(d_f * d_f, 1e-300)
+        tol = rel * m_est / (d_f * d_f)
         bound = _density_bound(p.delta)
         total = flint.arb(0)
         for a, b in support:
-            total += _integrate(cub, 3, bound, a.lower(), b.upper(), tol, rel / 100)
+            total += _integrate(cub, 3, bound, a.lower(), b.upper(), tol, rel / cancel)
         val = p.delta - 4 * p.delta * p.delta * total / (3 * flint.arb.pi())
         if not (val.is_finite() and val > 0):
             raise ConvergenceError("mmse enclosure not positive and finite", last_iterate=val)
