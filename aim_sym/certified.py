@@ -4,8 +4,9 @@ A sympy expression built from integers, rationals, pi, E and the elementary func
 evaluated in ball arithmetic; the result is a ball guaranteed to contain the exact value, and
 :func:`enclosure` prints it as a pair of decimal strings rounded outward. Needs the optional extra
 ``aim-sym[certified]``. Certified: closed forms (small-width weak recovery of discrete and
-Gaussian channels, perfect recovery). Not certified: anything computed by quadrature (SE fixed
-points, mmse(Delta) of the Wishart prior, SMI thresholds).
+Gaussian channels, perfect recovery). Not certified here: anything computed by quadrature (SE
+fixed points, SMI thresholds); mmse(Delta) of the Wishart prior has its own certified route,
+:mod:`numerics.certified_prior`.
 """
 
 from __future__ import annotations

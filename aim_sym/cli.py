@@ -1,4 +1,4 @@
-"""The aim-sym command line: se, curve, threshold, check, sweep (``--json`` everywhere).
+"""The aim-sym command line: se, curve, threshold, check, sweep, mmse (``--json`` everywhere).
 
 Bad values exit with status 2 and one line naming the option and its allowed range.
 """
@@ -656,6 +656,61 @@ def derive(fmt, **kw):
             emit({k: sp.latex(v) for k, v in aim_expressions(ch).items()}, True)
             return
         click.echo(text)
+
+
+def _positive_rational(text: str, option: str):
+    from fractions import Fraction
+
+    try:
+        q = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        q = None
+    if q is None or not q > 0:
+        fail(option, "a finite real number > 0 (decimal or p/q)", text)
+    return q
+
+
+@cli.command()
+@click.option("--rho", required=True, help="width ratio rho > 0 (decimal or p/q, read exactly)")
+@click.option("--delta", required=True, help="noise Delta > 0 (decimal or p/q, read exactly)")
+@click.option("--digits", type=int, default=None, help="5..200: mpmath digits of the estimate, or "
+              "significant digits of the --certified interval (default 20 there)")
+@click.option("--certified", is_flag=True, help="a guaranteed interval by ball arithmetic "
+              "(python-flint)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def mmse(rho, delta, digits, certified, as_json):
+    """mmse(Delta) of denoising the Wishart matrix S from S + sqrt(Delta) Z (THEORY 1.1)."""
+    _positive_rational(rho, "--rho")
+    _positive_rational(delta, "--delta")
+    if digits is not None and not 5 <= digits <= 200:
+        fail("--digits", "in 5..200", digits)
+    if certified:
+        from numerics.certified_prior import mmse_enclosure
+
+        enc = mmse_enclosure(rho=rho, delta=delta, digits=20 if digits is None else digits)
+        out = {"rho": rho, "delta": delta, "value": enc.value, "error": enc.error,
+               "interval": [enc.lo, enc.hi], "width": enc.width, "mid": enc.mid,
+               "method": enc.method, "what_is_certified": enc.what_is_certified,
+               "precision_bits": enc.precision, "support": enc.extra["support"],
+               "support_masses": enc.extra["support_masses"]}
+        emit(out, as_json, lambda o: (
+            f"mmse(Delta={delta}; rho={rho}) in [{o['interval'][0]}, {o['interval'][1]}] "
+            f"(width {o['width']:.1e}, certified)\nmethod: {o['method']}\n"
+            f"certified: {o['what_is_certified']}"))
+        return
+    from numerics import wishart
+
+    est = wishart.mmse_estimate(delta, rho=rho, dps=digits)
+    if digits is None:
+        value = est.value
+    else:
+        import mpmath
+
+        value = mpmath.nstr(est.value, digits)
+    out = {"rho": rho, "delta": delta, "value": value, "error": est.error, "method": est.method,
+           "precision": est.precision}
+    emit(out, as_json, lambda o: (
+        f"mmse(Delta={delta}; rho={rho}) = {o['value']} +- {o['error']:.1e}\nmethod: {o['method']}"))
 
 
 def main() -> None:
