@@ -1,0 +1,284 @@
+"""AIM SE curves over many alphas: the fixed-point set traced once, shared by every alpha.
+
+The output side E(q, V) of THEORY 1.1 does not depend on alpha. With q_hat = 1/Delta and
+V = mmse(Delta), the fixed-point condition q_hat = 2 alpha E(Q0 - V, V) reads
+
+    alpha(Delta) = 1 / (2 Delta E(Q0 - mmse(Delta), mmse(Delta))),
+
+so the fixed points at alpha are the roots of alpha(Delta) = alpha. As mmse increases with
+Delta, sign(mmse(1/q_hat(V)) - V) = sign(alpha(Delta) - alpha): a sign change on a grid in
+t = ln Delta brackets a fixed point exactly as the V scan of :func:`numerics.aim_se.fixed_points`
+does, but one grid serves all alphas. At a fixed point the SE map's slope is
+1 + d ln alpha / d ln Delta and Phi = V / (4 Delta) - I(Delta) + alpha Psi_out (THEORY 1.1).
+
+Each root is read off local interpolants in t (orders 3 and 5); the grid is refined where
+they disagree by more than the target and near turning points of alpha(Delta) (where
+fixed points appear in pairs). Errors, per fixed point and by refinement: the root on the
+curves of two quadrature levels, the two interpolation orders, the prior's two orders. When
+interpolation cannot reach the target within a node budget, each bracketed root is polished
+by :func:`numerics.aim_se.solve_fixed_point`, started from the interpolated value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import brentq
+
+from . import aim_se
+from .gauss import TAIL_MASS, gaussian_grid
+from .records import ConvergenceError, require
+
+_LN10 = float(np.log(10.0))
+_V_FLOOR = 1e-6  # the lowest V the scan must reach (as aim_se's V grid)
+_FOLD_STEP = 0.05  # grid step in ln Delta to which turning points of alpha(Delta) are resolved
+_INTERP_FLOOR = 1e-7  # below this target, roots are polished rather than interpolated
+
+
+# ----------------------------------------------------------------------------- output side
+def output_moments_many(cc, *, q, V, level: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """E(q_i, V_i), Psi_out(q_i, V_i) and tail bounds for many points in one compiled call.
+
+    The same rule as :func:`numerics.aim_se.output_moments` (THEORY 1.1), vectorised over points.
+    """
+    q = np.atleast_1d(np.asarray(q, dtype=float))
+    V = np.atleast_1d(np.asarray(V, dtype=float))
+    require(bool(np.all(V > 0)), "V", "> 0", V)
+    require(bool(np.all(q >= 0)), "q", ">= 0", q)
+    if not cc.discrete:
+        E = np.array([float(cc.e_g2(v)) for v in V])
+        psi = np.array([float(cc.psi_out(v)) for v in V])
+        return E, psi, np.zeros_like(E)
+    K = cc.K
+    nodes, wts, pruned = [], [], np.zeros(len(q))
+    for i, (qi, vi) in enumerate(zip(q, V)):
+        if qi == 0:
+            m, w = np.zeros((1, K)), np.ones(1)
+        else:
+            m, w, pruned[i] = gaussian_grid(qi * cc.S, np.sqrt(vi * np.diag(cc.S)), level)
+        nodes.append(m)
+        wts.append(w)
+    counts = np.array([len(w) for w in wts])
+    M, W = np.concatenate(nodes), np.concatenate(wts)
+    Vn = np.repeat(V, counts)
+    N = len(W)
+    flat = aim_se._flat_eval(cc.z_grad, [M[:, k] for k in range(K)] + [Vn], N)
+    Y, n = cc.n_outputs, cc.n_pairs
+    Z = np.stack(flat[:Y])
+    G = np.stack(flat[Y:]).reshape(Y, n, N)
+    wg2 = np.einsum("ynN,n->yN", G * G, cc.weights)
+    pos = Z > 0
+    safe = np.where(pos, Z, 1.0)
+    e_int = np.where(pos, wg2 / safe, 0.0).sum(axis=0)
+    psi_int = np.where(pos, Z * np.log(safe), 0.0).sum(axis=0)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    E = np.add.reduceat(e_int * W, starts)
+    psi = np.add.reduceat(psi_int * W, starts)
+    sup = np.maximum.reduceat(np.abs(e_int), starts)
+    tail = np.where(q > 0, (TAIL_MASS + pruned) * sup, 0.0)
+    return E, psi, tail
+
+
+# ----------------------------------------------------------------------------- the traced set
+@dataclass
+class _Trace:
+    """alpha(Delta) and what a fixed point needs, on nodes t = ln Delta (increasing)."""
+
+    t: np.ndarray
+    V: np.ndarray  # mmse(Delta), fine prior order
+    V_err: np.ndarray  # prior: |fine - coarse order|
+    mi: np.ndarray  # I(Delta)
+    E: np.ndarray  # (2, n): E at quadrature levels L and L + 1
+    psi: np.ndarray  # Psi_out at level L + 1
+    tail: np.ndarray
+
+    def __post_init__(self) -> None:
+        with np.errstate(divide="ignore"):
+            self.lna = -np.log(2.0 * self.E) - self.t  # ln alpha at both levels, (2, n)
+
+
+def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int) -> _Trace:
+    from . import wishart
+
+    Q0 = 1.0 + rho
+    delta = np.exp(t)
+    V, V_err, mi = (np.empty(len(t)) for _ in range(3))
+    for i, d in enumerate(delta):
+        est = wishart.mmse_estimate(float(d), rho=rho)
+        V[i], V_err[i] = est.value, est.error
+        mi[i] = wishart.mutual_information(float(d), rho=rho)
+    if np.any(V <= 0) or np.any(V >= 1.0 + 1e-12):
+        raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
+                               residual=None)
+    V = np.minimum(V, 1.0)
+    E0, _, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level)
+    E1, psi, tail = output_moments_many(cc, q=Q0 - V, V=V, level=level + 1)
+    return _Trace(t, V, V_err, mi, np.stack([E0, E1]), psi, tail)
+
+
+def _merge(a: _Trace, b: _Trace) -> _Trace:
+    t = np.concatenate([a.t, b.t])
+    order = np.argsort(t, kind="stable")
+    cat = {f: np.concatenate([getattr(a, f), getattr(b, f)], axis=-1)[..., order]
+           for f in ("V", "V_err", "mi", "E", "psi", "tail")}
+    return _Trace(t[order], **cat)
+
+
+# ----------------------------------------------------------------------------- roots
+@dataclass
+class _Root:
+    t: float
+    V: float
+    error: float
+    interp_error: float
+    quad_error: float
+    slope: float
+    phi: float
+    bracket: int  # index j of the bracketing interval [t_j, t_j+1]
+
+
+def _stencil(j: int, n: int, p: int) -> slice:
+    lo = min(max(j - p // 2 + 1, 0), n - p)
+    return slice(lo, lo + p)
+
+
+def _horner(c: np.ndarray, x: float) -> float:
+    acc = 0.0
+    for ck in c[::-1]:
+        acc = acc * x + ck
+    return float(acc)
+
+
+def _dhorner(c: np.ndarray, x: float) -> float:
+    return _horner(c[1:] * np.arange(1, len(c)), x)
+
+
+def _read_root(tr: _Trace, j: int, ln_a: float, alpha: float, p: int) -> tuple:
+    """Root of the order-(p-1) interpolant of ln alpha(t) - ln a in [t_j, t_j+1], with V, slope,
+    Phi and the linearised shift of the root between the two quadrature levels."""
+    s = _stencil(j, len(tr.t), p)
+    t0 = tr.t[j]
+    h = tr.t[j + 1] - t0
+    x_nodes = (tr.t[s] - t0) / h  # the bracket is [0, 1] in x
+    rhs = np.stack([tr.lna[1][s] - ln_a, tr.lna[0][s] - ln_a, np.log(tr.V[s]), tr.mi[s],
+                    tr.psi[s]], axis=1)
+    c = np.linalg.solve(np.vander(x_nodes, increasing=True), rhs)  # coefficients, per column
+    c1 = c[:, 0]
+    ylo, yhi = _horner(c1, 0.0), _horner(c1, 1.0)
+    if ylo * yhi > 0:  # rounding of the fit at a node where y is ~0
+        x = 0.0 if abs(ylo) < abs(yhi) else 1.0
+    else:
+        x = 0.0 if ylo == 0 else brentq(lambda u: _horner(c1, u), 0.0, 1.0, xtol=1e-15,
+                                       rtol=1e-15, maxiter=200)
+    V = float(np.exp(_horner(c[:, 2], x)))
+    dy = _dhorner(c1, x) / h
+    dV = V * _dhorner(c[:, 2], x) / h
+    tail = float(np.max(tr.tail[s] / tr.E[1][s]))
+    quad_shift = (abs(_horner(c[:, 1], x)) + tail) / max(abs(dy), 1e-300)
+    delta = float(np.exp(t0 + h * x))
+    phi = V / (4 * delta) - _horner(c[:, 3], x) + alpha * _horner(c[:, 4], x)
+    return t0 + h * x, V, 1.0 + dy, phi, abs(dV) * quad_shift, float(np.max(tr.V_err[s]))
+
+
+def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
+    ln_a = float(np.log(alpha))
+    y = tr.lna[1] - ln_a
+    out = []
+    for j in range(len(y) - 1):
+        if y[j] == 0 or y[j] * y[j + 1] < 0:
+            t4, V4, *_ = _read_root(tr, j, ln_a, alpha, 4)
+            t6, V6, slope, phi, quad, prior = _read_root(tr, j, ln_a, alpha, 6)
+            interp = abs(V6 - V4)
+            err = quad + interp + prior / max(abs(1 - slope), 1e-3)
+            err = max(err, 4 * np.finfo(float).eps * V6)
+            out.append(_Root(t6, V6, err, interp, quad, slope, phi, j))
+    return out
+
+
+# ----------------------------------------------------------------------------- driver
+def _level_for(tol: float, discrete: bool) -> int:
+    """Coarser of the two quadrature levels (its difference to the next bounds the error)."""
+    if not discrete:
+        return 0
+    return -2 if tol >= 1e-6 else -1
+
+
+def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 400) -> _Trace:
+    """Trace alpha(Delta) on a grid in ln Delta covering every fixed point of ``alphas`` and
+    refined until each root's interpolation error is below max(tol, 1e-7) / 4."""
+    require(tol > 0, "tol", "> 0", tol)
+    level = _level_for(tol, cc.discrete)
+    a_min, a_max = float(np.min(alphas)), float(np.max(alphas))
+    tr = _trace_nodes(cc, rho=rho, t=np.linspace(-4 * _LN10, 2 * _LN10, 13), level=level)
+    # extend until the ends lie beyond every alpha (alpha -> 0 as Delta -> inf) and V reaches
+    # the scan floor at the low end
+    while tr.lna[1][-1] >= np.log(a_min):
+        tr = _merge(tr, _trace_nodes(cc, rho=rho, t=tr.t[-1:] + _LN10 / 2, level=level))
+    while tr.V[0] > _V_FLOOR:
+        tr = _merge(tr, _trace_nodes(cc, rho=rho, t=tr.t[:1] - _LN10 / 2, level=level))
+    target = max(tol, _INTERP_FLOOR) / 4
+    while True:
+        y = tr.lna[1]
+        refine = set()
+        # turning points of alpha(Delta): fixed points appear or vanish in pairs there
+        d = np.diff(y)
+        for j in range(1, len(d)):
+            if d[j - 1] * d[j] < 0:
+                refine.update(i for i in (j - 1, j) if tr.t[i + 1] - tr.t[i] > _FOLD_STEP)
+        for a in alphas:
+            for r in _roots_at(tr, float(a)):
+                if r.interp_error > target:
+                    s = _stencil(r.bracket, len(tr.t), 6)
+                    refine.update(range(s.start, s.stop - 1))
+        if not refine:
+            return tr
+        if len(tr.t) + len(refine) > max_nodes:
+            return tr
+        idx = np.array(sorted(refine))
+        mid = 0.5 * (tr.t[idx] + tr.t[idx + 1])
+        tr = _merge(tr, _trace_nodes(cc, rho=rho, t=mid, level=level))
+
+
+def fixed_points_traced(cc, tr: _Trace, *, alpha: float, rho: float, tol: float,
+                        max_level: int = 3) -> list[aim_se.FixedPoint]:
+    """All fixed points at ``alpha`` from a trace (interpolated, or polished where the
+    interpolated error exceeds ``tol``), V = 0 appended for noiseless channels, the
+    Bayes-optimal one flagged (THEORY 1.1)."""
+    if alpha == 0:
+        return aim_se.fixed_points(cc, alpha=0.0, rho=rho)
+    Q0 = 1.0 + rho
+    fps = []
+    for r in _roots_at(tr, alpha):
+        if r.error <= tol:
+            fps.append(aim_se.FixedPoint(Q0 - r.V, float(np.exp(-r.t)), r.V, r.phi,
+                                         abs(r.slope) < 1, r.slope, r.error,
+                                         extra={"method": "traced", "interp_error": r.interp_error,
+                                                "quad_error": r.quad_error}))
+        else:
+            first = min(max(20 * r.error / r.V, 1e-7), 1e-2)
+            fps.append(aim_se.solve_fixed_point(cc, alpha=alpha, rho=rho, v0=r.V, tol=tol,
+                                                max_level=max_level, first=first))
+    return aim_se._with_perfect_recovery(cc, alpha=alpha, rho=rho, fps=fps)
+
+
+def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
+          progress: Callable | None = None) -> list[dict]:
+    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha), from one
+    trace of alpha(Delta) shared by all alphas."""
+    alphas = np.asarray(alphas, dtype=float).ravel()
+    for a in alphas:
+        aim_se._check(float(a), rho)
+    require(tol > 0, "tol", "> 0", tol)
+    pos = alphas[alphas > 0]
+    tr = trace(cc, rho=rho, alphas=pos, tol=tol) if len(pos) else None
+    rows = []
+    for i, a in enumerate(alphas):
+        fps = fixed_points_traced(cc, tr, alpha=float(a), rho=rho, tol=tol)
+        bo = aim_se.bayes_optimal(fps)
+        rows.append({"alpha": float(a), "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse,
+                     "phi": bo.phi, "error": bo.error, "n_fixed_points": len(fps)})
+        if progress:
+            progress(i + 1, len(alphas), f"alpha={float(a):.6g}")
+    return rows
