@@ -28,7 +28,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from . import aim_se
-from .gauss import TAIL_MASS, gaussian_grid
+from .gauss import TAIL_SD, gaussian_grid, tail_mass
 from .records import ConvergenceError, require
 
 _LN10 = float(np.log(10.0))
@@ -38,10 +38,13 @@ _INTERP_FLOOR = 1e-7  # below this target, roots are polished rather than interp
 
 
 # ----------------------------------------------------------------------------- output side
-def output_moments_many(cc, *, q, V, level: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def output_moments_many(cc, *, q, V, level: int, tail_sd: float = TAIL_SD
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """E(q_i, V_i), Psi_out(q_i, V_i) and tail bounds for many points in one compiled call.
 
-    The same rule as :func:`numerics.aim_se.output_moments` (THEORY 1.1), vectorised over points.
+    The rule of :func:`numerics.aim_se.output_moments` (THEORY 1.1), vectorised over points,
+    on the box |m_k| <= tail_sd sd_k: the mass cut off times the integrand's sup on the nodes
+    is returned as the tail bound.
     """
     q = np.atleast_1d(np.asarray(q, dtype=float))
     V = np.atleast_1d(np.asarray(V, dtype=float))
@@ -57,7 +60,8 @@ def output_moments_many(cc, *, q, V, level: int) -> tuple[np.ndarray, np.ndarray
         if qi == 0:
             m, w = np.zeros((1, K)), np.ones(1)
         else:
-            m, w, pruned[i] = gaussian_grid(qi * cc.S, np.sqrt(vi * np.diag(cc.S)), level)
+            m, w, pruned[i] = gaussian_grid(qi * cc.S, np.sqrt(vi * np.diag(cc.S)), level,
+                                            tail_sd=tail_sd)
         nodes.append(m)
         wts.append(w)
     counts = np.array([len(w) for w in wts])
@@ -77,7 +81,7 @@ def output_moments_many(cc, *, q, V, level: int) -> tuple[np.ndarray, np.ndarray
     E = np.add.reduceat(e_int * W, starts)
     psi = np.add.reduceat(psi_int * W, starts)
     sup = np.maximum.reduceat(np.abs(e_int), starts)
-    tail = np.where(q > 0, (TAIL_MASS + pruned) * sup, 0.0)
+    tail = np.where(q > 0, (tail_mass(tail_sd, K) + pruned) * sup, 0.0)
     return E, psi, tail
 
 
@@ -97,12 +101,20 @@ class _Trace:
     def __post_init__(self) -> None:
         with np.errstate(divide="ignore"):
             self.lna = -np.log(2.0 * self.E) - self.t  # ln alpha at both levels, (2, n)
+        self.roots: dict[float, list] = {}  # roots read at given alphas (set by trace)
+        self.coef: dict[tuple[int, int], tuple] = {}  # local interpolants per (bracket, order)
 
 
-def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int) -> _Trace:
+def _output_levels(cc, *, rho: float, V: np.ndarray, level: int, tail_sd: float) -> tuple:
+    q = 1.0 + rho - V
+    E0, _, _ = output_moments_many(cc, q=q, V=V, level=level, tail_sd=tail_sd)
+    E1, psi, tail = output_moments_many(cc, q=q, V=V, level=level + 1, tail_sd=tail_sd)
+    return np.stack([E0, E1]), psi, tail
+
+
+def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
     from . import wishart
 
-    Q0 = 1.0 + rho
     delta = np.exp(t)
     V, V_err, mi = (np.empty(len(t)) for _ in range(3))
     for i, d in enumerate(delta):
@@ -113,9 +125,8 @@ def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int) -> _Trace:
         raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
                                residual=None)
     V = np.minimum(V, 1.0)
-    E0, _, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level)
-    E1, psi, tail = output_moments_many(cc, q=Q0 - V, V=V, level=level + 1)
-    return _Trace(t, V, V_err, mi, np.stack([E0, E1]), psi, tail)
+    E, psi, tail = _output_levels(cc, rho=rho, V=V, level=level, tail_sd=tail_sd)
+    return _Trace(t, V, V_err, mi, E, psi, tail)
 
 
 def _merge(a: _Trace, b: _Trace) -> _Trace:
@@ -155,30 +166,39 @@ def _dhorner(c: np.ndarray, x: float) -> float:
     return _horner(c[1:] * np.arange(1, len(c)), x)
 
 
+def _coefficients(tr: _Trace, j: int, p: int) -> tuple[np.ndarray, slice]:
+    """Order-(p-1) interpolants in x = (t - t_j)/(t_j+1 - t_j) of ln alpha (levels L + 1 and
+    L), ln V, I and Psi_out on the p nodes around [t_j, t_j+1] (cached per trace)."""
+    key = (j, p)
+    if key not in tr.coef:
+        s = _stencil(j, len(tr.t), p)
+        x_nodes = (tr.t[s] - tr.t[j]) / (tr.t[j + 1] - tr.t[j])
+        rhs = np.stack([tr.lna[1][s], tr.lna[0][s], np.log(tr.V[s]), tr.mi[s], tr.psi[s]],
+                       axis=1)
+        tr.coef[key] = (np.linalg.solve(np.vander(x_nodes, increasing=True), rhs).T, s)
+    return tr.coef[key]
+
+
 def _read_root(tr: _Trace, j: int, ln_a: float, alpha: float, p: int) -> tuple:
     """Root of the order-(p-1) interpolant of ln alpha(t) - ln a in [t_j, t_j+1], with V, slope,
     Phi and the linearised shift of the root between the two quadrature levels."""
-    s = _stencil(j, len(tr.t), p)
-    t0 = tr.t[j]
-    h = tr.t[j + 1] - t0
-    x_nodes = (tr.t[s] - t0) / h  # the bracket is [0, 1] in x
-    rhs = np.stack([tr.lna[1][s] - ln_a, tr.lna[0][s] - ln_a, np.log(tr.V[s]), tr.mi[s],
-                    tr.psi[s]], axis=1)
-    c = np.linalg.solve(np.vander(x_nodes, increasing=True), rhs)  # coefficients, per column
-    c1 = c[:, 0]
+    c, s = _coefficients(tr, j, p)
+    t0, h = tr.t[j], tr.t[j + 1] - tr.t[j]
+    c1 = c[0].copy()
+    c1[0] -= ln_a
     ylo, yhi = _horner(c1, 0.0), _horner(c1, 1.0)
     if ylo * yhi > 0:  # rounding of the fit at a node where y is ~0
         x = 0.0 if abs(ylo) < abs(yhi) else 1.0
     else:
         x = 0.0 if ylo == 0 else brentq(lambda u: _horner(c1, u), 0.0, 1.0, xtol=1e-15,
                                        rtol=1e-15, maxiter=200)
-    V = float(np.exp(_horner(c[:, 2], x)))
+    V = float(np.exp(_horner(c[2], x)))
     dy = _dhorner(c1, x) / h
-    dV = V * _dhorner(c[:, 2], x) / h
+    dV = V * _dhorner(c[2], x) / h
     tail = float(np.max(tr.tail[s] / tr.E[1][s]))
-    quad_shift = (abs(_horner(c[:, 1], x)) + tail) / max(abs(dy), 1e-300)
+    quad_shift = (abs(_horner(c[1], x) - ln_a) + tail) / max(abs(dy), 1e-300)
     delta = float(np.exp(t0 + h * x))
-    phi = V / (4 * delta) - _horner(c[:, 3], x) + alpha * _horner(c[:, 4], x)
+    phi = V / (4 * delta) - _horner(c[3], x) + alpha * _horner(c[4], x)
     return t0 + h * x, V, 1.0 + dy, phi, abs(dV) * quad_shift, float(np.max(tr.V_err[s]))
 
 
@@ -198,47 +218,61 @@ def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
 
 
 # ----------------------------------------------------------------------------- driver
-def _level_for(tol: float, discrete: bool) -> int:
-    """Coarser of the two quadrature levels (its difference to the next bounds the error)."""
-    if not discrete:
-        return 0
-    return -2 if tol >= 1e-6 else -1
+def _tail_sd(tol: float) -> float:
+    """Box half-width (in sd) whose cut-off Gaussian mass is below tol * 1e-6 (at most 12)."""
+    from scipy.special import erfcinv
+
+    return float(min(max(np.sqrt(2.0) * erfcinv(min(tol * 1e-6, 1.0)), 6.0), TAIL_SD))
 
 
-def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 400) -> _Trace:
-    """Trace alpha(Delta) on a grid in ln Delta covering every fixed point of ``alphas`` and
-    refined until each root's interpolation error is below max(tol, 1e-7) / 4."""
+def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 400,
+          max_level: int = 3) -> _Trace:
+    """Trace alpha(Delta) on a grid in ln Delta covering every fixed point of ``alphas``.
+
+    The grid is refined until each root's interpolation error is below max(tol, 1e-7) / 4 (or
+    ``max_nodes`` is reached) and turning points are resolved to a step of 0.05; the quadrature
+    level is raised until the two levels move every root by less than tol / 2.
+    """
     require(tol > 0, "tol", "> 0", tol)
-    level = _level_for(tol, cc.discrete)
-    a_min, a_max = float(np.min(alphas)), float(np.max(alphas))
-    tr = _trace_nodes(cc, rho=rho, t=np.linspace(-4 * _LN10, 2 * _LN10, 13), level=level)
-    # extend until the ends lie beyond every alpha (alpha -> 0 as Delta -> inf) and V reaches
-    # the scan floor at the low end
+    level = -2 if cc.discrete else 0
+    box = _tail_sd(tol)
+
+    def nodes(t: np.ndarray) -> _Trace:
+        return _trace_nodes(cc, rho=rho, t=t, level=level, tail_sd=box)
+
+    a_min = float(np.min(alphas))
+    tr = nodes(np.linspace(-4 * _LN10, 2 * _LN10, 13))
+    # extend until alpha(Delta) < every alpha at the top end (alpha -> 0 as Delta -> inf) and
+    # V reaches the scan floor at the bottom end
     while tr.lna[1][-1] >= np.log(a_min):
-        tr = _merge(tr, _trace_nodes(cc, rho=rho, t=tr.t[-1:] + _LN10 / 2, level=level))
+        tr = _merge(tr, nodes(tr.t[-1:] + _LN10 / 2))
     while tr.V[0] > _V_FLOOR:
-        tr = _merge(tr, _trace_nodes(cc, rho=rho, t=tr.t[:1] - _LN10 / 2, level=level))
-    target = max(tol, _INTERP_FLOOR) / 4
+        tr = _merge(tr, nodes(tr.t[:1] - _LN10 / 2))
+    target = max(tol, _INTERP_FLOOR) / 2
     while True:
-        y = tr.lna[1]
-        refine = set()
+        refine: set[int] = set()
+        tr.roots = {float(a): _roots_at(tr, float(a)) for a in alphas}
         # turning points of alpha(Delta): fixed points appear or vanish in pairs there
-        d = np.diff(y)
+        d = np.diff(tr.lna[1])
         for j in range(1, len(d)):
             if d[j - 1] * d[j] < 0:
                 refine.update(i for i in (j - 1, j) if tr.t[i + 1] - tr.t[i] > _FOLD_STEP)
-        for a in alphas:
-            for r in _roots_at(tr, float(a)):
+        quad = 0.0
+        for roots in tr.roots.values():
+            for r in roots:
+                quad = max(quad, r.quad_error)
                 if r.interp_error > target:
                     s = _stencil(r.bracket, len(tr.t), 6)
                     refine.update(range(s.start, s.stop - 1))
-        if not refine:
-            return tr
-        if len(tr.t) + len(refine) > max_nodes:
+        if cc.discrete and quad > tol / 2 and level < max_level:
+            level += 1  # every node at the next pair of levels; the prior is kept
+            E, psi, tail = _output_levels(cc, rho=rho, V=tr.V, level=level, tail_sd=box)
+            tr = _Trace(tr.t, tr.V, tr.V_err, tr.mi, E, psi, tail)
+            continue
+        if not refine or len(tr.t) + len(refine) > max_nodes:
             return tr
         idx = np.array(sorted(refine))
-        mid = 0.5 * (tr.t[idx] + tr.t[idx + 1])
-        tr = _merge(tr, _trace_nodes(cc, rho=rho, t=mid, level=level))
+        tr = _merge(tr, nodes(0.5 * (tr.t[idx] + tr.t[idx + 1])))
 
 
 def fixed_points_traced(cc, tr: _Trace, *, alpha: float, rho: float, tol: float,
@@ -250,7 +284,8 @@ def fixed_points_traced(cc, tr: _Trace, *, alpha: float, rho: float, tol: float,
         return aim_se.fixed_points(cc, alpha=0.0, rho=rho)
     Q0 = 1.0 + rho
     fps = []
-    for r in _roots_at(tr, alpha):
+    roots = tr.roots.get(alpha)
+    for r in _roots_at(tr, alpha) if roots is None else roots:
         if r.error <= tol:
             fps.append(aim_se.FixedPoint(Q0 - r.V, float(np.exp(-r.t)), r.V, r.phi,
                                          abs(r.slope) < 1, r.slope, r.error,
