@@ -34,7 +34,7 @@ from .records import ConvergenceError, require
 _LN10 = float(np.log(10.0))
 _V_FLOOR = 1e-6  # the lowest V the scan must reach (as aim_se's V grid)
 _FOLD_STEP = 0.05  # grid step in ln Delta to which turning points of alpha(Delta) are resolved
-_INTERP_FLOOR = 1e-7  # below this target, roots are polished rather than interpolated
+_TRACE_TOL = 1e-4  # the trace's own target: tighter roots are polished by Newton
 
 
 # ----------------------------------------------------------------------------- output side
@@ -103,6 +103,7 @@ class _Trace:
             self.lna = -np.log(2.0 * self.E) - self.t  # ln alpha at both levels, (2, n)
         self.roots: dict[float, list] = {}  # roots read at given alphas (set by trace)
         self.coef: dict[tuple[int, int], tuple] = {}  # local interpolants per (bracket, order)
+        self.level, self.box = 0, TAIL_SD  # quadrature level L and box (set by trace)
 
 
 def _output_levels(cc, *, rho: float, V: np.ndarray, level: int, tail_sd: float) -> tuple:
@@ -112,19 +113,23 @@ def _output_levels(cc, *, rho: float, V: np.ndarray, level: int, tail_sd: float)
     return np.stack([E0, E1]), psi, tail
 
 
-def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
+def _prior(rho: float, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mmse(Delta) (with |fine - coarse order|) and I(Delta) at Delta = exp(t) (THEORY 1.1)."""
     from . import wishart
 
-    delta = np.exp(t)
     V, V_err, mi = (np.empty(len(t)) for _ in range(3))
-    for i, d in enumerate(delta):
+    for i, d in enumerate(np.exp(t)):
         est = wishart.mmse_estimate(float(d), rho=rho)
         V[i], V_err[i] = est.value, est.error
         mi[i] = wishart.mutual_information(float(d), rho=rho)
     if np.any(V <= 0) or np.any(V >= 1.0 + 1e-12):
         raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
                                residual=None)
-    V = np.minimum(V, 1.0)
+    return np.minimum(V, 1.0), V_err, mi
+
+
+def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
+    V, V_err, mi = _prior(rho, t)
     E, psi, tail = _output_levels(cc, rho=rho, V=V, level=level, tail_sd=tail_sd)
     return _Trace(t, V, V_err, mi, E, psi, tail)
 
@@ -148,6 +153,7 @@ class _Root:
     slope: float
     phi: float
     bracket: int  # index j of the bracketing interval [t_j, t_j+1]
+    dlnV: float  # d ln V / d ln Delta at the root (interpolant)
 
 
 def _stencil(j: int, n: int, p: int) -> slice:
@@ -199,7 +205,8 @@ def _read_root(tr: _Trace, j: int, ln_a: float, alpha: float, p: int) -> tuple:
     quad_shift = (abs(_horner(c[1], x) - ln_a) + tail) / max(abs(dy), 1e-300)
     delta = float(np.exp(t0 + h * x))
     phi = V / (4 * delta) - _horner(c[3], x) + alpha * _horner(c[4], x)
-    return t0 + h * x, V, 1.0 + dy, phi, abs(dV) * quad_shift, float(np.max(tr.V_err[s]))
+    return (t0 + h * x, V, 1.0 + dy, phi, abs(dV) * quad_shift, float(np.max(tr.V_err[s])),
+            dV / V)
 
 
 def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
@@ -209,11 +216,11 @@ def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
     for j in range(len(y) - 1):
         if y[j] == 0 or y[j] * y[j + 1] < 0:
             t4, V4, *_ = _read_root(tr, j, ln_a, alpha, 4)
-            t6, V6, slope, phi, quad, prior = _read_root(tr, j, ln_a, alpha, 6)
+            t6, V6, slope, phi, quad, prior, dlnV = _read_root(tr, j, ln_a, alpha, 6)
             interp = abs(V6 - V4)
             err = quad + interp + prior / max(abs(1 - slope), 1e-3)
             err = max(err, 4 * np.finfo(float).eps * V6)
-            out.append(_Root(t6, V6, err, interp, quad, slope, phi, j))
+            out.append(_Root(t6, V6, err, interp, quad, slope, phi, j, dlnV))
     return out
 
 
@@ -229,7 +236,7 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
           max_level: int = 3) -> _Trace:
     """Trace alpha(Delta) on a grid in ln Delta covering every fixed point of ``alphas``.
 
-    The grid is refined until each root's interpolation error is below max(tol, 1e-7) / 4 (or
+    The grid is refined until each root's interpolation error is below tol / 2 (or
     ``max_nodes`` is reached) and turning points are resolved to a step of 0.05; the quadrature
     level is raised until the two levels move every root by less than tol / 2.
     """
@@ -248,7 +255,7 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
         tr = _merge(tr, nodes(tr.t[-1:] + _LN10 / 2))
     while tr.V[0] > _V_FLOOR:
         tr = _merge(tr, nodes(tr.t[:1] - _LN10 / 2))
-    target = max(tol, _INTERP_FLOOR) / 2
+    target = tol / 2
     while True:
         refine: set[int] = set()
         tr.roots = {float(a): _roots_at(tr, float(a)) for a in alphas}
@@ -270,47 +277,131 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
             tr = _Trace(tr.t, tr.V, tr.V_err, tr.mi, E, psi, tail)
             continue
         if not refine or len(tr.t) + len(refine) > max_nodes:
+            tr.level, tr.box = level, box
             return tr
         idx = np.array(sorted(refine))
         tr = _merge(tr, nodes(0.5 * (tr.t[idx] + tr.t[idx + 1])))
 
 
+def _fixed_point(rho: float, r: _Root, **extra) -> aim_se.FixedPoint:
+    return aim_se.FixedPoint(1.0 + rho - r.V, float(np.exp(-r.t)), r.V, r.phi, abs(r.slope) < 1,
+                             r.slope, r.error, extra=extra)
+
+
+def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol: float,
+           max_level: int = 3) -> list[aim_se.FixedPoint]:
+    """Newton's method on ln alpha(t) = ln a for many roots at once (one compiled call per
+    step), from the traced roots, at the trace's finer quadrature level; then the next level
+    at the converged t moves each root by the linearised shift, which is its quadrature error.
+    The level is raised for roots where that shift exceeds tol / 2. Reported: the finer
+    level's root; error = level shift + last Newton step + prior error / |1 - slope|.
+    Roots where Newton fails fall back to :func:`numerics.aim_se.solve_fixed_point`."""
+    Q0 = 1.0 + rho
+    n = len(items)
+    out: list[aim_se.FixedPoint | None] = [None] * n
+    ln_a = np.log([a for a, _ in items])
+    t = np.array([r.t for _, r in items])
+    dy = np.array([r.slope - 1.0 for _, r in items])
+    dlnV = np.array([r.dlnV for _, r in items])
+    lo = np.array([tr.t[max(r.bracket - 1, 0)] for _, r in items])
+    hi = np.array([tr.t[min(r.bracket + 2, len(tr.t) - 1)] for _, r in items])
+    pending = np.arange(n)
+    level = tr.level + 1 if cc.discrete else 0
+    while pending.size and level <= max_level:
+        active, failed, settled = pending, [], []
+        for _ in range(12):
+            if not active.size:
+                break
+            ta = t[active]
+            V, V_err, mi = _prior(rho, ta)
+            E, psi, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level, tail_sd=tr.box)
+            step = (np.log(2.0 * E) + ta + ln_a[active]) / dy[active]  # -y / y', y = ln(alpha/a)
+            dVdt = V * dlnV[active]
+            newton_err = np.abs(step * dVdt)
+            done = newton_err <= tol / 20
+            if done.any():
+                k = active[done]
+                if cc.discrete:
+                    Ef, psif, tailf = output_moments_many(cc, q=Q0 - V[done], V=V[done],
+                                                          level=level + 1, tail_sd=tr.box)
+                else:
+                    Ef, psif, tailf = E[done], psi[done], np.zeros(int(done.sum()))
+                t_coarse = ta[done] + step[done]
+                t_fine = ta[done] + (np.log(2.0 * Ef) + ta[done] + ln_a[k]) / dy[k]
+                quad = (np.abs(t_fine - t_coarse) + tailf / Ef / np.abs(dy[k])) \
+                    * np.abs(dVdt[done])
+                for i, kk in enumerate(k):
+                    if quad[i] > tol / 2 and cc.discrete:
+                        t[kk] = t_fine[i]
+                        continue
+                    slope = 1.0 + dy[kk]
+                    Vr = V[done][i] + dVdt[done][i] * (t_fine[i] - ta[done][i])
+                    err = quad[i] + newton_err[done][i] + V_err[done][i] / max(abs(1 - slope), 1e-3)
+                    err = max(err, 4 * np.finfo(float).eps * Vr)
+                    phi = V[done][i] / (4 * np.exp(ta[done][i])) - mi[done][i] \
+                        + np.exp(ln_a[kk]) * psif[i]
+                    root = _Root(float(t_fine[i]), float(Vr), float(err), 0.0, float(quad[i]),
+                                 float(slope), float(phi), items[kk][1].bracket, float(dlnV[kk]))
+                    out[kk] = _fixed_point(rho, root, method="traced + Newton", level=level + 1)
+                    settled.append(kk)
+            t[active[~done]] = ta[~done] + step[~done]
+            stray = (t[active] < lo[active]) | (t[active] > hi[active])
+            failed += list(active[stray & ~done])
+            active = active[~done & ~stray]
+        failed += list(active)
+        for kk in failed:  # robust route: Brent's method on the SE map at growing levels
+            a, r = items[kk]
+            out[kk] = aim_se.solve_fixed_point(cc, alpha=float(np.exp(ln_a[kk])), rho=rho,
+                                               v0=r.V, tol=tol, max_level=max_level,
+                                               first=min(max(20 * r.error / r.V, 1e-7), 1e-2))
+        pending = np.array([kk for kk in range(n) if out[kk] is None], dtype=int)
+        level += 1
+    if pending.size:
+        kk = int(pending[0])
+        raise ConvergenceError(f"SE fixed point not converged to tol={tol} by quadrature level "
+                               f"{max_level}", last_iterate=float(t[kk]), residual=None)
+    return out
+
+
 def fixed_points_traced(cc, tr: _Trace, *, alpha: float, rho: float, tol: float,
-                        max_level: int = 3) -> list[aim_se.FixedPoint]:
-    """All fixed points at ``alpha`` from a trace (interpolated, or polished where the
+                        max_level: int = 3,
+                        polished: dict | None = None) -> list[aim_se.FixedPoint]:
+    """All fixed points at ``alpha`` from a trace (interpolated, or polished by Newton where the
     interpolated error exceeds ``tol``), V = 0 appended for noiseless channels, the
     Bayes-optimal one flagged (THEORY 1.1)."""
     if alpha == 0:
         return aim_se.fixed_points(cc, alpha=0.0, rho=rho)
-    Q0 = 1.0 + rho
-    fps = []
     roots = tr.roots.get(alpha)
-    for r in _roots_at(tr, alpha) if roots is None else roots:
-        if r.error <= tol:
-            fps.append(aim_se.FixedPoint(Q0 - r.V, float(np.exp(-r.t)), r.V, r.phi,
-                                         abs(r.slope) < 1, r.slope, r.error,
-                                         extra={"method": "traced", "interp_error": r.interp_error,
-                                                "quad_error": r.quad_error}))
-        else:
-            first = min(max(20 * r.error / r.V, 1e-7), 1e-2)
-            fps.append(aim_se.solve_fixed_point(cc, alpha=alpha, rho=rho, v0=r.V, tol=tol,
-                                                max_level=max_level, first=first))
+    roots = _roots_at(tr, alpha) if roots is None else roots
+    if polished is None:
+        todo = [(alpha, r) for r in roots if r.error > tol]
+        polished = dict(zip([(a, r.bracket) for a, r in todo],
+                            polish(cc, tr, rho=rho, items=todo, tol=tol, max_level=max_level)))
+    fps = [polished[(alpha, r.bracket)] if r.error > tol else
+           _fixed_point(rho, r, method="traced", level=tr.level + 1,
+                        interp_error=r.interp_error, quad_error=r.quad_error)
+           for r in roots]
     return aim_se._with_perfect_recovery(cc, alpha=alpha, rho=rho, fps=fps)
 
 
 def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
           progress: Callable | None = None) -> list[dict]:
     """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha), from one
-    trace of alpha(Delta) shared by all alphas."""
+    trace of alpha(Delta) shared by all alphas (to max(tol, 1e-4)), the roots it cannot give to
+    ``tol`` polished together by Newton's method."""
     alphas = np.asarray(alphas, dtype=float).ravel()
     for a in alphas:
         aim_se._check(float(a), rho)
     require(tol > 0, "tol", "> 0", tol)
     pos = alphas[alphas > 0]
-    tr = trace(cc, rho=rho, alphas=pos, tol=tol) if len(pos) else None
+    tr = trace(cc, rho=rho, alphas=pos, tol=max(tol, _TRACE_TOL)) if len(pos) else None
+    todo = [] if tr is None else [(a, r) for a, roots in tr.roots.items() for r in roots
+                                  if r.error > tol]
+    polished = {} if tr is None else dict(zip(
+        [(a, r.bracket) for a, r in todo], polish(cc, tr, rho=rho, items=todo, tol=tol)))
     rows = []
     for i, a in enumerate(alphas):
-        fps = fixed_points_traced(cc, tr, alpha=float(a), rho=rho, tol=tol)
+        fps = fixed_points_traced(cc, tr, alpha=float(a), rho=rho, tol=tol, polished=polished)
         bo = aim_se.bayes_optimal(fps)
         rows.append({"alpha": float(a), "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse,
                      "phi": bo.phi, "error": bo.error, "n_fixed_points": len(fps)})
