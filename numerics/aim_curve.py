@@ -307,6 +307,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
     hi = np.array([tr.t[min(r.bracket + 2, len(tr.t) - 1)] for _, r in items])
     pending = np.arange(n)
     level = tr.level + 1 if cc.discrete else 0
+    box = _tail_sd(tol)
     while pending.size and level <= max_level:
         active, failed, settled = pending, [], []
         for _ in range(12):
@@ -314,7 +315,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
                 break
             ta = t[active]
             V, V_err, mi = _prior(rho, ta)
-            E, psi, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level, tail_sd=tr.box)
+            E, psi, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level, tail_sd=box)
             step = (np.log(2.0 * E) + ta + ln_a[active]) / dy[active]  # -y / y', y = ln(alpha/a)
             dVdt = V * dlnV[active]
             newton_err = np.abs(step * dVdt)
@@ -323,7 +324,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
                 k = active[done]
                 if cc.discrete:
                     Ef, psif, tailf = output_moments_many(cc, q=Q0 - V[done], V=V[done],
-                                                          level=level + 1, tail_sd=tr.box)
+                                                          level=level + 1, tail_sd=box)
                 else:
                     Ef, psif, tailf = E[done], psi[done], np.zeros(int(done.sum()))
                 t_coarse = ta[done] + step[done]

@@ -256,9 +256,19 @@ def perfect_recovery_alpha(cc, *, rho: float) -> float | None:
     return (2 * rho - rho**2 if rho <= 1 else 1.0) / (2 * float(k))
 
 
-def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
-          progress: Callable | None = None) -> list[dict]:
-    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha)."""
+def curve(cc, *, alphas, rho: float, tol: float = 1e-13, progress: Callable | None = None,
+          method: str = "traced") -> list[dict]:
+    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha).
+
+    ``method="traced"`` (default): alpha(Delta) traced once for all alphas
+    (:func:`numerics.aim_curve.curve`); ``"per-alpha"``: :func:`fixed_points` at each alpha
+    (a V scan per alpha), the independent route the traced one is tested against.
+    """
+    require(method in ("traced", "per-alpha"), "method", "'traced' or 'per-alpha'", method)
+    if method == "traced":
+        from . import aim_curve
+
+        return aim_curve.curve(cc, alphas=alphas, rho=rho, tol=tol, progress=progress)
     rows = []
     for i, a in enumerate(alphas):
         fps = fixed_points(cc, alpha=float(a), rho=rho, tol=tol)
