@@ -291,7 +291,8 @@ def _fixed_point(rho: float, r: _Root, **extra) -> aim_se.FixedPoint:
 def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol: float,
            max_level: int = 3) -> list[aim_se.FixedPoint]:
     """Newton's method on ln alpha(t) = ln a for many roots at once (one compiled call per
-    step), from the traced roots, at the trace's finer quadrature level; then the next level
+    step), from the traced roots and slopes, the slope then updated by secants (the reported
+    slope is the last secant's), at the trace's finer quadrature level; then the next level
     at the converged t moves each root by the linearised shift, which is its quadrature error.
     The level is raised for roots where that shift exceeds tol / 2. Reported: the finer
     level's root; error = level shift + last Newton step + prior error / |1 - slope|.
@@ -305,18 +306,25 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
     dlnV = np.array([r.dlnV for _, r in items])
     lo = np.array([tr.t[max(r.bracket - 1, 0)] for _, r in items])
     hi = np.array([tr.t[min(r.bracket + 2, len(tr.t) - 1)] for _, r in items])
+    t_prev, y_prev = np.full(n, np.nan), np.full(n, np.nan)
     pending = np.arange(n)
     level = tr.level + 1 if cc.discrete else 0
     box = _tail_sd(tol)
     while pending.size and level <= max_level:
         active, failed, settled = pending, [], []
+        t_prev[:] = np.nan  # secants within one level only
         for _ in range(12):
             if not active.size:
                 break
             ta = t[active]
             V, V_err, mi = _prior(rho, ta)
             E, psi, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level, tail_sd=box)
-            step = (np.log(2.0 * E) + ta + ln_a[active]) / dy[active]  # -y / y', y = ln(alpha/a)
+            y = -np.log(2.0 * E) - ta - ln_a[active]  # ln(alpha(t) / a)
+            dt = ta - t_prev[active]
+            sec = np.abs(dt) > 1e-9  # secant update of y' (and so of the slope) once possible
+            dy[active[sec]] = (y[sec] - y_prev[active[sec]]) / dt[sec]
+            t_prev[active], y_prev[active] = ta, y
+            step = -y / dy[active]
             dVdt = V * dlnV[active]
             newton_err = np.abs(step * dVdt)
             done = newton_err <= tol / 20
