@@ -88,57 +88,88 @@ def output_moments_many(cc, *, q, V, level: int, tail_sd: float = TAIL_SD
 # ----------------------------------------------------------------------------- the traced set
 @dataclass
 class _Trace:
-    """alpha(Delta) and what a fixed point needs, on nodes t = ln Delta (increasing)."""
+    """alpha(Delta) and what a fixed point needs, on nodes t = ln Delta (increasing).
+
+    Scan-only nodes carry one quadrature level (E[1] = E[0]) and no prior error (NaN); nodes
+    that a root's interpolation stencil uses are made ``fine``: two levels and the prior's
+    two orders.
+    """
 
     t: np.ndarray
     V: np.ndarray  # mmse(Delta), fine prior order
-    V_err: np.ndarray  # prior: |fine - coarse order|
+    V_err: np.ndarray  # prior: |fine - coarse order| (NaN until the node is fine)
     mi: np.ndarray  # I(Delta)
     E: np.ndarray  # (2, n): E at quadrature levels L and L + 1
-    psi: np.ndarray  # Psi_out at level L + 1
+    psi: np.ndarray  # Psi_out at the finer level
     tail: np.ndarray
+    lev: np.ndarray  # level L of E[0] per node
+    fine: np.ndarray  # bool: E[1] is at level L + 1
 
     def __post_init__(self) -> None:
-        with np.errstate(divide="ignore"):
-            self.lna = -np.log(2.0 * self.E) - self.t  # ln alpha at both levels, (2, n)
+        self.update()
         self.roots: dict[float, list] = {}  # roots read at given alphas (set by trace)
-        self.coef: dict[tuple[int, int], tuple] = {}  # local interpolants per (bracket, order)
         self.level, self.box = 0, TAIL_SD  # quadrature level L and box (set by trace)
 
-
-def _output_levels(cc, *, rho: float, V: np.ndarray, level: int, tail_sd: float) -> tuple:
-    q = 1.0 + rho - V
-    E0, _, _ = output_moments_many(cc, q=q, V=V, level=level, tail_sd=tail_sd)
-    E1, psi, tail = output_moments_many(cc, q=q, V=V, level=level + 1, tail_sd=tail_sd)
-    return np.stack([E0, E1]), psi, tail
+    def update(self) -> None:
+        with np.errstate(divide="ignore"):
+            self.lna = -np.log(2.0 * self.E) - self.t  # ln alpha at both levels, (2, n)
+        self.coef: dict[tuple[int, int], tuple] = {}  # local interpolants per (bracket, order)
 
 
-def _prior(rho: float, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """mmse(Delta) (with |fine - coarse order|) and I(Delta) at Delta = exp(t) (THEORY 1.1)."""
+_FIELDS = ("V", "V_err", "mi", "E", "psi", "tail", "lev", "fine")
+
+
+def _prior(rho: float, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1)."""
     from . import wishart
 
-    V, V_err, mi = (np.empty(len(t)) for _ in range(3))
+    V, mi = np.empty(len(t)), np.empty(len(t))
     for i, d in enumerate(np.exp(t)):
-        est = wishart.mmse_estimate(float(d), rho=rho)
-        V[i], V_err[i] = est.value, est.error
+        V[i] = wishart.mmse(float(d), rho=rho)
         mi[i] = wishart.mutual_information(float(d), rho=rho)
     if np.any(V <= 0) or np.any(V >= 1.0 + 1e-12):
         raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
                                residual=None)
-    return np.minimum(V, 1.0), V_err, mi
+    return np.minimum(V, 1.0), mi
+
+
+def _prior_error(rho: float, t: np.ndarray) -> np.ndarray:
+    """|fine - coarse order| of the prior's mmse at Delta = exp(t)."""
+    from . import wishart
+
+    return np.array([wishart.mmse_estimate(float(d), rho=rho).error for d in np.exp(t)])
 
 
 def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
-    V, V_err, mi = _prior(rho, t)
-    E, psi, tail = _output_levels(cc, rho=rho, V=V, level=level, tail_sd=tail_sd)
-    return _Trace(t, V, V_err, mi, E, psi, tail)
+    V, mi = _prior(rho, t)
+    E, psi, tail = output_moments_many(cc, q=1.0 + rho - V, V=V, level=level, tail_sd=tail_sd)
+    n = len(t)
+    return _Trace(t, V, np.full(n, np.nan), mi, np.stack([E, E]), psi, tail,
+                  np.full(n, level), np.zeros(n, dtype=bool))
+
+
+def _make_fine(cc, tr: _Trace, idx, *, rho: float, level: int, tail_sd: float) -> None:
+    """Give the nodes ``idx`` quadrature levels (level, level + 1) and the prior's error."""
+    idx = np.array(sorted(idx), dtype=int)
+    if not idx.size:
+        return
+    V, q = tr.V[idx], 1.0 + rho - tr.V[idx]
+    redo = tr.lev[idx] != level
+    if redo.any():
+        tr.E[0, idx[redo]] = output_moments_many(cc, q=q[redo], V=V[redo], level=level,
+                                                 tail_sd=tail_sd)[0]
+    E1, psi, tail = output_moments_many(cc, q=q, V=V, level=level + 1, tail_sd=tail_sd)
+    tr.E[1, idx], tr.psi[idx], tr.tail[idx] = E1, psi, tail
+    tr.lev[idx], tr.fine[idx] = level, True
+    miss = idx[np.isnan(tr.V_err[idx])]
+    tr.V_err[miss] = _prior_error(rho, tr.t[miss])
+    tr.update()
 
 
 def _merge(a: _Trace, b: _Trace) -> _Trace:
     t = np.concatenate([a.t, b.t])
     order = np.argsort(t, kind="stable")
-    cat = {f: np.concatenate([getattr(a, f), getattr(b, f)], axis=-1)[..., order]
-           for f in ("V", "V_err", "mi", "E", "psi", "tail")}
+    cat = {f: np.concatenate([getattr(a, f), getattr(b, f)], axis=-1)[..., order] for f in _FIELDS}
     return _Trace(t[order], **cat)
 
 
@@ -257,6 +288,16 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
         tr = _merge(tr, nodes(tr.t[:1] - _LN10 / 2))
     target = tol / 2
     while True:
+        # the nodes every root's stencils use get both levels and the prior's error
+        need = set()
+        for a in alphas:
+            y = tr.lna[1] - np.log(a)
+            for j in np.nonzero((y[:-1] == 0) | (y[:-1] * y[1:] < 0))[0]:
+                need.update(range(*_stencil(int(j), len(tr.t), 6).indices(len(tr.t))))
+        need = {i for i in need if not tr.fine[i]}
+        if need:
+            _make_fine(cc, tr, need, rho=rho, level=level, tail_sd=box)
+            continue
         refine: set[int] = set()
         tr.roots = {float(a): _roots_at(tr, float(a)) for a in alphas}
         # turning points of alpha(Delta): fixed points appear or vanish in pairs there
@@ -272,9 +313,8 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
                     s = _stencil(r.bracket, len(tr.t), 6)
                     refine.update(range(s.start, s.stop - 1))
         if cc.discrete and quad > tol / 2 and level < max_level:
-            level += 1  # every node at the next pair of levels; the prior is kept
-            E, psi, tail = _output_levels(cc, rho=rho, V=tr.V, level=level, tail_sd=box)
-            tr = _Trace(tr.t, tr.V, tr.V_err, tr.mi, E, psi, tail)
+            level += 1  # the stencil nodes at the next pair of levels; the prior is kept
+            _make_fine(cc, tr, np.nonzero(tr.fine)[0], rho=rho, level=level, tail_sd=box)
             continue
         if not refine or len(tr.t) + len(refine) > max_nodes:
             tr.level, tr.box = level, box
@@ -317,7 +357,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
             if not active.size:
                 break
             ta = t[active]
-            V, V_err, mi = _prior(rho, ta)
+            V, mi = _prior(rho, ta)
             E, psi, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level, tail_sd=box)
             y = -np.log(2.0 * E) - ta - ln_a[active]  # ln(alpha(t) / a)
             dt = ta - t_prev[active]
@@ -345,7 +385,8 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
                         continue
                     slope = 1.0 + dy[kk]
                     Vr = V[done][i] + dVdt[done][i] * (t_fine[i] - ta[done][i])
-                    err = quad[i] + newton_err[done][i] + V_err[done][i] / max(abs(1 - slope), 1e-3)
+                    V_err = _prior_error(rho, ta[done][i:i + 1])[0]
+                    err = quad[i] + newton_err[done][i] + V_err / max(abs(1 - slope), 1e-3)
                     err = max(err, 4 * np.finfo(float).eps * Vr)
                     phi = V[done][i] / (4 * np.exp(ta[done][i])) - mi[done][i] \
                         + np.exp(ln_a[kk]) * psif[i]
