@@ -114,3 +114,25 @@ def test_bad_input(hm2):
         aim_se.curve(hm2, alphas=[0.1], rho=-0.5)
     rows = aim_se.curve(hm2, alphas=[0.0, 0.05], rho=0.5, tol=1e-6)
     assert rows[0]["mmse"] == 1.0 and 0 < rows[1]["mmse"] < 1
+
+
+def test_cli_curve_methods_agree(tmp_path):
+    import csv
+    import subprocess
+    import sys
+
+    out = {}
+    for method in ("traced", "per-alpha"):
+        path = tmp_path / f"{method}.csv"
+        p = subprocess.run([sys.executable, "-m", "aim_sym", "curve", "--model", "aim", "--channel",
+                            "hardmax", "--tokens", "2", "--rho", "0.5", "--alphas", "0.05:0.25:3",
+                            "--tol", "1e-6", "--method", method, "--out", str(path), "--json"],
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        out[method] = list(csv.DictReader(open(path)))
+    for r, rr in zip(out["traced"], out["per-alpha"]):
+        assert float(r["error"]) <= 1e-6
+        assert abs(float(r["mmse"]) - float(rr["mmse"])) <= float(r["error"]) + float(rr["error"])
+    p = subprocess.run([sys.executable, "-m", "aim_sym", "curve", "--model", "aim", "--alphas",
+                        "0:1:3", "--method", "fast"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2 and "--method" in p.stderr
