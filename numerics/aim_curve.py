@@ -14,9 +14,13 @@ does, but one grid serves all alphas. At a fixed point the SE map's slope is
 Each root is read off local interpolants in t (orders 3 and 5); the grid is refined where
 they disagree by more than the target and near turning points of alpha(Delta) (where
 fixed points appear in pairs). Errors, per fixed point and by refinement: the root on the
-curves of two quadrature levels, the two interpolation orders, the prior's two orders. When
-interpolation cannot reach the target within a node budget, each bracketed root is polished
-by :func:`numerics.aim_se.solve_fixed_point`, started from the interpolated value.
+curves of two quadrature levels, the two interpolation orders, the prior's two orders. Nodes
+that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to alpha < min alpha)
+carry one quadrature level only. The trace is built to max(tol, 1e-4); roots it cannot give to
+``tol`` are polished together by Newton's method on ln alpha(t) = ln alpha (:func:`polish`):
+one compiled call per step for all of them, then the next quadrature level at the converged
+point gives the error. Where Newton fails the root falls back to
+:func:`numerics.aim_se.solve_fixed_point` (Brent's method on the SE map).
 """
 
 from __future__ import annotations
