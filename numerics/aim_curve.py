@@ -11,13 +11,14 @@ t = ln Delta brackets a fixed point exactly as the V scan of :func:`numerics.aim
 does, but one grid serves all alphas. At a fixed point the SE map's slope is
 1 + d ln alpha / d ln Delta and Phi = V / (4 Delta) - I(Delta) + alpha Psi_out (THEORY 1.1).
 
-Each root is read off local interpolants in t (orders 3 and 5); the grid is refined where
-they disagree by more than the target and near turning points of alpha(Delta) (where
-fixed points appear in pairs). Errors, per fixed point and by refinement: the root on the
-curves of two quadrature levels, the two interpolation orders, the prior's two orders. Nodes
-that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to alpha < min alpha)
-carry one quadrature level only. The trace is built to max(tol, 1e-4); roots it cannot give to
-``tol`` are polished together by Newton's method on ln alpha(t) = ln alpha (:func:`polish`):
+Each root is read off local interpolants in t (order 5, its error the larger difference to
+orders 3 and 4); the grid is refined where that exceeds the target and near turning points of
+alpha(Delta) (where fixed points appear in pairs). Errors, per fixed point and by refinement:
+the root on the curves of two quadrature levels, the interpolation orders, the prior's two
+orders. Nodes that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to
+alpha < min alpha) carry one quadrature level only. The trace is built to max(tol, 1e-4);
+roots it cannot give to ``tol`` are polished together by Newton's method on
+ln alpha(t) = ln alpha (:func:`polish`):
 one compiled call per step for all of them, then the next quadrature level at the converged
 point gives the error. Where Newton fails the root falls back to
 :func:`numerics.aim_se.solve_fixed_point` (Brent's method on the SE map).
@@ -250,9 +251,11 @@ def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
     out = []
     for j in range(len(y) - 1):
         if y[j] == 0 or y[j] * y[j + 1] < 0:
-            t4, V4, *_ = _read_root(tr, j, ln_a, alpha, 4)
+            V4 = _read_root(tr, j, ln_a, alpha, 4)[1]
+            V5 = _read_root(tr, j, ln_a, alpha, 5)[1]
             t6, V6, slope, phi, quad, prior, dlnV = _read_root(tr, j, ln_a, alpha, 6)
-            interp = abs(V6 - V4)
+            # the larger difference to the two lower orders (one alone can be accidentally small)
+            interp = max(abs(V6 - V4), abs(V6 - V5))
             err = quad + interp + prior / max(abs(1 - slope), 1e-3)
             err = max(err, 4 * np.finfo(float).eps * V6)
             out.append(_Root(t6, V6, err, interp, quad, slope, phi, j, dlnV))
