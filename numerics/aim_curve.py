@@ -11,8 +11,8 @@ t = ln Delta brackets a fixed point exactly as the V scan of :func:`numerics.aim
 does, but one grid serves all alphas. At a fixed point the SE map's slope is
 1 + d ln alpha / d ln Delta and Phi = V / (4 Delta) - I(Delta) + alpha Psi_out (THEORY 1.1).
 
-Each root is read off local interpolants in t (order 5, its error the larger difference to
-orders 3 and 4); the grid is refined where that exceeds the target and near turning points of
+Each root is read off local interpolants in t (order 5, its error the sum of the differences
+to orders 3 and 4); the grid is refined where that exceeds the target and near turning points of
 alpha(Delta) (where fixed points appear in pairs). Errors, per fixed point and by refinement:
 the root on the curves of two quadrature levels, the interpolation orders, the prior's two
 orders. Nodes that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to
@@ -109,6 +109,8 @@ class _Trace:
     tail: np.ndarray
     lev: np.ndarray  # level L of E[0] per node
     fine: np.ndarray  # bool: E[1] is at level L + 1
+    phase: np.ndarray  # number of intervals of the support of mu_Delta (mmse is not analytic
+    # in Delta where it changes: no interpolation stencil may straddle that point)
 
     def __post_init__(self) -> None:
         self.update()
@@ -121,17 +123,21 @@ class _Trace:
         self.coef: dict[tuple[int, int], tuple] = {}  # local interpolants per (bracket, order)
 
 
-_FIELDS = ("V", "V_err", "mi", "E", "psi", "tail", "lev", "fine")
+_FIELDS = ("V", "V_err", "mi", "E", "psi", "tail", "lev", "fine", "phase")
 
 
-def _prior(rho: float, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1)."""
+def _prior(rho: float, t: np.ndarray, phase: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1); the
+    number of support intervals of mu_Delta into ``phase`` when given."""
     from . import wishart
 
     V, mi = np.empty(len(t)), np.empty(len(t))
     for i, d in enumerate(np.exp(t)):
         V[i] = wishart.mmse(float(d), rho=rho)
         mi[i] = wishart.mutual_information(float(d), rho=rho)
+        if phase is not None:
+            phase[i] = len(wishart.support(rho, float(d)))
     if np.any(V <= 0) or np.any(V >= 1.0 + 1e-12):
         raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
                                residual=None)
@@ -146,11 +152,12 @@ def _prior_error(rho: float, t: np.ndarray) -> np.ndarray:
 
 
 def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
-    V, mi = _prior(rho, t)
-    E, psi, tail = output_moments_many(cc, q=1.0 + rho - V, V=V, level=level, tail_sd=tail_sd)
     n = len(t)
+    phase = np.zeros(n, dtype=int)
+    V, mi = _prior(rho, t, phase)
+    E, psi, tail = output_moments_many(cc, q=1.0 + rho - V, V=V, level=level, tail_sd=tail_sd)
     return _Trace(t, V, np.full(n, np.nan), mi, np.stack([E, E]), psi, tail,
-                  np.full(n, level), np.zeros(n, dtype=bool))
+                  np.full(n, level), np.zeros(n, dtype=bool), phase)
 
 
 def _make_fine(cc, tr: _Trace, idx, *, rho: float, level: int, tail_sd: float) -> None:
@@ -254,8 +261,12 @@ def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
             V4 = _read_root(tr, j, ln_a, alpha, 4)[1]
             V5 = _read_root(tr, j, ln_a, alpha, 5)[1]
             t6, V6, slope, phi, quad, prior, dlnV = _read_root(tr, j, ln_a, alpha, 6)
-            # the larger difference to the two lower orders (one alone can be accidentally small)
-            interp = max(abs(V6 - V4), abs(V6 - V5))
+            # differences to both lower orders (one alone can be accidentally small); a stencil
+            # across a change of the support's shape has no reliable error: polish that root
+            interp = abs(V6 - V4) + abs(V6 - V5)
+            s6 = _stencil(j, len(y), 6)
+            if np.any(tr.phase[s6] != tr.phase[s6.start]):
+                interp = float("inf")
             err = quad + interp + prior / max(abs(1 - slope), 1e-3)
             err = max(err, 4 * np.finfo(float).eps * V6)
             out.append(_Root(t6, V6, err, interp, quad, slope, phi, j, dlnV))
@@ -316,7 +327,7 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
         for roots in tr.roots.values():
             for r in roots:
                 quad = max(quad, r.quad_error)
-                if r.interp_error > target:
+                if target < r.interp_error < float("inf"):
                     s = _stencil(r.bracket, len(tr.t), 6)
                     refine.update(range(s.start, s.stop - 1))
         if cc.discrete and quad > tol / 2 and level < max_level:
