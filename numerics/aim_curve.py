@@ -369,7 +369,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
     level = tr.level + 1 if cc.discrete else 0
     box = _tail_sd(tol)
     while pending.size and level <= max_level:
-        active, failed, settled = pending, [], []
+        active, failed = pending, []
         t_prev[:] = np.nan  # secants within one level only
         for _ in range(12):
             if not active.size:
@@ -411,7 +411,6 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
                     root = _Root(float(t_fine[i]), float(Vr), float(err), 0.0, float(quad[i]),
                                  float(slope), float(phi), items[kk][1].bracket, float(dlnV[kk]))
                     out[kk] = _fixed_point(rho, root, method="traced + Newton", level=level + 1)
-                    settled.append(kk)
             t[active[~done]] = ta[~done] + step[~done]
             stray = (t[active] < lo[active]) | (t[active] > hi[active])
             failed += list(active[stray & ~done])
