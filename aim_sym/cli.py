@@ -256,7 +256,10 @@ def se(alpha, small_width, digits, **kw):
 @click.option("--plot", "plot_path", default=None, help="PNG file")
 @click.option("--tol", type=float, default=1e-13, show_default=True,
               help="aim: target error of each fixed point (1e-15..1e-2); larger is faster")
-def curve(alphas, out_path, plot_path, tol, **kw):
+@click.option("--method", type=click.Choice(["traced", "per-alpha"]), default="traced",
+              show_default=True,
+              help="aim: trace alpha(Delta) once for all alphas, or solve each alpha on its own")
+def curve(alphas, out_path, plot_path, tol, method, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
     model = check_model(kw)
     grid = parse_grid(alphas, "--alphas")
@@ -285,7 +288,8 @@ def curve(alphas, out_path, plot_path, tol, **kw):
         rho = 0.5 if kw.get("rho") is None else kw["rho"]
         if not 1e-15 <= tol <= 1e-2:
             fail("--tol", "in [1e-15, 1e-2]", tol)
-        rows = aim_se.curve(cc, alphas=grid, rho=rho, tol=tol, progress=progress_printer)
+        rows = aim_se.curve(cc, alphas=grid, rho=rho, tol=tol, progress=progress_printer,
+                            method=method)
         ycols = ["mmse"]
         title = f"AIM {ch.name}, T={ch.tokens}, rho={rho}"
     if out_path:

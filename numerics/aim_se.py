@@ -173,44 +173,62 @@ def fixed_points(cc, *, alpha: float, rho: float, tol: float = 1e-13,
     """
     _check(alpha, rho)
     require(tol > 0, "tol", "> 0", tol)
-    Q0 = 1.0 + rho
     if alpha == 0:
         return [FixedPoint(rho, 0.0, 1.0, 0.0, True, 0.0, 0.0, True)]
-    out: list[FixedPoint] = []
     coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=-2)[0] - v,
                     _v_grid(), xtol=1e-6)
-    xtol = max(min(tol / 10, 1e-6), 1e-16)
-    for vc in coarse:
-        prev, lev = None, -1
-        while True:
-            def f(v, lev=lev):
-                return se_map(cc, alpha=alpha, rho=rho, V=v, level=lev)[0] - v
+    out = [solve_fixed_point(cc, alpha=alpha, rho=rho, v0=vc, tol=tol, max_level=max_level)
+           for vc in coarse]
+    return _with_perfect_recovery(cc, alpha=alpha, rho=rho, fps=out)
 
-            v1 = _polish(f, vc if prev is None else prev, xtol,
-                         first=1e-4 if prev is None else 1e-7)
-            if not cc.discrete or (prev is not None and abs(v1 - prev) <= tol):
-                break
-            if lev >= max_level:
-                raise ConvergenceError(f"SE fixed point not converged to tol={tol} by quadrature "
-                                       f"level {max_level}", last_iterate=v1, residual=abs(v1 - prev))
-            prev, lev = v1, lev + 1
-        level = lev
-        mm, q_hat = se_map(cc, alpha=alpha, rho=rho, V=v1, level=level)
-        dv = max(1e-7 * v1, 1e-13)
-        slope = (
-            se_map(cc, alpha=alpha, rho=rho, V=v1 + dv, level=level)[0]
-            - se_map(cc, alpha=alpha, rho=rho, V=v1 - dv, level=level)[0]
-        ) / (2 * dv)
-        prior_err = _wishart().mmse_estimate(1.0 / q_hat, rho=rho).error
-        err = (0.0 if prev is None else abs(v1 - prev)) + prior_err / max(abs(1 - slope), 1e-3)
-        err = max(err, 4 * np.finfo(float).eps * v1, xtol)  # resolution of a double / the solve
-        phi = free_entropy(cc, alpha=alpha, rho=rho, V=v1, q_hat=q_hat, level=level)
-        out.append(FixedPoint(Q0 - v1, q_hat, v1, phi, abs(slope) < 1, slope, err,
-                              extra={"level": level}))
+
+def solve_fixed_point(cc, *, alpha: float, rho: float, v0: float, tol: float,
+                      max_level: int = 3, first: float = 1e-4) -> FixedPoint:
+    """The SE fixed point near ``v0`` (THEORY 1.1), with stability, Phi and its error.
+
+    Brent's method on mmse(1/q_hat(V)) - V at quadrature levels -1, 0, 1, .. (bracketed by
+    widening around the previous root, from the relative half-width ``first``) until two
+    successive levels agree within ``tol``; the error is their difference plus the prior's own
+    refinement error amplified by 1/|1 - slope|.
+    """
+    Q0 = 1.0 + rho
+    xtol = max(min(tol / 10, 1e-6), 1e-16)
+    prev, lev = None, -1
+    while True:
+        def f(v, lev=lev):
+            return se_map(cc, alpha=alpha, rho=rho, V=v, level=lev)[0] - v
+
+        v1 = _polish(f, v0 if prev is None else prev, xtol,
+                     first=first if prev is None else 1e-7)
+        if not cc.discrete or (prev is not None and abs(v1 - prev) <= tol):
+            break
+        if lev >= max_level:
+            raise ConvergenceError(f"SE fixed point not converged to tol={tol} by quadrature "
+                                   f"level {max_level}", last_iterate=v1, residual=abs(v1 - prev))
+        prev, lev = v1, lev + 1
+    level = lev
+    mm, q_hat = se_map(cc, alpha=alpha, rho=rho, V=v1, level=level)
+    dv = max(1e-7 * v1, 1e-13)
+    slope = (
+        se_map(cc, alpha=alpha, rho=rho, V=v1 + dv, level=level)[0]
+        - se_map(cc, alpha=alpha, rho=rho, V=v1 - dv, level=level)[0]
+    ) / (2 * dv)
+    prior_err = _wishart().mmse_estimate(1.0 / q_hat, rho=rho).error
+    err = (0.0 if prev is None else abs(v1 - prev)) + prior_err / max(abs(1 - slope), 1e-3)
+    err = max(err, 4 * np.finfo(float).eps * v1, xtol)  # resolution of a double / the solve
+    phi = free_entropy(cc, alpha=alpha, rho=rho, V=v1, q_hat=q_hat, level=level)
+    return FixedPoint(Q0 - v1, q_hat, v1, phi, abs(slope) < 1, slope, err, extra={"level": level})
+
+
+def _with_perfect_recovery(cc, *, alpha: float, rho: float,
+                           fps: list[FixedPoint]) -> list[FixedPoint]:
+    """Append V = 0 for noiseless channels (stable iff alpha >= alpha_PR) and flag the
+    Bayes-optimal fixed point."""
+    out = list(fps)
     if cc.noiseless:
         apr = perfect_recovery_alpha(cc, rho=rho)
         stable0 = apr is not None and alpha >= apr
-        out.append(FixedPoint(Q0, float("inf"), 0.0, None, stable0, float("nan"), 0.0))
+        out.append(FixedPoint(1.0 + rho, float("inf"), 0.0, None, stable0, float("nan"), 0.0))
     return _flag_bayes_optimal(out)
 
 
@@ -238,9 +256,19 @@ def perfect_recovery_alpha(cc, *, rho: float) -> float | None:
     return (2 * rho - rho**2 if rho <= 1 else 1.0) / (2 * float(k))
 
 
-def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
-          progress: Callable | None = None) -> list[dict]:
-    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha)."""
+def curve(cc, *, alphas, rho: float, tol: float = 1e-13, progress: Callable | None = None,
+          method: str = "traced") -> list[dict]:
+    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha).
+
+    ``method="traced"`` (default): alpha(Delta) traced once for all alphas
+    (:func:`numerics.aim_curve.curve`); ``"per-alpha"``: :func:`fixed_points` at each alpha
+    (a V scan per alpha), the independent route the traced one is tested against.
+    """
+    require(method in ("traced", "per-alpha"), "method", "'traced' or 'per-alpha'", method)
+    if method == "traced":
+        from . import aim_curve
+
+        return aim_curve.curve(cc, alphas=alphas, rho=rho, tol=tol, progress=progress)
     rows = []
     for i, a in enumerate(alphas):
         fps = fixed_points(cc, alpha=float(a), rho=rho, tol=tol)

@@ -31,10 +31,21 @@ def sinh_rule(a: float, R: float, level: int) -> tuple[np.ndarray, np.ndarray]:
     return a * np.sinh(t), w * a * np.cosh(t)
 
 
-def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int):
+def tail_mass(tail_sd: float, K: int) -> float:
+    """Gaussian mass outside the box |m_k| <= tail_sd sd_k (K axes): at most K P(|N(0,1)| > tail_sd)."""
+    if tail_sd >= TAIL_SD:
+        return TAIL_MASS
+    from scipy.special import erfc
+
+    return float(K * erfc(tail_sd / np.sqrt(2.0)))
+
+
+def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int, *,
+                  tail_sd: float = TAIL_SD):
     """Tensor nodes m (N x K), weights (N) and the pruned weight for E over m ~ N(0, cov).
 
-    ``scales`` are the per-axis feature scales of the integrand (sqrt(V S_kk)).
+    ``scales`` are the per-axis feature scales of the integrand (sqrt(V S_kk)); the box is
+    |m_k| <= tail_sd sd_k (the mass outside is :func:`tail_mass`, for the caller's bound).
     """
     cov = np.asarray(cov, dtype=float)
     K = cov.shape[0]
@@ -42,7 +53,7 @@ def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int):
     axes, wts = [], []
     for k in range(K):
         a = float(min(scales[k], sd[k]))
-        x, w = sinh_rule(a, float(TAIL_SD * sd[k]), level)
+        x, w = sinh_rule(a, float(tail_sd * sd[k]), level)
         axes.append(x)
         wts.append(w)
     grids = np.meshgrid(*axes, indexing="ij")

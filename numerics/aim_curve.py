@@ -1,0 +1,477 @@
+"""AIM SE curves over many alphas: the fixed-point set traced once, shared by every alpha.
+
+The output side E(q, V) of THEORY 1.1 does not depend on alpha. With q_hat = 1/Delta and
+V = mmse(Delta), the fixed-point condition q_hat = 2 alpha E(Q0 - V, V) reads
+
+    alpha(Delta) = 1 / (2 Delta E(Q0 - mmse(Delta), mmse(Delta))),
+
+so the fixed points at alpha are the roots of alpha(Delta) = alpha. As mmse increases with
+Delta, sign(mmse(1/q_hat(V)) - V) = sign(alpha(Delta) - alpha): a sign change on a grid in
+t = ln Delta brackets a fixed point exactly as the V scan of :func:`numerics.aim_se.fixed_points`
+does, but one grid serves all alphas. At a fixed point the SE map's slope is
+1 + d ln alpha / d ln Delta and Phi = V / (4 Delta) - I(Delta) + alpha Psi_out (THEORY 1.1).
+
+Each root is read off local interpolants in t (order 5, its error the sum of the differences
+to orders 3 and 4); the grid is refined where that exceeds the target and near turning points of
+alpha(Delta) (where fixed points appear in pairs). Errors, per fixed point and by refinement:
+the root on the curves of two quadrature levels, the interpolation orders, the prior's two
+orders. Nodes that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to
+alpha < min alpha) carry one quadrature level only. The trace is built to max(tol, 1e-4);
+roots it cannot give to ``tol`` are polished together by Newton's method on
+ln alpha(t) = ln alpha (:func:`polish`):
+one compiled call per step for all of them, then the next quadrature level at the converged
+point gives the error. Where Newton fails the root falls back to
+:func:`numerics.aim_se.solve_fixed_point` (Brent's method on the SE map).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import brentq
+
+from . import aim_se
+from .gauss import TAIL_SD, gaussian_grid, tail_mass
+from .records import ConvergenceError, require
+
+_LN10 = float(np.log(10.0))
+_V_FLOOR = 1e-6  # the lowest V the scan must reach (as aim_se's V grid)
+_FOLD_STEP = 0.05  # grid step in ln Delta to which turning points of alpha(Delta) are resolved
+_TRACE_TOL = 1e-4  # the trace's own target: tighter roots are polished by Newton
+
+
+# ----------------------------------------------------------------------------- output side
+def output_moments_many(cc, *, q, V, level: int, tail_sd: float = TAIL_SD
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """E(q_i, V_i), Psi_out(q_i, V_i) and tail bounds for many points in one compiled call.
+
+    The rule of :func:`numerics.aim_se.output_moments` (THEORY 1.1), vectorised over points,
+    on the box |m_k| <= tail_sd sd_k: the mass cut off times the integrand's sup on the nodes
+    is returned as the tail bound.
+    """
+    q = np.atleast_1d(np.asarray(q, dtype=float))
+    V = np.atleast_1d(np.asarray(V, dtype=float))
+    require(bool(np.all(V > 0)), "V", "> 0", V)
+    require(bool(np.all(q >= 0)), "q", ">= 0", q)
+    if not cc.discrete:
+        E = np.array([float(cc.e_g2(v)) for v in V])
+        psi = np.array([float(cc.psi_out(v)) for v in V])
+        return E, psi, np.zeros_like(E)
+    K = cc.K
+    nodes, wts, pruned = [], [], np.zeros(len(q))
+    for i, (qi, vi) in enumerate(zip(q, V)):
+        if qi == 0:
+            m, w = np.zeros((1, K)), np.ones(1)
+        else:
+            m, w, pruned[i] = gaussian_grid(qi * cc.S, np.sqrt(vi * np.diag(cc.S)), level,
+                                            tail_sd=tail_sd)
+        nodes.append(m)
+        wts.append(w)
+    counts = np.array([len(w) for w in wts])
+    M, W = np.concatenate(nodes), np.concatenate(wts)
+    Vn = np.repeat(V, counts)
+    N = len(W)
+    flat = aim_se._flat_eval(cc.z_grad, [M[:, k] for k in range(K)] + [Vn], N)
+    Y, n = cc.n_outputs, cc.n_pairs
+    Z = np.stack(flat[:Y])
+    G = np.stack(flat[Y:]).reshape(Y, n, N)
+    wg2 = np.einsum("ynN,n->yN", G * G, cc.weights)
+    pos = Z > 0
+    safe = np.where(pos, Z, 1.0)
+    e_int = np.where(pos, wg2 / safe, 0.0).sum(axis=0)
+    psi_int = np.where(pos, Z * np.log(safe), 0.0).sum(axis=0)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    E = np.add.reduceat(e_int * W, starts)
+    psi = np.add.reduceat(psi_int * W, starts)
+    sup = np.maximum.reduceat(np.abs(e_int), starts)
+    tail = np.where(q > 0, (tail_mass(tail_sd, K) + pruned) * sup, 0.0)
+    return E, psi, tail
+
+
+# ----------------------------------------------------------------------------- the traced set
+@dataclass
+class _Trace:
+    """alpha(Delta) and what a fixed point needs, on nodes t = ln Delta (increasing).
+
+    Scan-only nodes carry one quadrature level (E[1] = E[0]) and no prior error (NaN); nodes
+    that a root's interpolation stencil uses are made ``fine``: two levels and the prior's
+    two orders.
+    """
+
+    t: np.ndarray
+    V: np.ndarray  # mmse(Delta), fine prior order
+    V_err: np.ndarray  # prior: |fine - coarse order| (NaN until the node is fine)
+    mi: np.ndarray  # I(Delta)
+    E: np.ndarray  # (2, n): E at quadrature levels L and L + 1
+    psi: np.ndarray  # Psi_out at the finer level
+    tail: np.ndarray
+    lev: np.ndarray  # level L of E[0] per node
+    fine: np.ndarray  # bool: E[1] is at level L + 1
+    phase: np.ndarray  # number of intervals of the support of mu_Delta (mmse is not analytic
+    # in Delta where it changes: no interpolation stencil may straddle that point)
+
+    def __post_init__(self) -> None:
+        self.update()
+        self.roots: dict[float, list] = {}  # roots read at given alphas (set by trace)
+        self.level, self.box = 0, TAIL_SD  # quadrature level L and box (set by trace)
+
+    def update(self) -> None:
+        with np.errstate(divide="ignore"):
+            self.lna = -np.log(2.0 * self.E) - self.t  # ln alpha at both levels, (2, n)
+        self.coef: dict[tuple[int, int], tuple] = {}  # local interpolants per (bracket, order)
+
+
+_FIELDS = ("V", "V_err", "mi", "E", "psi", "tail", "lev", "fine", "phase")
+
+
+def _prior(rho: float, t: np.ndarray, phase: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1); the
+    number of support intervals of mu_Delta into ``phase`` when given."""
+    from . import wishart
+
+    V, mi = np.empty(len(t)), np.empty(len(t))
+    for i, d in enumerate(np.exp(t)):
+        V[i] = wishart.mmse(float(d), rho=rho)
+        mi[i] = wishart.mutual_information(float(d), rho=rho)
+        if phase is not None:
+            phase[i] = len(wishart.support(rho, float(d)))
+    if np.any(V <= 0) or np.any(V >= 1.0 + 1e-12):
+        raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
+                               residual=None)
+    return np.minimum(V, 1.0), mi
+
+
+def _prior_error(rho: float, t: np.ndarray) -> np.ndarray:
+    """|fine - coarse order| of the prior's mmse at Delta = exp(t)."""
+    from . import wishart
+
+    return np.array([wishart.mmse_estimate(float(d), rho=rho).error for d in np.exp(t)])
+
+
+def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
+    n = len(t)
+    phase = np.zeros(n, dtype=int)
+    V, mi = _prior(rho, t, phase)
+    E, psi, tail = output_moments_many(cc, q=1.0 + rho - V, V=V, level=level, tail_sd=tail_sd)
+    return _Trace(t, V, np.full(n, np.nan), mi, np.stack([E, E]), psi, tail,
+                  np.full(n, level), np.zeros(n, dtype=bool), phase)
+
+
+def _make_fine(cc, tr: _Trace, idx, *, rho: float, level: int, tail_sd: float) -> None:
+    """Give the nodes ``idx`` quadrature levels (level, level + 1) and the prior's error."""
+    idx = np.array(sorted(idx), dtype=int)
+    if not idx.size:
+        return
+    V, q = tr.V[idx], 1.0 + rho - tr.V[idx]
+    redo = tr.lev[idx] != level
+    if redo.any():
+        tr.E[0, idx[redo]] = output_moments_many(cc, q=q[redo], V=V[redo], level=level,
+                                                 tail_sd=tail_sd)[0]
+    E1, psi, tail = output_moments_many(cc, q=q, V=V, level=level + 1, tail_sd=tail_sd)
+    tr.E[1, idx], tr.psi[idx], tr.tail[idx] = E1, psi, tail
+    tr.lev[idx], tr.fine[idx] = level, True
+    miss = idx[np.isnan(tr.V_err[idx])]
+    tr.V_err[miss] = _prior_error(rho, tr.t[miss])
+    tr.update()
+
+
+def _merge(a: _Trace, b: _Trace) -> _Trace:
+    t = np.concatenate([a.t, b.t])
+    order = np.argsort(t, kind="stable")
+    cat = {f: np.concatenate([getattr(a, f), getattr(b, f)], axis=-1)[..., order] for f in _FIELDS}
+    return _Trace(t[order], **cat)
+
+
+# ----------------------------------------------------------------------------- roots
+@dataclass
+class _Root:
+    t: float
+    V: float
+    error: float
+    interp_error: float
+    quad_error: float
+    slope: float
+    phi: float
+    bracket: int  # index j of the bracketing interval [t_j, t_j+1]
+    dlnV: float  # d ln V / d ln Delta at the root (interpolant)
+
+
+def _stencil(j: int, n: int, p: int) -> slice:
+    lo = min(max(j - p // 2 + 1, 0), n - p)
+    return slice(lo, lo + p)
+
+
+def _horner(c: np.ndarray, x: float) -> float:
+    acc = 0.0
+    for ck in c[::-1]:
+        acc = acc * x + ck
+    return float(acc)
+
+
+def _dhorner(c: np.ndarray, x: float) -> float:
+    return _horner(c[1:] * np.arange(1, len(c)), x)
+
+
+def _coefficients(tr: _Trace, j: int, p: int) -> tuple[np.ndarray, slice]:
+    """Order-(p-1) interpolants in x = (t - t_j)/(t_j+1 - t_j) of ln alpha (levels L + 1 and
+    L), ln V, I and Psi_out on the p nodes around [t_j, t_j+1] (cached per trace)."""
+    key = (j, p)
+    if key not in tr.coef:
+        s = _stencil(j, len(tr.t), p)
+        x_nodes = (tr.t[s] - tr.t[j]) / (tr.t[j + 1] - tr.t[j])
+        rhs = np.stack([tr.lna[1][s], tr.lna[0][s], np.log(tr.V[s]), tr.mi[s], tr.psi[s]],
+                       axis=1)
+        tr.coef[key] = (np.linalg.solve(np.vander(x_nodes, increasing=True), rhs).T, s)
+    return tr.coef[key]
+
+
+def _read_root(tr: _Trace, j: int, ln_a: float, alpha: float, p: int) -> tuple:
+    """Root of the order-(p-1) interpolant of ln alpha(t) - ln a in [t_j, t_j+1], with V, slope,
+    Phi and the linearised shift of the root between the two quadrature levels."""
+    c, s = _coefficients(tr, j, p)
+    t0, h = tr.t[j], tr.t[j + 1] - tr.t[j]
+    c1 = c[0].copy()
+    c1[0] -= ln_a
+    ylo, yhi = _horner(c1, 0.0), _horner(c1, 1.0)
+    if ylo * yhi > 0:  # rounding of the fit at a node where y is ~0
+        x = 0.0 if abs(ylo) < abs(yhi) else 1.0
+    else:
+        x = 0.0 if ylo == 0 else brentq(lambda u: _horner(c1, u), 0.0, 1.0, xtol=1e-15,
+                                       rtol=1e-15, maxiter=200)
+    V = float(np.exp(_horner(c[2], x)))
+    dy = _dhorner(c1, x) / h
+    dV = V * _dhorner(c[2], x) / h
+    tail = float(np.max(tr.tail[s] / tr.E[1][s]))
+    quad_shift = (abs(_horner(c[1], x) - ln_a) + tail) / max(abs(dy), 1e-300)
+    delta = float(np.exp(t0 + h * x))
+    phi = V / (4 * delta) - _horner(c[3], x) + alpha * _horner(c[4], x)
+    return (t0 + h * x, V, 1.0 + dy, phi, abs(dV) * quad_shift, float(np.max(tr.V_err[s])),
+            dV / V)
+
+
+def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
+    ln_a = float(np.log(alpha))
+    y = tr.lna[1] - ln_a
+    out = []
+    for j in range(len(y) - 1):
+        if y[j] == 0 or y[j] * y[j + 1] < 0:
+            V4 = _read_root(tr, j, ln_a, alpha, 4)[1]
+            V5 = _read_root(tr, j, ln_a, alpha, 5)[1]
+            t6, V6, slope, phi, quad, prior, dlnV = _read_root(tr, j, ln_a, alpha, 6)
+            # differences to both lower orders (one alone can be accidentally small); a stencil
+            # across a change of the support's shape has no reliable error: polish that root
+            interp = abs(V6 - V4) + abs(V6 - V5)
+            s6 = _stencil(j, len(y), 6)
+            if np.any(tr.phase[s6] != tr.phase[s6.start]):
+                interp = float("inf")
+            err = quad + interp + prior / max(abs(1 - slope), 1e-3)
+            err = max(err, 4 * np.finfo(float).eps * V6)
+            out.append(_Root(t6, V6, err, interp, quad, slope, phi, j, dlnV))
+    return out
+
+
+# ----------------------------------------------------------------------------- driver
+def _tail_sd(tol: float) -> float:
+    """Box half-width (in sd) whose cut-off Gaussian mass is below tol * 1e-6 (at most 12)."""
+    from scipy.special import erfcinv
+
+    return float(min(max(np.sqrt(2.0) * erfcinv(min(tol * 1e-6, 1.0)), 6.0), TAIL_SD))
+
+
+def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 400,
+          max_level: int = 3) -> _Trace:
+    """Trace alpha(Delta) on a grid in ln Delta covering every fixed point of ``alphas``.
+
+    The grid is refined until each root's interpolation error is below tol / 2 (or
+    ``max_nodes`` is reached) and turning points are resolved to a step of 0.05; the quadrature
+    level is raised until the two levels move every root by less than tol / 2.
+    """
+    require(tol > 0, "tol", "> 0", tol)
+    level = -2 if cc.discrete else 0
+    box = _tail_sd(tol)
+
+    def nodes(t: np.ndarray) -> _Trace:
+        return _trace_nodes(cc, rho=rho, t=t, level=level, tail_sd=box)
+
+    a_min = float(np.min(alphas))
+    tr = nodes(np.linspace(-4 * _LN10, 2 * _LN10, 13))
+    # extend until alpha(Delta) < every alpha at the top end (alpha -> 0 as Delta -> inf) and
+    # V reaches the scan floor at the bottom end
+    while tr.lna[1][-1] >= np.log(a_min):
+        tr = _merge(tr, nodes(tr.t[-1:] + _LN10 / 2))
+    while tr.V[0] > _V_FLOOR:
+        tr = _merge(tr, nodes(tr.t[:1] - _LN10 / 2))
+    target = tol / 2
+    while True:
+        # the nodes every root's stencils use get both levels and the prior's error
+        need = set()
+        for a in alphas:
+            y = tr.lna[1] - np.log(a)
+            for j in np.nonzero((y[:-1] == 0) | (y[:-1] * y[1:] < 0))[0]:
+                need.update(range(*_stencil(int(j), len(tr.t), 6).indices(len(tr.t))))
+        need = {i for i in need if not tr.fine[i]}
+        if need:
+            _make_fine(cc, tr, need, rho=rho, level=level, tail_sd=box)
+            continue
+        refine: set[int] = set()
+        tr.roots = {float(a): _roots_at(tr, float(a)) for a in alphas}
+        # turning points of alpha(Delta): fixed points appear or vanish in pairs there
+        d = np.diff(tr.lna[1])
+        for j in range(1, len(d)):
+            if d[j - 1] * d[j] < 0:
+                refine.update(i for i in (j - 1, j) if tr.t[i + 1] - tr.t[i] > _FOLD_STEP)
+        quad = 0.0
+        for roots in tr.roots.values():
+            for r in roots:
+                quad = max(quad, r.quad_error)
+                if target < r.interp_error < float("inf"):
+                    s = _stencil(r.bracket, len(tr.t), 6)
+                    refine.update(range(s.start, s.stop - 1))
+        if cc.discrete and quad > tol / 2 and level < max_level:
+            level += 1  # the stencil nodes at the next pair of levels; the prior is kept
+            _make_fine(cc, tr, np.nonzero(tr.fine)[0], rho=rho, level=level, tail_sd=box)
+            continue
+        if not refine or len(tr.t) + len(refine) > max_nodes:
+            tr.level, tr.box = level, box
+            return tr
+        idx = np.array(sorted(refine))
+        tr = _merge(tr, nodes(0.5 * (tr.t[idx] + tr.t[idx + 1])))
+
+
+def _fixed_point(rho: float, r: _Root, **extra) -> aim_se.FixedPoint:
+    return aim_se.FixedPoint(1.0 + rho - r.V, float(np.exp(-r.t)), r.V, r.phi, abs(r.slope) < 1,
+                             r.slope, r.error, extra=extra)
+
+
+def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol: float,
+           max_level: int = 3) -> list[aim_se.FixedPoint]:
+    """Newton's method on ln alpha(t) = ln a for many roots at once (one compiled call per
+    step), from the traced roots and slopes, the slope then updated by secants (the reported
+    slope is the last secant's), at the trace's finer quadrature level; then the next level
+    at the converged t moves each root by the linearised shift, which is its quadrature error.
+    The level is raised for roots where that shift exceeds tol / 2. Reported: the finer
+    level's root; error = level shift + last Newton step + prior error / |1 - slope|.
+    Roots where Newton fails fall back to :func:`numerics.aim_se.solve_fixed_point`."""
+    Q0 = 1.0 + rho
+    n = len(items)
+    out: list[aim_se.FixedPoint | None] = [None] * n
+    ln_a = np.log([a for a, _ in items])
+    t = np.array([r.t for _, r in items])
+    dy = np.array([r.slope - 1.0 for _, r in items])
+    dlnV = np.array([r.dlnV for _, r in items])
+    lo = np.array([tr.t[max(r.bracket - 1, 0)] for _, r in items])
+    hi = np.array([tr.t[min(r.bracket + 2, len(tr.t) - 1)] for _, r in items])
+    t_prev, y_prev = np.full(n, np.nan), np.full(n, np.nan)
+    pending = np.arange(n)
+    level = tr.level + 1 if cc.discrete else 0
+    box = _tail_sd(tol)
+    while pending.size and level <= max_level:
+        active, failed = pending, []
+        t_prev[:] = np.nan  # secants within one level only
+        for _ in range(12):
+            if not active.size:
+                break
+            ta = t[active]
+            V, mi = _prior(rho, ta)
+            E, psi, _ = output_moments_many(cc, q=Q0 - V, V=V, level=level, tail_sd=box)
+            y = -np.log(2.0 * E) - ta - ln_a[active]  # ln(alpha(t) / a)
+            dt = ta - t_prev[active]
+            sec = np.abs(dt) > 1e-9  # secant update of y' (and so of the slope) once possible
+            dy[active[sec]] = (y[sec] - y_prev[active[sec]]) / dt[sec]
+            t_prev[active], y_prev[active] = ta, y
+            step = -y / dy[active]
+            dVdt = V * dlnV[active]
+            newton_err = np.abs(step * dVdt)
+            done = newton_err <= tol / 20
+            if done.any():
+                k = active[done]
+                if cc.discrete:
+                    Ef, psif, tailf = output_moments_many(cc, q=Q0 - V[done], V=V[done],
+                                                          level=level + 1, tail_sd=box)
+                else:
+                    Ef, psif, tailf = E[done], psi[done], np.zeros(int(done.sum()))
+                t_coarse = ta[done] + step[done]
+                t_fine = ta[done] + (np.log(2.0 * Ef) + ta[done] + ln_a[k]) / dy[k]
+                quad = (np.abs(t_fine - t_coarse) + tailf / Ef / np.abs(dy[k])) \
+                    * np.abs(dVdt[done])
+                for i, kk in enumerate(k):
+                    if quad[i] > tol / 2 and cc.discrete:
+                        t[kk] = t_fine[i]
+                        continue
+                    slope = 1.0 + dy[kk]
+                    Vr = V[done][i] + dVdt[done][i] * (t_fine[i] - ta[done][i])
+                    V_err = _prior_error(rho, ta[done][i:i + 1])[0]
+                    err = quad[i] + newton_err[done][i] + V_err / max(abs(1 - slope), 1e-3)
+                    err = max(err, 4 * np.finfo(float).eps * Vr)
+                    phi = V[done][i] / (4 * np.exp(ta[done][i])) - mi[done][i] \
+                        + np.exp(ln_a[kk]) * psif[i]
+                    root = _Root(float(t_fine[i]), float(Vr), float(err), 0.0, float(quad[i]),
+                                 float(slope), float(phi), items[kk][1].bracket, float(dlnV[kk]))
+                    out[kk] = _fixed_point(rho, root, method="traced + Newton", level=level + 1)
+            t[active[~done]] = ta[~done] + step[~done]
+            stray = (t[active] < lo[active]) | (t[active] > hi[active])
+            failed += list(active[stray & ~done])
+            active = active[~done & ~stray]
+        failed += list(active)
+        for kk in failed:  # robust route: Brent's method on the SE map at growing levels
+            a, r = items[kk]
+            out[kk] = aim_se.solve_fixed_point(cc, alpha=float(np.exp(ln_a[kk])), rho=rho,
+                                               v0=r.V, tol=tol, max_level=max_level,
+                                               first=min(max(20 * r.error / r.V, 1e-7), 1e-2))
+        pending = np.array([kk for kk in range(n) if out[kk] is None], dtype=int)
+        level += 1
+    if pending.size:
+        kk = int(pending[0])
+        raise ConvergenceError(f"SE fixed point not converged to tol={tol} by quadrature level "
+                               f"{max_level}", last_iterate=float(t[kk]), residual=None)
+    return out
+
+
+def fixed_points_traced(cc, tr: _Trace, *, alpha: float, rho: float, tol: float,
+                        max_level: int = 3,
+                        polished: dict | None = None) -> list[aim_se.FixedPoint]:
+    """All fixed points at ``alpha`` from a trace (interpolated, or polished by Newton where the
+    interpolated error exceeds ``tol``), V = 0 appended for noiseless channels, the
+    Bayes-optimal one flagged (THEORY 1.1)."""
+    if alpha == 0:
+        return aim_se.fixed_points(cc, alpha=0.0, rho=rho)
+    roots = tr.roots.get(alpha)
+    roots = _roots_at(tr, alpha) if roots is None else roots
+    if polished is None:
+        todo = [(alpha, r) for r in roots if r.error > tol]
+        polished = dict(zip([(a, r.bracket) for a, r in todo],
+                            polish(cc, tr, rho=rho, items=todo, tol=tol, max_level=max_level)))
+    fps = [polished[(alpha, r.bracket)] if r.error > tol else
+           _fixed_point(rho, r, method="traced", level=tr.level + 1,
+                        interp_error=r.interp_error, quad_error=r.quad_error)
+           for r in roots]
+    return aim_se._with_perfect_recovery(cc, alpha=alpha, rho=rho, fps=fps)
+
+
+def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
+          progress: Callable | None = None) -> list[dict]:
+    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha), from one
+    trace of alpha(Delta) shared by all alphas (to max(tol, 1e-4)), the roots it cannot give to
+    ``tol`` polished together by Newton's method."""
+    alphas = np.asarray(alphas, dtype=float).ravel()
+    for a in alphas:
+        aim_se._check(float(a), rho)
+    require(tol > 0, "tol", "> 0", tol)
+    pos = alphas[alphas > 0]
+    tr = trace(cc, rho=rho, alphas=pos, tol=max(tol, _TRACE_TOL)) if len(pos) else None
+    todo = [] if tr is None else [(a, r) for a, roots in tr.roots.items() for r in roots
+                                  if r.error > tol]
+    polished = {} if tr is None else dict(zip(
+        [(a, r.bracket) for a, r in todo], polish(cc, tr, rho=rho, items=todo, tol=tol)))
+    rows = []
+    for i, a in enumerate(alphas):
+        fps = fixed_points_traced(cc, tr, alpha=float(a), rho=rho, tol=tol, polished=polished)
+        bo = aim_se.bayes_optimal(fps)
+        rows.append({"alpha": float(a), "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse,
+                     "phi": bo.phi, "error": bo.error, "n_fixed_points": len(fps)})
+        if progress:
+            progress(i + 1, len(alphas), f"alpha={float(a):.6g}")
+    return rows
