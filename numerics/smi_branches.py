@@ -16,7 +16,8 @@ rule in the token difference (the layer-1 information scales as ``(w0 - w1)^2 / 
 enter on the posterior's own scale, so few nodes suffice.  Inner (the fibre over ``z_1'``):
 deterministic balance-heuristic mixture of the prior ``N(omega_1, V1 I)`` and Laplace Gaussians
 at the Gauss-Newton modes of the posterior (for ``+h`` started at ``+-z_1``, for ``-h`` at the
-logit inversion ``A(z_1') omega_2 = -h`` and its mirror) and at the true ``z_1``; log-sum-exp
+logit inversion ``A(z_1') omega_2 = -h`` and its mirror) and at ``+-`` the true ``z_1`` (the
+set is mirror-symmetric, so ``E[z_1' | y, omega] = 0`` exactly at ``q1 = 0``); log-sum-exp
 shifted, so nothing underflows as ``V -> 0``.
 
 The SE map is ``T_l(Q) = alpha K_l / (1 + alpha K_l)`` (Gaussian prior).  :func:`solve_learned`
@@ -145,7 +146,7 @@ def _inner(p, v1, v2, c, beta, n_in, n_p):
     a0, a1, o0, o1 = p["w10"], p["w11"], p["o0"], p["o1"]
     l0, l1 = _logit_start(-h0, -h1, o0, o1, c, beta)
     starts = [(1.0, p["z0"], p["z1"], 6), (1.0, -p["z0"], -p["z1"], 6), (-1.0, l0, l1, 6),
-              (-1.0, -l0, -l1, 6), (1.0, p["z0"], p["z1"], 0)]
+              (-1.0, -l0, -l1, 6), (1.0, p["z0"], p["z1"], 0), (1.0, -p["z0"], -p["z1"], 0)]
     comps = []
     for sg, s0, s1, its in starts:
         m0, m1, P00, P01, P11 = _gn_mode(s0, s1, sg * h0, sg * h1, a0, a1, o0, o1, v1, v2, c,
@@ -207,7 +208,7 @@ def branch_stats(q1: float, q2: float, *, c: float = 1.0, beta: float = 1.0,
     v1, v2 = 1.0 - q1, 1.0 - q2
     P = _outer(q1, q2, order, half)
     n_in, n_p = order[4], order[5]
-    step = max(1, _CHUNK // (n_p * n_p + 5 * n_in * n_in))
+    step = max(1, _CHUNK // (n_p * n_p + 6 * n_in * n_in))
     N = P["W"].size
     acc = dict(K1=0.0, K2=0.0, K12=0.0, trcov1=0.0, trcov2=0.0, psi=0.0, weight=0.0)
     nch = -(-N // step)
