@@ -532,7 +532,8 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     Record: alpha, Q (diagonal), Q_hat, error (per entry), e_gen (plug-in estimator, THEORY
     2.4), e_gen_error, phi (relative to Q = 0), phi_error, branch ("Q = 0", "layer 2 (q1 = 0)",
     "both learned", "perfect recovery"), stable, eigenvalue (the critical eigenvalue of the SE
-    map's Jacobian: layer-1 direction on the layer-2 branch, largest |.| otherwise)."""
+    map's Jacobian: layer-1 direction on the layer-2 branch, largest |.| otherwise), note (why
+    a value is NaN: phi at alpha = 1 exactly)."""
     from numerics import smi_branches
 
     _check(layers, tokens, skip, beta, alpha)
@@ -591,7 +592,7 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0) -> dict:
     return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
                 error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
                 phi_error=float(alpha * abs(psi - psi_lo)), branch="layer 2 (q1 = 0)" if q2 > 0 else "Q = 0",
-                stable=bool(alpha * mu1 < 1), eigenvalue=lam)
+                stable=bool(alpha * mu1 < 1), eigenvalue=lam, note="")
 
 
 @lru_cache(maxsize=32)

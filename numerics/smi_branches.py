@@ -44,7 +44,7 @@ from numerics.records import ConvergenceError, require
 from numerics.smi import _attention_inverse, _check, _fibre_jacobian, _gh, _grid2
 
 # (n_z1, n_xi, (n_s, n_d), n_eta, n_inner, n_prior): coarse and refined
-LEARNED_ORDERS = ((6, 4, (4, 8), 3, 6, 6), (8, 5, (4, 12), 4, 7, 7))
+LEARNED_ORDERS = ((4, 3, (2, 6), 2, 6, 6), (6, 4, (4, 8), 3, 6, 6))
 OMEGA2_DMAX = 8.5      # graded omega_2 rule: cut tail d > 8.5 sqrt(q2) has mass < 1e-16
 _CHUNK = 2_000_000     # (outer x inner) elements per block
 PI0 = 0.2              # mixture weight of the prior component
@@ -473,12 +473,14 @@ def free_entropy(q, qhat, alpha, psi, psi0) -> float:
 
 
 def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.0)):
-    """e_gen (THEORY 2.4, plug-in estimator, :func:`numerics.smi._egen`) at orders 6 and 8,
-    error = their difference + |de/dq| dq (central differences, order 6)."""
+    """e_gen (THEORY 2.4, plug-in estimator, :func:`numerics.smi._egen`) at two Gauss-Hermite
+    orders (6, 8 for the 6D rule at q1 = 0; 5, 6 for the 8D rule), error = their difference +
+    |de/dq| dq (central differences, lower order)."""
     from numerics import smi
 
-    e6 = smi._egen(q1, q2, c=skip, beta=beta, n=6)
-    e8 = smi._egen(q1, q2, c=skip, beta=beta, n=8)
+    lo, hi = (6, 8) if q1 == 0 else (5, 6)       # 6D or 8D tensor rule
+    e6 = smi._egen(q1, q2, c=skip, beta=beta, n=lo)
+    e8 = smi._egen(q1, q2, c=skip, beta=beta, n=hi)
     err = abs(e8 - e6)
     for k, d in enumerate(dq):
         if d > 0:
@@ -486,8 +488,8 @@ def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.
             qp, qm = [q1, q2], [q1, q2]
             qp[k] += h
             qm[k] -= h
-            de = (smi._egen(*qp, c=skip, beta=beta, n=6)
-                  - smi._egen(*qm, c=skip, beta=beta, n=6)) / (2 * h)
+            de = (smi._egen(*qp, c=skip, beta=beta, n=lo)
+                  - smi._egen(*qm, c=skip, beta=beta, n=lo)) / (2 * h)
             err += abs(de) * d
     return float(e8), float(err)
 
@@ -496,7 +498,8 @@ def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0
                   orders=LEARNED_ORDERS, progress=None) -> dict:
     """Record of the both-learned fixed point (:func:`solve_learned`) in the format of
     :func:`numerics.smi.fixed_point`: alpha, Q, Q_hat, error (per entry), e_gen, e_gen_error,
-    phi (relative to Q = 0), phi_error, branch, stable, eigenvalue (largest |.| of dT/dQ)."""
+    phi (relative to Q = 0), phi_error, branch, stable, eigenvalue (largest |.| of dT/dQ),
+    note, detail (the solver's report)."""
     r = solve_learned(alpha=alpha, init=init, skip=skip, beta=beta, orders=orders,
                       progress=progress)
     p0, p0e = psi_zero(float(skip), float(beta))
@@ -505,7 +508,7 @@ def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0
     return dict(alpha=float(alpha), Q=r["Q"], Q_hat=r["Q_hat"], error=r["error"], e_gen=eg,
                 e_gen_error=ege, phi=phi, phi_error=float(alpha * (r["psi_error"] + p0e)),
                 branch="both learned", stable=r["stable"],
-                eigenvalue=float(max(abs(e) for e in r["eigenvalues"])), detail=r)
+                eigenvalue=float(max(abs(e) for e in r["eigenvalues"])), note="", detail=r)
 
 
 def recovery_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0) -> dict:
@@ -516,7 +519,9 @@ def recovery_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0) -> dic
     require(alpha >= 1, "alpha", ">= 1 for the perfect-recovery point", alpha)
     pr = perfect_recovery(skip=skip, beta=beta)
     lam = max(1.0 / alpha, abs(pr["ratio_multiplier"]) / alpha)
+    note = ("" if alpha > 1 else "alpha = 1: marginal (eigenvalue 1); phi is the finite limit "
+            "alpha -> 1-, not computed (NaN)")
     return dict(alpha=float(alpha), Q=[1.0, 1.0], Q_hat=[math.inf, math.inf], error=[0.0, 0.0],
-                e_gen=0.0, e_gen_error=0.0, phi=math.inf, phi_error=0.0,
-                branch="perfect recovery", stable=bool(alpha > 1), eigenvalue=float(lam),
-                detail=pr)
+                e_gen=0.0, e_gen_error=0.0, phi=math.inf if alpha > 1 else math.nan,
+                phi_error=0.0 if alpha > 1 else math.nan, branch="perfect recovery",
+                stable=bool(alpha > 1), eigenvalue=float(lam), note=note, detail=pr)

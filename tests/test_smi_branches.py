@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from numerics import smi, smi_branches as sb
+from numerics import smi
+from numerics import smi_branches as sb
 from numerics.records import ConvergenceError, InputError
 
 TINY = (4, 3, (2, 6), 2, 4, 4)   # cheap order for the default run
@@ -62,7 +63,7 @@ def test_free_entropy_bookkeeping():
 def _rec(branch, stable, phi, q):
     return dict(alpha=0.8, Q=list(q), Q_hat=[1.0, 1.0], error=[0.0, 0.0], e_gen=0.1,
                 e_gen_error=0.0, phi=phi, phi_error=0.0, branch=branch, stable=stable,
-                eigenvalue=0.5 if stable else 1.5)
+                eigenvalue=0.5 if stable else 1.5, note="")
 
 
 def test_fixed_point_picks_stable_largest_phi(monkeypatch):
@@ -96,7 +97,8 @@ def test_perfect_recovery_analysis():
     assert abs(v.mean() - 1) < 4 * se + pr["a"] * pr["ratio_error"] / r
     rec = sb.recovery_point(alpha=1.2)
     assert rec["Q"] == [1.0, 1.0] and rec["stable"] and rec["e_gen"] == 0.0
-    assert not sb.recovery_point(alpha=1.0)["stable"]              # marginal at alpha = 1
+    r1 = sb.recovery_point(alpha=1.0)
+    assert not r1["stable"] and "alpha = 1" in r1["note"]       # marginal at alpha = 1
     with pytest.raises(InputError, match="alpha"):
         sb.recovery_point(alpha=0.9)
 
