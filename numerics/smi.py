@@ -547,8 +547,12 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
         return base
     if init is None:
         init = (min(0.9, max(0.05, 2.5 * (alpha - 0.7))), max(base["Q"][1], 0.975))
-    cand = [smi_branches.learned_point(alpha=alpha, skip=skip, beta=beta, init=init,
-                                       progress=progress), base]
+    try:
+        cand = [smi_branches.learned_point(alpha=alpha, skip=skip, beta=beta, init=init,
+                                           progress=progress), base]
+    except ConvergenceError as e:      # keep the (unstable) layer-2 point and say why
+        base["note"] = f"both-learned branch not found: {e}"
+        return base
     stable = [r for r in cand if r["stable"]]
     return max(stable, key=lambda r: r["phi"]) if stable else cand[0]
 

@@ -253,13 +253,16 @@ def _jacobian(x, F0, alpha, c, beta, order, step=0.02):
 
 
 def solve_learned(*, alpha: float, init=(0.5, 0.99), skip: float = 1.0, beta: float = 1.0,
-                  orders=LEARNED_ORDERS, tol: float = 2e-4, max_iter: int = 10,
-                  progress=None) -> dict:
+                  orders=LEARNED_ORDERS, tol: float = 2e-4, accept: float = 0.03,
+                  max_iter: int = 10, progress=None) -> dict:
     """SE fixed point with both layers learned (``q1 > 0``): Newton in ``x = log(1 - q)`` on
     ``F(x) = x + log(1 + alpha K(q))`` at the coarse order (forward-difference Jacobian,
-    Broyden updates, steps capped at 0.7 in x), stopped at ``max|F| < tol``.  Then at the refined
+    Broyden updates, steps capped at 0.7 in x, a fresh Jacobian after a step without progress),
+    stopped at ``max|F| < tol``; after ``max_iter`` steps the best iterate is kept if
+    ``max|F| <= accept`` (the coarse rule's noise floor near Q = I).  Then at the refined
     order: one Newton correction with the refined residual gives the reported Q, and the
-    correction's size (plus the Nishimori residual propagated the same way) is its error.
+    correction's size (which contains any unsolved coarse residual; plus the Nishimori residual
+    propagated the same way) is its error.
 
     Returns Q, Q_hat, error (per entry), eigenvalues of the SE map's 2x2 Jacobian ``dT/dQ``
     (``stable``: all |.| < 1), ``psi`` (``E log Z_out``, refined) and iteration info.  Raises
@@ -271,23 +274,27 @@ def solve_learned(*, alpha: float, init=(0.5, 0.99), skip: float = 1.0, beta: fl
     F, s = _log_residual(x, alpha, skip, beta, orders[0])
     J = _jacobian(x, F, alpha, skip, beta, orders[0])
     hist = [float(np.abs(F).max())]
+    best = (hist[0], x, F, s)
     for it in range(max_iter):
-        if np.abs(F).max() < tol:
+        if best[0] < tol:
             break
+        x, F = best[1], best[2]
         dx = -np.linalg.solve(J, F)
         dx *= min(1.0, 0.7 / np.abs(dx).max())
-        x = np.minimum(x + dx, -1e-6)
-        Fn, s = _log_residual(x, alpha, skip, beta, orders[0])
-        dF = Fn - F
-        J = J + np.outer(dF - J @ dx, dx) / (dx @ dx)        # Broyden update
-        F = Fn
-        hist.append(float(np.abs(F).max()))
+        xn = np.minimum(x + dx, -1e-6)
+        Fn, sn = _log_residual(xn, alpha, skip, beta, orders[0])
+        J = J + np.outer(Fn - F - J @ (xn - x), xn - x) / ((xn - x) @ (xn - x))   # Broyden
+        hist.append(float(np.abs(Fn).max()))
+        if hist[-1] < best[0]:
+            best = (hist[-1], xn, Fn, sn)
+        else:                            # no progress (noise floor or bad secant): fresh Jacobian
+            J = _jacobian(best[1], best[2], alpha, skip, beta, orders[0])
         if progress:
             progress(it + 1, max_iter, f"Newton alpha = {alpha:g}: max|F| = {hist[-1]:.1e}")
-    else:
-        if np.abs(F).max() >= tol:
-            raise ConvergenceError(f"learned-branch Newton did not converge at alpha = {alpha}",
-                                   last_iterate=(1 - np.exp(x)).tolist(), residual=F.tolist())
+    _, x, F, s = best
+    if best[0] > accept:
+        raise ConvergenceError(f"learned-branch Newton did not converge at alpha = {alpha}",
+                               last_iterate=(1 - np.exp(x)).tolist(), residual=F.tolist())
     q = 1.0 - np.exp(x)
     if q[0] < 1e-3:
         raise ConvergenceError("Newton reached the layer-2 branch q1 = 0", last_iterate=q.tolist(),
