@@ -519,7 +519,7 @@ def _psi_rel(q2, c, beta, order=(10, 32, 40)):
 
 
 def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
-                progress=None) -> dict:
+                layer2=True, progress=None) -> dict:
     """Bayes-optimal SE fixed point (THEORY 2.1) over the whole alpha range.
 
     * ``alpha >= 1``: perfect recovery ``Q = I`` (:func:`numerics.smi_branches.recovery_point`;
@@ -527,7 +527,9 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     * else the layer-2 branch ``Q = diag(0, q2)`` (:func:`layer2_point`; ``Q = 0`` below the
       layer-2 weak threshold); if its layer-1 direction is unstable, the both-learned branch
       (:func:`numerics.smi_branches.learned_point`, Newton from ``init`` = (q1, q2), default a
-      guess) and the stable point of largest ``phi`` is returned.
+      guess) and the stable point of largest ``phi`` is returned.  ``layer2=False`` skips the
+      layer-2 point (for a caller that knows it is unstable: :func:`se_curve` above the first
+      both-learned point).
 
     Record: alpha, Q (diagonal), Q_hat, error (per entry), e_gen (plug-in estimator, THEORY
     2.4), e_gen_error, phi (relative to Q = 0), phi_error, branch ("Q = 0", "layer 2 (q1 = 0)",
@@ -542,6 +544,10 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
                 "a pair of overlaps in (0, 1)", init)
     if alpha >= 1:
         return smi_branches.recovery_point(alpha=alpha, skip=skip, beta=beta)
+    if not layer2:
+        require(init is not None, "init", "given when layer2=False", init)
+        return smi_branches.learned_point(alpha=alpha, skip=skip, beta=beta, init=init,
+                                          progress=progress)
     base = layer2_point(alpha=alpha, skip=skip, beta=beta)
     if base["stable"]:
         return base
@@ -612,14 +618,17 @@ def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -
     alphas = [float(a) for a in alphas]
     for a in alphas:
         require(np.isfinite(a) and a >= 0, "alpha", ">= 0", a)
-    out, init = [], None
+    out, init, prev = [], None, None
     for k, a in enumerate(alphas):
         t = time.perf_counter()
-        r = fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta, init=init,
-                        progress=progress)
+        # above a stable both-learned point the layer-2 point stays unstable (alpha mu1 grows)
+        l2 = not (init is not None and prev is not None and a > prev)
+        r = fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta,
+                        init=init, layer2=l2, progress=progress)
         r.pop("detail", None)
         r["seconds"] = time.perf_counter() - t
-        init = tuple(r["Q"]) if r["branch"] == "both learned" else None
+        learned = r["branch"] == "both learned" and r["stable"]
+        init, prev = (tuple(r["Q"]), a) if learned else (None, None)
         out.append(r)
         if progress:
             progress(k + 1, len(alphas), f"alpha = {a:g} done ({r['branch']}, "

@@ -115,7 +115,7 @@ def test_bad_input():
 def test_newton_on_layer2_branch_raises():
     # at alpha = 0.5 < alpha_seq the only fixed point with q2 > 0 has q1 = 0
     with pytest.raises(ConvergenceError):
-        sb.solve_learned(alpha=0.5, init=(0.05, 0.95), orders=(TINY, TINY), max_iter=4)
+        sb.solve_learned(alpha=0.5, init=(0.05, 0.95), orders=(TINY, TINY), max_iter=3)
 
 
 @pytest.mark.slow
