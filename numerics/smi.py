@@ -618,17 +618,32 @@ def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -
     alphas = [float(a) for a in alphas]
     for a in alphas:
         require(np.isfinite(a) and a >= 0, "alpha", ">= 0", a)
-    out, init, prev = [], None, None
+    out, init, prev, last_q = [], None, None, None
     for k, a in enumerate(alphas):
         t = time.perf_counter()
         # above a stable both-learned point the layer-2 point stays unstable (alpha mu1 grows)
         l2 = not (init is not None and prev is not None and a > prev)
-        r = fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta,
-                        init=init, layer2=l2, progress=progress)
+        try:
+            r = fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta,
+                            init=init, layer2=l2, progress=progress)
+        except ConvergenceError:
+            if l2:
+                raise
+            r = fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta,
+                            progress=progress)      # from the default guess, with the layer-2 point
         r.pop("detail", None)
         r["seconds"] = time.perf_counter() - t
         learned = r["branch"] == "both learned" and r["stable"]
-        init, prev = (tuple(r["Q"]), a) if learned else (None, None)
+        if learned and prev is not None and init is not None and k + 1 < len(alphas):
+            # secant predictor for the next Newton start
+            t_ = (alphas[k + 1] - a) / (a - prev)
+            init = tuple(float(np.clip(x + t_ * (x - y), 0.01, 0.9999))
+                         for x, y in zip(r["Q"], last_q, strict=True))
+        elif learned:
+            init = tuple(r["Q"])
+        else:
+            init = None
+        prev, last_q = (a, r["Q"]) if learned else (None, None)
         out.append(r)
         if progress:
             progress(k + 1, len(alphas), f"alpha = {a:g} done ({r['branch']}, "

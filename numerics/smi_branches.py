@@ -257,7 +257,8 @@ def solve_learned(*, alpha: float, init=(0.5, 0.99), skip: float = 1.0, beta: fl
                   max_iter: int = 10, progress=None) -> dict:
     """SE fixed point with both layers learned (``q1 > 0``): Newton in ``x = log(1 - q)`` on
     ``F(x) = x + log(1 + alpha K(q))`` at the coarse order (forward-difference Jacobian,
-    Broyden updates, steps capped at 0.7 in x, a fresh Jacobian after a step without progress),
+    Broyden updates, steps capped at 0.7 in x; after a step without progress a fresh Jacobian,
+    then backtracking by 1/3),
     stopped at ``max|F| < tol``; after ``max_iter`` steps the best iterate is kept if
     ``max|F| <= accept`` (the coarse rule's noise floor near Q = I).  Then at the refined
     order: one Newton correction with the refined residual gives the reported Q, and the
@@ -274,21 +275,24 @@ def solve_learned(*, alpha: float, init=(0.5, 0.99), skip: float = 1.0, beta: fl
     F, s = _log_residual(x, alpha, skip, beta, orders[0])
     J = _jacobian(x, F, alpha, skip, beta, orders[0])
     hist = [float(np.abs(F).max())]
-    best = (hist[0], x, F, s)
+    best, lam, fresh = (hist[0], x, F, s), 1.0, True
     for it in range(max_iter):
         if best[0] < tol:
             break
         x, F = best[1], best[2]
         dx = -np.linalg.solve(J, F)
-        dx *= min(1.0, 0.7 / np.abs(dx).max())
+        dx *= lam * min(1.0, 0.7 / np.abs(dx).max())
         xn = np.minimum(x + dx, -1e-6)
         Fn, sn = _log_residual(xn, alpha, skip, beta, orders[0])
         J = J + np.outer(Fn - F - J @ (xn - x), xn - x) / ((xn - x) @ (xn - x))   # Broyden
         hist.append(float(np.abs(Fn).max()))
         if hist[-1] < best[0]:
-            best = (hist[-1], xn, Fn, sn)
-        else:                            # no progress (noise floor or bad secant): fresh Jacobian
+            best, lam, fresh = (hist[-1], xn, Fn, sn), 1.0, False
+        elif not fresh:                  # no progress with a secant Jacobian: a fresh one
             J = _jacobian(best[1], best[2], alpha, skip, beta, orders[0])
+            fresh = True
+        else:                            # no progress with a fresh Jacobian: backtrack
+            lam /= 3
         if progress:
             progress(it + 1, max_iter, f"Newton alpha = {alpha:g}: max|F| = {hist[-1]:.1e}")
     _, x, F, s = best
