@@ -50,6 +50,10 @@ _CHUNK = 2_000_000     # (outer x inner) elements per block
 PI0 = 0.2              # mixture weight of the prior component
 
 
+class UnresolvedError(ConvergenceError):
+    """The two quadrature orders disagree too much for a fixed point to be reported."""
+
+
 # ----------------------------------------------------------------------------- outer rules
 @lru_cache(maxsize=64)
 def omega2_rule(ns: int, nd: int, q2: float):
@@ -310,6 +314,12 @@ def solve_learned(*, alpha: float, init=(0.5, 0.99), skip: float = 1.0, beta: fl
     nis = np.abs(Kr - np.array([sr["N1"], sr["N2"]])) / Kr
     # error of F from the Nishimori residual: d log(1 + alpha K) = alpha K eps / (1 + alpha K)
     dxn = np.abs(np.linalg.solve(J, alpha * Kr * nis / (1 + alpha * Kr)))
+    if not np.all(np.abs(dx) < 0.5):
+        raise UnresolvedError(
+            f"alpha = {alpha}: the refined-order correction to log(1 - q) is {dx.tolist()} "
+            "(the orders disagree; near Q = I the SE map is nearly marginal and amplifies the "
+            "quadrature error by 1/(1 - eigenvalue))", last_iterate=q.tolist(),
+            residual=Fr.tolist())
     xr = x + dx
     qr = 1.0 - np.exp(xr)
     err = np.exp(xr) * (np.abs(dx) + dxn)
@@ -510,9 +520,17 @@ def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0
     """Record of the both-learned fixed point (:func:`solve_learned`) in the format of
     :func:`numerics.smi.fixed_point`: alpha, Q, Q_hat, error (per entry), e_gen, e_gen_error,
     phi (relative to Q = 0), phi_error, branch, stable, eigenvalue (largest |.| of dT/dQ),
-    note, detail (the solver's report)."""
-    r = solve_learned(alpha=alpha, init=init, skip=skip, beta=beta, orders=orders,
-                      progress=progress)
+    note, detail (the solver's report).  If the two orders disagree beyond a Newton correction
+    of 0.5 in log(1 - q) (:class:`UnresolvedError`), the values are NaN and ``note`` says why."""
+    try:
+        r = solve_learned(alpha=alpha, init=init, skip=skip, beta=beta, orders=orders,
+                          progress=progress)
+    except UnresolvedError as e:
+        nan = math.nan
+        return dict(alpha=float(alpha), Q=[nan, nan], Q_hat=[nan, nan], error=[nan, nan],
+                    e_gen=nan, e_gen_error=nan, phi=nan, phi_error=nan,
+                    branch="both learned", stable=False, eigenvalue=nan,
+                    note=f"unresolved (NaN): {e}", detail={})
     p0, p0e = psi_zero(float(skip), float(beta))
     phi = free_entropy(r["Q"], r["Q_hat"], alpha, r["psi"], p0)
     eg, ege = egen_estimate(*r["Q"], skip=skip, beta=beta, dq=r["error"])
