@@ -108,7 +108,9 @@ def _stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIG
 
     ``n_w2`` may be a pair, selecting the graded rule :func:`_omega_rule` for omega_2.
     Returns a dict with ``K1 = E sum_m g_1m^2``, ``K2 = E sum_m g_2m^2``,
-    ``K12 = E sum_m g_1m g_2m``,
+    ``K12 = E sum_m g_1m g_2m`` (only meaningful at q1 = 0: its integrand is odd under
+    ``omega_2 -> -omega_2``, which the halved omega_2 and h grids assume even; the exact K12 is 0,
+    see :func:`numerics.smi_branches.branch_stats` with ``half=False``),
     ``mu1 = E ||Cov[z_1 | y, omega] - I||_F^2`` (meaningful at q1 = 0: the sequential stability
     coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
     """
@@ -518,23 +520,60 @@ def _psi_rel(q2, c, beta, order=(10, 32, 40)):
     return s["psi"] - s0["psi"], s
 
 
-def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None) -> dict:
+def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
+                layer2=True, progress=None) -> dict:
+    """Bayes-optimal SE fixed point (THEORY 2.1) over the whole alpha range.
+
+    * ``alpha >= 1``: perfect recovery ``Q = I`` (:func:`numerics.smi_branches.recovery_point`;
+      stable iff alpha > 1 by the small-V analysis);
+    * else the layer-2 branch ``Q = diag(0, q2)`` (:func:`layer2_point`; ``Q = 0`` below the
+      layer-2 weak threshold); if its layer-1 direction is unstable, the both-learned branch
+      (:func:`numerics.smi_branches.learned_point`, Newton from ``init`` = (q1, q2), default a
+      guess) and the stable point of largest ``phi`` is returned.  ``layer2=False`` skips the
+      layer-2 point (for a caller that knows it is unstable: :func:`se_curve` above the first
+      both-learned point).
+
+    Record: alpha, Q (diagonal), Q_hat, error (per entry), e_gen (plug-in estimator, THEORY
+    2.4), e_gen_error, phi (relative to Q = 0), phi_error, branch ("Q = 0", "layer 2 (q1 = 0)",
+    "both learned", "perfect recovery"), stable, eigenvalue (the critical eigenvalue of the SE
+    map's Jacobian: layer-1 direction on the layer-2 branch, largest |.| otherwise), note (why
+    a value is NaN: phi at alpha = 1 exactly)."""
+    from numerics import smi_branches
+
+    _check(layers, tokens, skip, beta, alpha)
+    if init is not None:
+        require(len(init) == 2 and all(0 < float(q) < 1 for q in init), "init",
+                "a pair of overlaps in (0, 1)", init)
+    if alpha >= 1:
+        return smi_branches.recovery_point(alpha=alpha, skip=skip, beta=beta)
+    if not layer2:
+        require(init is not None, "init", "given when layer2=False", init)
+        return smi_branches.learned_point(alpha=alpha, skip=skip, beta=beta, init=init,
+                                          progress=progress)
+    base = layer2_point(alpha=alpha, skip=skip, beta=beta)
+    if base["stable"]:
+        return base
+    if init is None:
+        init = (min(0.9, max(0.05, 2.5 * (alpha - 0.7))), max(base["Q"][1], 0.975))
+    try:
+        cand = [smi_branches.learned_point(alpha=alpha, skip=skip, beta=beta, init=init,
+                                           progress=progress), base]
+    except ConvergenceError as e:      # keep the (unstable) layer-2 point and say why
+        base["note"] = f"both-learned branch not found: {e}"
+        return base
+    stable = [r for r in cand if r["stable"]]
+    return max(stable, key=lambda r: r["phi"]) if stable else cand[0]
+
+
+def layer2_point(*, alpha, skip=1.0, beta=1.0) -> dict:
     """SE fixed point on the branch Q = diag(0, q2) (layer 1 unlearned).
 
     ``q2`` solves ``q2 / (1 - q2) = alpha K2(q2)`` (Brent in q2 with the branch quadrature
     :func:`_stats_branch`; q2 = 0 below the layer-2 weak threshold).  The layer-1 direction is
-    stable iff ``alpha mu1(q2) < 1`` (reported as ``layer1_eigenvalue``); above the sequential
-    threshold the returned point is the (unstable) q1 = 0 fixed point and ``layer1_stable`` is
-    False: the fully learned branch (q1 > 0) is not implemented yet.
+    stable iff ``alpha mu1(q2) < 1`` (``eigenvalue``); ``error`` on q2: ``|q2 - T_refined(q2)|``.
+    Same record as :func:`fixed_point`."""
+    from numerics import smi_branches
 
-    Returns Q (diagonal list), Q_hat, e_gen (E||y(z) - y(omega)||_F^2, plug-in estimator with
-    per-token Cov [[I, Q], [Q, Q]]), phi (free entropy minus its value at Q = 0), error (on q2:
-    |q2 - T_refined(q2)|, T the SE map at refined order), layer1_eigenvalue, layer1_stable.
-    """
-    _check(layers, tokens, skip, beta, alpha)
-    if init is not None:
-        require(len(init) == 2 and all(0 <= float(q) < 1 for q in init), "init",
-                "a pair of overlaps in [0, 1)", init)
     lo = BRANCH_ORDERS[0]
     lam2 = 1.0 / weak_threshold_layer(2, skip, beta)
     if alpha * lam2 <= 1.0:
@@ -558,11 +597,14 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None) -> 
         mu1, K2 = s_lo["mu1"], s_lo["K2"]
     qhat2 = alpha * K2
     psi, _ = _psi_rel(q2, skip, beta) if q2 > 0 else (0.0, None)
+    psi_lo = _psi_rel(q2, skip, beta, order=(8, 24, 32))[0] if q2 > 0 else 0.0
     phi = -q2 * qhat2 / 2 + qhat2 / 2 - math.log1p(qhat2) / 2 + alpha * psi
-    e_gen = _egen(0.0, q2, c=skip, beta=beta, n=8)
+    e_gen, e_err = smi_branches.egen_estimate(0.0, q2, skip=skip, beta=beta, dq=(0.0, err))
+    lam = float(alpha * (mu1 if q2 > 0 else max(mu1, lam2)))
     return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
-                e_gen=e_gen, phi=float(phi), error=float(err),
-                layer1_eigenvalue=float(alpha * mu1), layer1_stable=bool(alpha * mu1 < 1))
+                error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
+                phi_error=float(alpha * abs(psi - psi_lo)), branch="layer 2 (q1 = 0)" if q2 > 0 else "Q = 0",
+                stable=bool(alpha * mu1 < 1), eigenvalue=lam, note="")
 
 
 @lru_cache(maxsize=32)
@@ -572,17 +614,42 @@ def weak_threshold_layer(layer, skip, beta):
 
 
 def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -> list[dict]:
-    """SE along ``alphas`` (see :func:`fixed_point`): per alpha a dict with alpha, Q (diagonal
-    entries Q_11, Q_22), e_gen, phi, error, and the layer-1 stability information."""
+    """SE along ``alphas`` (see :func:`fixed_point`): per alpha its record plus ``seconds``.
+    On the both-learned branch each Newton solve starts from the previous alpha's point."""
     _check(layers, tokens, skip, beta)
     alphas = [float(a) for a in alphas]
     for a in alphas:
         require(np.isfinite(a) and a >= 0, "alpha", ">= 0", a)
-    out = []
+    out, init, prev, last_q = [], None, None, None
     for k, a in enumerate(alphas):
-        out.append(fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta))
+        t = time.perf_counter()
+        # above a stable both-learned point the layer-2 point stays unstable (alpha mu1 grows)
+        l2 = not (init is not None and prev is not None and a > prev)
+        try:
+            r = fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta,
+                            init=init, layer2=l2, progress=progress)
+        except ConvergenceError:
+            if l2:
+                raise
+            r = fixed_point(alpha=a, layers=layers, tokens=tokens, skip=skip, beta=beta,
+                            progress=progress)      # from the default guess, with the layer-2 point
+        r.pop("detail", None)
+        r["seconds"] = time.perf_counter() - t
+        learned = r["branch"] == "both learned" and r["stable"]
+        if learned and prev is not None and init is not None and k + 1 < len(alphas):
+            # secant predictor for the next Newton start
+            t_ = (alphas[k + 1] - a) / (a - prev)
+            init = tuple(float(np.clip(x + t_ * (x - y), 0.01, 0.9999))
+                         for x, y in zip(r["Q"], last_q, strict=True))
+        elif learned:
+            init = tuple(r["Q"])
+        else:
+            init = None
+        prev, last_q = (a, r["Q"]) if learned else (None, None)
+        out.append(r)
         if progress:
-            progress(k + 1, len(alphas), f"alpha = {a:g}")
+            progress(k + 1, len(alphas), f"alpha = {a:g} done ({r['branch']}, "
+                     f"{r['seconds']:.0f} s)")
     return out
 
 

@@ -509,12 +509,8 @@ def _se_prediction(alpha, layers, tokens, skip, beta):
         r = fixed_point(alpha=alpha, layers=layers, tokens=tokens, skip=skip, beta=beta)
     except Exception as exc:  # pragma: no cover
         return dict(error=repr(exc))
-    return dict(Q=r["Q"], error=r.get("error"), layer1_stable=r.get("layer1_stable"),
-                layer1_eigenvalue=r.get("layer1_eigenvalue"),
-                note="SE on the branch Q = diag(0, q2) by numerics.smi.fixed_point; its "
-                     "default quadrature overestimates K2 by 4-6% (q2 too high by 0.05 at "
-                     "alpha = 0.4, 0.018 at 0.6): compare with branch_fixed_point_montecarlo; "
-                     "if layer1_stable is False the learned-layer-1 branch is not available")
+    return dict(Q=r["Q"], error=r.get("error"), branch=r.get("branch"), stable=r.get("stable"),
+                eigenvalue=r.get("eigenvalue"), note=r.get("note"))
 
 
 def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, max_iter=50,
