@@ -376,8 +376,21 @@ def _root3(qs, rs):
     return min(roots, key=lambda r: abs(r - mid))
 
 
-def sequential_threshold(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS, progress=None) -> dict:
-    """Threshold of layer 1 at the fixed point where layer 2 is learned (q1 = 0 < q2).
+def sequential_threshold(*, skip=1.0, beta=1.0, progress=None, **kw) -> dict:
+    """Sequential threshold of layer 1 (layer 2 learned): see
+    :func:`numerics.smi_sequential.sequential_threshold` (lattice rules, the default engine).
+    The earlier Laplace-mixture engine stays available as :func:`sequential_threshold_mixture`
+    (an independent route)."""
+    from numerics.smi_sequential import sequential_threshold as seq
+
+    return seq(skip=skip, beta=beta, progress=progress, **kw)
+
+
+def sequential_threshold_mixture(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS,
+                                 progress=None) -> dict:
+    """Threshold of layer 1 at the fixed point where layer 2 is learned (q1 = 0 < q2), with the
+    Laplace-mixture fibre rule and Gauss-Hermite outer rules (the earlier engine; its outer
+    rule in the true z_1 and eta converges slowly, see benchmarks/RESULTS.md).
 
     On the branch, ``alpha(q2) = q2 / ((1 - q2) K2(q2))`` with ``K2 = E sum_m g_2m^2`` at
     ``Q = diag(0, q2)``; the Jacobian of the SE map is triangular there (``Q_hat_11 = 0`` for all
