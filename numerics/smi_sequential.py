@@ -94,7 +94,8 @@ def fibre_moments(h0, h1, o0, o1, v2, lat: dict):
 
 
 def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: float = H_PAD):
-    """Outer rule in ``h`` given ``omega_2`` (trapezoid on the lattice ``dh Z^2``).
+    """Outer rule in ``h`` given ``omega_2`` (trapezoid on the lattice ``dh Z^2``; ``dh`` is
+    absolute here, :func:`branch_stats` takes it in units of ``sqrt(V)``, the blur scale).
 
     ``h = A(z_1)(omega_2 + sqrt(V) eta)``: ``A(s) omega_2 = (s_a delta + c o0 + o1,
     -s_b delta + o0 + c o1)`` (``delta = o0 - o1``) spans an axis-aligned box as the softmax
@@ -163,25 +164,26 @@ def _omega_task(args):
 
 
 def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=(6, 0.2),
-                 dh: float = 0.2, dz: float = 0.12, workers: int = 1) -> dict:
+                 dh: float = 1.5, dz: float = 0.15, workers: int = 1) -> dict:
     """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``, the
-    Nishimori residual ``K2 - (2 - trcov2/V)/V`` and the outer ``mass`` (should be 1) at
+    Nishimori residual ``K2 - (2 mass - trcov2/V)/V`` and the outer ``mass`` (should be 1) at
     ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = (n_s, tau)``;
     an integer pair selects the graded rule :func:`numerics.smi._omega_rule`) x ``h`` lattice
-    (:func:`h_lattice`, spacing ``dh``) x fibre lattice (spacing ``dz``).
+    (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
+    blurred on the scale sqrt(V), so the rule scales with it) x fibre lattice (spacing ``dz``).
     ``workers > 1`` spreads the omega_2 nodes over processes."""
     from numerics import smi
 
     require(0 < q2 < 1, "q2", "in (0, 1)", q2)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
-    require(0.01 <= dh <= 0.5, "dh", "in [0.01, 0.5]", dh)
+    require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q2))", dh)
     v2 = 1.0 - q2
     lat = trapezoid_lattice(float(dz), float(c), float(beta))
     if isinstance(n_w[1], float):
         O0, O1, W = omega_rule(int(n_w[0]), float(n_w[1]), float(q2))
     else:
         O0, O1, W = smi._omega_rule(tuple(n_w), q2)
-    jobs = [(float(a), float(b), float(w), v2, float(c), float(dh), lat)
+    jobs = [(float(a), float(b), float(w), v2, float(c), float(dh) * math.sqrt(v2), lat)
             for a, b, w in zip(O0, O1, W, strict=True)]
     if workers == 1:
         res = [_omega_task(j) for j in jobs]
@@ -198,9 +200,9 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=(6, 0.2),
 
 
 # ----------------------------------------------------------------------------- threshold
-# (n_w, dh, dz): omega_2 rule, h lattice spacing, fibre lattice spacing
-SEQ_SCAN_ORDER = ((4, 12), 0.4, 0.2)
-SEQ_ORDERS = (((6, 12), 0.3, 0.15), ((6, 16), 0.25, 0.12))
+# (n_w, dh, dz): omega_2 rule (n_s, tau), h lattice spacing / sqrt(V), fibre lattice spacing
+SEQ_SCAN_ORDER = ((4, 0.5), 2.8, 0.25)
+SEQ_ORDERS = (((6, 0.3), 1.9, 0.2), ((6, 0.2), 1.5, 0.15))
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 
 
@@ -212,7 +214,8 @@ def _resid(q2, c, beta, order, workers):
 
 
 def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORDERS,
-                         scan_order=SEQ_SCAN_ORDER, workers: int = 1, progress=None) -> dict:
+                         scan_order=SEQ_SCAN_ORDER, workers: int | None = None,
+                         progress=None) -> dict:
     """Threshold of layer 1 at the SE fixed point where layer 2 is learned (THEORY 2.2).
 
     On the layer-2 branch ``alpha(q2) = q2 / ((1 - q2) K2(q2))``; the unlearned direction has
@@ -227,7 +230,9 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
     that root, shifted to its own root to first order with the slopes of ``orders[0]``.
     ``value`` is the ``orders[1]`` alpha; ``error = |alpha_1 - alpha_0|`` + interpolation
     error + ``alpha`` x the relative Nishimori residual of ``orders[1]`` (an independent check of
-    the h rule).  Raises :class:`ConvergenceError` if the root is not bracketed."""
+    the h rule).  Raises :class:`ConvergenceError` if the root is not bracketed.
+    ``workers``: processes over the omega_2 nodes (default ``min(2, cpu_count)``)."""
+    import os
     import time
 
     from numerics.records import ConvergenceError
@@ -235,6 +240,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
     require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
     require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
     require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz)", orders)
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
     t0 = time.perf_counter()
     step = [0]
 
@@ -302,8 +309,9 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
                 values=[a_c, a_f], q2_values=[q_c, q_f], nishimori=[nis], spread=abs(a_f - a_c),
                 interpolation=interp, mass=float(st_f["mass"]),
                 seconds=time.perf_counter() - t0,
-                method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; graded "
-                        "omega_2 rule x h lattice x fibre trapezoid lattice (z_1), orders "
+                method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; "
+                        "sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
+                        "(z_1), orders "
                         f"(n_omega, dh, dz) {list(orders)}; error = |alpha(refined) - "
                         "alpha(coarse)| + root interpolation + alpha x relative Nishimori "
                         "residual"))

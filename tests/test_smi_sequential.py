@@ -61,7 +61,7 @@ def test_inputs():
     with pytest.raises(InputError, match="q2"):
         seq.branch_stats(1.0)
     with pytest.raises(InputError, match="dh"):
-        seq.branch_stats(0.5, dh=0.0)
+        seq.branch_stats(0.5, dh=0.05)
     with pytest.raises(InputError, match="skip"):
         seq.sequential_threshold(skip=0.0)
     with pytest.raises(InputError, match="dz"):
