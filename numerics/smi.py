@@ -21,7 +21,11 @@ Errors are ``|value(order n) - value(order n')|`` for two sets of orders.  The s
 ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer grid, and make
 ``E[z | y] = 0`` exactly in the rule (so ``Q = 0`` is a fixed point, THEORY 2.2).
 
-Layer-2 branch near q2 -> 1 (sequential threshold, :func:`_stats_branch_v2`): the layer-2
+The sequential threshold itself is computed by :mod:`numerics.smi_sequential` (trapezoid
+lattices for the fibre and for h, geometric convergence); the Laplace-mixture engine below is
+kept as the independent route :func:`sequential_threshold_mixture`.
+
+Layer-2 branch near q2 -> 1 (Laplace-mixture engine, :func:`_stats_branch_v2`): the layer-2
 posterior concentrates (V2 = 1 - q2 ~ 0.026 at the threshold).  Outer 6D rule in
 (omega_2, true z_1, eta) with omega_2 in rotated coordinates (sum s, difference d): the layer-1
 information scales as d^2/V2, so the integrand varies on the scale d ~ sqrt(V2) near d = 0 and d

@@ -307,7 +307,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
     err = abs(a_f - a_c) + interp + a_f * nis
     return dict(value=a_f, error=err, q2=q_f, q2_error=abs(q_f - q_c) + interp_q,
                 values=[a_c, a_f], q2_values=[q_c, q_f], nishimori=[nis], spread=abs(a_f - a_c),
-                interpolation=interp, mass=float(st_f["mass"]),
+                interpolation=interp, mass=float(st_f["mass"]), slope_r=slope_r,
+                slope_mu=slope_mu, pairs=int(st_f["pairs"]),
                 seconds=time.perf_counter() - t0,
                 method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; "
                         "sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
