@@ -204,6 +204,7 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=(6, 0.2),
 SEQ_SCAN_ORDER = ((4, 0.5), 2.8, 0.25)
 SEQ_ORDERS = (((6, 0.3), 1.9, 0.2), ((6, 0.2), 1.5, 0.15))
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
+SEQ_SCAN_START = 0.9
 
 
 def _resid(q2, c, beta, order, workers):
@@ -223,7 +224,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
     and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats` (all three rules are
     lattice/trapezoid or Gauss rules that converge geometrically).
 
-    Root search: lazy scan of :data:`SEQ_SCAN` at ``scan_order`` up to the first sign change,
+    Root search: lazy scan of :data:`SEQ_SCAN` at ``scan_order`` (upwards from
+    :data:`SEQ_SCAN_START`, then downwards) up to the first sign change,
     one regula-falsi step there; at ``orders[0]``, a secant through two points and a third
     evaluation at the secant root, the final root from the parabola through the three (its
     distance to the secant root is the interpolation error); at ``orders[1]`` one evaluation at
@@ -250,20 +252,42 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
         if progress:
             progress(step[0], 5, msg)
 
-    scan = []
-    for qv in SEQ_SCAN:
+    # lazy scan: upwards from SEQ_SCAN_START, then downwards, stop at the first sign change
+    up = [q for q in SEQ_SCAN if q >= SEQ_SCAN_START]
+    down = [q for q in reversed(SEQ_SCAN) if q < SEQ_SCAN_START]
+    scan, pair = [], None
+    for qv in up + down:
         scan.append((qv, _resid(qv, skip, beta, scan_order, workers)[0]))
-        if len(scan) > 1 and scan[-2][1] * scan[-1][1] <= 0:
+        pts = sorted(scan)
+        for (qa, ra), (qb, rb) in zip(pts[:-1], pts[1:], strict=True):
+            if ra * rb <= 0:
+                pair = ((qa, ra), (qb, rb))
+                break
+        if pair:
             break
-    else:
+    if pair is None:
         raise ConvergenceError(f"sequential threshold not bracketed in q2 in {SEQ_SCAN}",
                                last_iterate=[q for q, _ in scan], residual=[r for _, r in scan])
-    (qa, ra), (qb, rb) = scan[-2], scan[-1]
-    qm = qa - ra * (qb - qa) / (rb - ra)
-    rm = _resid(qm, skip, beta, scan_order, workers)[0]
-    # keep the sub-bracket, one more regula falsi step
-    (qa, ra), (qb, rb) = ((qa, ra), (qm, rm)) if ra * rm <= 0 else ((qm, rm), (qb, rb))
-    q0 = qa - ra * (qb - qa) / (rb - ra)
+    (qa, ra), (qb, rb) = pair
+    # Illinois regula falsi at the scan order until the step is below 1% of (1 - q2)
+    q0, side = qa - ra * (qb - qa) / (rb - ra), 0
+    for _ in range(12):
+        rm = _resid(q0, skip, beta, scan_order, workers)[0]
+        if ra * rm <= 0:
+            qb, rb = q0, rm
+            if side == -1:
+                ra /= 2
+            side = -1
+        else:
+            qa, ra = q0, rm
+            if side == 1:
+                rb /= 2
+            side = 1
+        q1 = qa - ra * (qb - qa) / (rb - ra)
+        done = abs(q1 - q0) < 0.01 * (1 - q1)
+        q0 = q1
+        if done:
+            break
     tick("sequential threshold: bracket")
     # coarse order: secant, then a parabola through three points
     eps = 0.002 * (1 - q0)
@@ -304,6 +328,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
     a_c, a_f = 1.0 / mu_c, 1.0 / mu_f
     nis = abs(st_f["nishimori"]) / st_f["K2"]
     interp = abs(slope_mu) * interp_q * a_f**2
+    # second-order remainder of the first-order shift (curvatures of the coarse parabolas)
+    interp += (abs(cm[0]) + abs(slope_mu * cr[0] / slope_r)) * (q_f - q_c) ** 2 * a_f**2
     err = abs(a_f - a_c) + interp + a_f * nis
     return dict(value=a_f, error=err, q2=q_f, q2_error=abs(q_f - q_c) + interp_q,
                 values=[a_c, a_f], q2_values=[q_c, q_f], nishimori=[nis], spread=abs(a_f - a_c),

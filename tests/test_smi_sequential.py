@@ -66,3 +66,27 @@ def test_inputs():
         seq.sequential_threshold(skip=0.0)
     with pytest.raises(InputError, match="dz"):
         seq.trapezoid_lattice(0.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("q_star", [0.974, 0.7])
+def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
+    # model residual with known root and mu1; the refined order shifts the root by 1e-5, so the
+    # reported error must cover the coarse-refined spread and the value is the refined one
+    calls = []
+
+    def fake(q, c, beta, order, workers):
+        calls.append(q)
+        shift = 1e-5 if order == seq.SEQ_ORDERS[1] else 0.0
+        x = q - q_star - shift
+        r = 30.0 * x + 200.0 * x**2
+        mu1 = 1.4 + 25.0 * x + 50.0 * x**2
+        return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0)
+
+    monkeypatch.setattr(seq, "_resid", fake)
+    r = seq.sequential_threshold(workers=1)
+    exact = 1.0 / 1.4
+    # second-order remainder of the first-order shift to the refined root: ~ mu'' dq^2
+    assert abs(r["value"] - exact) < min(1e-8, r["error"])
+    assert abs(r["q2"] - (q_star + 1e-5)) < 1e-9
+    assert r["error"] >= abs(r["values"][0] - r["values"][1]) > 0
+    assert calls[0] == seq.SEQ_SCAN_START
