@@ -118,31 +118,35 @@ def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: floa
     return dh * I0, dh * I1, 0.5 * m * dh * dh
 
 
-OMEGA_KAPPA = 0.5    # scale of the sinh map for d = (w0 - w1)/sqrt 2 (boundary layer ~ sqrt V)
-OMEGA_DMAX = 8.5     # d range in units of sqrt(q2): cut Gaussian mass < 1e-16
+OMEGA_KAPPA = 1.0    # sinh-map scale in units of sqrt(V) (the width of the omega features)
+OMEGA_DMAX = 8.5     # range in units of sqrt(q2): cut Gaussian mass < 1e-16
+
+
+def _sinh_half_rule(tau: float, q2: float, kappa: float):
+    """Trapezoid (step ``tau``) in ``t`` with ``x = kappa sinh t``, ``t >= 0``, for
+    ``2 N(x; 0, q2) dx`` on ``x >= 0`` (an even integrand on the line)."""
+    T = math.asinh(OMEGA_DMAX * math.sqrt(q2) / kappa)
+    t = tau * np.arange(0, math.ceil(T / tau) + 1)
+    x = kappa * np.sinh(t)
+    w = (np.where(t == 0, 0.5, 1.0) * tau * kappa * np.cosh(t) * 2.0
+         * np.exp(-0.5 * x**2 / q2) / math.sqrt(2 * math.pi * q2))
+    return x, w
 
 
 @lru_cache(maxsize=32)
-def omega_rule(n_s: int, tau: float, q2: float, kappa: float = OMEGA_KAPPA):
-    """Rule for ``omega_2 ~ N(0, q2 I)`` in rotated coordinates ``s = (w0 + w1)/sqrt 2``
-    (Gauss-Hermite, ``n_s`` nodes) and ``d = (w0 - w1)/sqrt 2 >= 0`` (weight doubled by the
-    symmetry ``omega -> -omega``): trapezoid with step ``tau`` in ``t``, ``d = kappa sinh t``.
-    The integrand is even and analytic in ``d`` with a boundary layer of width ~ sqrt(V) at
-    ``d = 0`` (layer-1 information ~ d^2 / V); the sinh map moves the nearby complex
-    singularities to ``Im t ~ pi/2``, so the trapezoid converges geometrically in ``1/tau``."""
-    from numerics import smi
-
-    require(isinstance(n_s, int) and n_s >= 2, "n_s", "an integer >= 2", n_s)
+def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
+    """Rule for ``omega_2 ~ N(0, q2 I)`` in rotated coordinates ``s = (w0 + w1)/sqrt 2``,
+    ``d = (w0 - w1)/sqrt 2``.  The integrand is even in ``s`` and in ``d`` (symmetries
+    ``omega -> -omega`` and the token swap), analytic, with features of width ~ sqrt(V) at
+    ``d = 0`` (layer-1 information ~ d^2/V) and at ``omega = 0`` (the sign of ``h`` is resolved
+    only for ``|omega| >> sqrt(V)``).  Quadrant ``s, d >= 0`` (weights x4), each axis a
+    trapezoid in ``t`` with ``x = kappa sqrt(V) sinh t``: the nearby complex singularities move
+    to ``|Im t| >= pi/4``, so the error falls like ``exp(-pi^2 / (2 tau))``."""
     require(0.01 <= tau <= 1.0, "tau", "in [0.01, 1]", tau)
-    xs, ws = smi._gh(n_s)
-    T = math.asinh(OMEGA_DMAX * math.sqrt(q2) / kappa)
-    t = tau * np.arange(0, math.ceil(T / tau) + 1)
-    d = kappa * np.sinh(t)
-    wd = (np.where(t == 0, 0.5, 1.0) * tau * kappa * np.cosh(t) * 2.0
-          * np.exp(-0.5 * d**2 / q2) / math.sqrt(2 * math.pi * q2))
-    S = np.repeat(xs * math.sqrt(q2), d.size)
-    D = np.tile(d, n_s)
-    W = np.repeat(ws, d.size) * np.tile(wd, n_s)
+    k = kappa * math.sqrt(1.0 - q2)
+    x, w = _sinh_half_rule(tau, q2, k)
+    S, D = np.repeat(x, x.size), np.tile(x, x.size)
+    W = np.repeat(w, x.size) * np.tile(w, x.size)
     return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
 
 
@@ -163,11 +167,11 @@ def _omega_task(args):
     return wo * acc[:4], acc[4]
 
 
-def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=(6, 0.2),
+def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
                  dh: float = 1.5, dz: float = 0.15, workers: int = 1) -> dict:
     """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``, the
     Nishimori residual ``K2 - (2 mass - trcov2/V)/V`` and the outer ``mass`` (should be 1) at
-    ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = (n_s, tau)``;
+    ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = tau``;
     an integer pair selects the graded rule :func:`numerics.smi._omega_rule`) x ``h`` lattice
     (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
     blurred on the scale sqrt(V), so the rule scales with it) x fibre lattice (spacing ``dz``).
@@ -179,8 +183,8 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=(6, 0.2),
     require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q2))", dh)
     v2 = 1.0 - q2
     lat = trapezoid_lattice(float(dz), float(c), float(beta))
-    if isinstance(n_w[1], float):
-        O0, O1, W = omega_rule(int(n_w[0]), float(n_w[1]), float(q2))
+    if isinstance(n_w, float):
+        O0, O1, W = omega_rule(n_w, float(q2))
     else:
         O0, O1, W = smi._omega_rule(tuple(n_w), q2)
     jobs = [(float(a), float(b), float(w), v2, float(c), float(dh) * math.sqrt(v2), lat)
@@ -200,9 +204,9 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=(6, 0.2),
 
 
 # ----------------------------------------------------------------------------- threshold
-# (n_w, dh, dz): omega_2 rule (n_s, tau), h lattice spacing / sqrt(V), fibre lattice spacing
-SEQ_SCAN_ORDER = ((4, 0.5), 2.8, 0.25)
-SEQ_ORDERS = (((6, 0.3), 1.9, 0.2), ((6, 0.2), 1.5, 0.15))
+# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V), fibre lattice spacing
+SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
+SEQ_ORDERS = ((0.3, 1.9, 0.2), (0.2, 1.5, 0.15))
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 SEQ_SCAN_START = 0.9
 
@@ -337,8 +341,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
                 slope_mu=slope_mu, pairs=int(st_f["pairs"]),
                 seconds=time.perf_counter() - t0,
                 method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; "
-                        "sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
-                        "(z_1), orders "
-                        f"(n_omega, dh, dz) {list(orders)}; error = |alpha(refined) - "
+                        "2D sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
+                        "(z_1), orders (tau, dh/sqrt V, dz) "
+                        f"{list(orders)}; error = |alpha(refined) - "
                         "alpha(coarse)| + root interpolation + alpha x relative Nishimori "
                         "residual"))

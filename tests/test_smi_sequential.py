@@ -90,3 +90,17 @@ def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
     assert abs(r["q2"] - (q_star + 1e-5)) < 1e-9
     assert r["error"] >= abs(r["values"][0] - r["values"][1]) > 0
     assert calls[0] == seq.SEQ_SCAN_START
+
+
+def test_omega_rule_even_moments():
+    # the quadrant rule is exact for integrands even in s and in d separately
+    q = 0.9744738
+    o0, o1, w = seq.omega_rule(0.2, q)
+    s, d = (o0 + o1) / math.sqrt(2), (o0 - o1) / math.sqrt(2)
+    assert abs(w.sum() - 1) < 1e-9
+    assert abs(w @ s**2 - q) < 1e-8 and abs(w @ (s * s * d * d) - q * q) < 1e-8
+    assert abs(w @ d**4 - 3 * q * q) < 1e-7
+    # and it resolves the sqrt(V) scale at the origin: E exp(-|omega|^2 / (2 V)) in closed form
+    v = 1 - q
+    exact = v / (v + q)
+    assert abs(w @ np.exp(-(s**2 + d**2) / (2 * v)) - exact) < 1e-9
