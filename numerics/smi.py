@@ -394,7 +394,9 @@ def sequential_threshold_mixture(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS,
                                  progress=None) -> dict:
     """Threshold of layer 1 at the fixed point where layer 2 is learned (q1 = 0 < q2), with the
     Laplace-mixture fibre rule and Gauss-Hermite outer rules (the earlier engine; its outer
-    rule in the true z_1 and eta converges slowly, see benchmarks/RESULTS.md).
+    rule in the true z_1 and eta converges slowly, and Gauss-Hermite in s = (w0 + w1)/sqrt 2
+    misses the width-sqrt(V) feature of the omega_2 integrand at omega_2 = 0, which biases
+    alpha by about +0.011 at c = 1: see benchmarks/RESULTS.md).
 
     On the branch, ``alpha(q2) = q2 / ((1 - q2) K2(q2))`` with ``K2 = E sum_m g_2m^2`` at
     ``Q = diag(0, q2)``; the Jacobian of the SE map is triangular there (``Q_hat_11 = 0`` for all
