@@ -19,9 +19,11 @@ prior, ``det A``) is computed once and the exponent is a bilinear form in (outer
 (node features): one matrix product per block, then ``exp``.  Exponents are ``<= log w`` and
 each row is shifted by its maximum before ``exp``: no overflow, no all-zero rows.
 
-Outer rule: as :func:`numerics.smi._stats_branch_v2` (graded omega_2 rule in rotated
-coordinates, half-grid Gauss-Hermite in the true ``z_1``, Gauss-Hermite in ``eta`` with
-``z_2 = omega_2 + sqrt(V) eta``, ``h = A(z_1) z_2``).
+Outer rules: the average over (true z_1, eta) given omega_2 is an integral over h weighted by
+the fibre integral Z(h) itself (:func:`h_lattice`: trapezoid lattice in h, spacing ~ sqrt(V));
+omega_2 by a 2D sinh-trapezoid in rotated coordinates (:func:`omega_rule`), which resolves the
+width-sqrt(V) features at d = 0 and at omega_2 = 0.  Checks at every run: the outer mass (1)
+and the Nishimori identity at the refined order.  Results: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
