@@ -21,7 +21,11 @@ Errors are ``|value(order n) - value(order n')|`` for two sets of orders.  The s
 ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer grid, and make
 ``E[z | y] = 0`` exactly in the rule (so ``Q = 0`` is a fixed point, THEORY 2.2).
 
-Layer-2 branch near q2 -> 1 (sequential threshold, :func:`_stats_branch_v2`): the layer-2
+The sequential threshold itself is computed by :mod:`numerics.smi_sequential` (trapezoid
+lattices for the fibre and for h, geometric convergence); the Laplace-mixture engine below is
+kept as the independent route :func:`sequential_threshold_mixture`.
+
+Layer-2 branch near q2 -> 1 (Laplace-mixture engine, :func:`_stats_branch_v2`): the layer-2
 posterior concentrates (V2 = 1 - q2 ~ 0.026 at the threshold).  Outer 6D rule in
 (omega_2, true z_1, eta) with omega_2 in rotated coordinates (sum s, difference d): the layer-1
 information scales as d^2/V2, so the integrand varies on the scale d ~ sqrt(V2) near d = 0 and d
@@ -378,8 +382,23 @@ def _root3(qs, rs):
     return min(roots, key=lambda r: abs(r - mid))
 
 
-def sequential_threshold(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS, progress=None) -> dict:
-    """Threshold of layer 1 at the fixed point where layer 2 is learned (q1 = 0 < q2).
+def sequential_threshold(*, skip=1.0, beta=1.0, progress=None, **kw) -> dict:
+    """Sequential threshold of layer 1 (layer 2 learned): see
+    :func:`numerics.smi_sequential.sequential_threshold` (lattice rules, the default engine).
+    The earlier Laplace-mixture engine stays available as :func:`sequential_threshold_mixture`
+    (an independent route)."""
+    from numerics.smi_sequential import sequential_threshold as seq
+
+    return seq(skip=skip, beta=beta, progress=progress, **kw)
+
+
+def sequential_threshold_mixture(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS,
+                                 progress=None) -> dict:
+    """Threshold of layer 1 at the fixed point where layer 2 is learned (q1 = 0 < q2), with the
+    Laplace-mixture fibre rule and Gauss-Hermite outer rules (the earlier engine; its outer
+    rule in the true z_1 and eta converges slowly, and Gauss-Hermite in s = (w0 + w1)/sqrt 2
+    misses the width-sqrt(V) feature of the omega_2 integrand at omega_2 = 0, which biases
+    alpha by about +0.011 at c = 1: see benchmarks/RESULTS.md).
 
     On the branch, ``alpha(q2) = q2 / ((1 - q2) K2(q2))`` with ``K2 = E sum_m g_2m^2`` at
     ``Q = diag(0, q2)``; the Jacobian of the SE map is triangular there (``Q_hat_11 = 0`` for all

@@ -1,0 +1,350 @@
+"""Layer-2 branch statistics with a shared trapezoid fibre rule (THEORY 2.2 sequential
+threshold, 2.3 fibre), for the sequential threshold of deep tied attention (L = 2, M = 2).
+
+At ``Q = diag(0, q2)`` the fibre integral over ``z_1'`` given ``(h, omega_2)`` is
+
+    Z = int dz N(z; 0, I) sum_s N(A(z)^{-1} s h; omega_2, V I) / det A(z),   V = 1 - q2,
+
+with an integrand that is even in ``z`` and analytic (entire up to the complex poles of the
+logistic).  When V is small (V ~ 0.026 at the threshold) the posterior is concentrated near
+curves (ridges along hyperbola arms when one softmax row saturates), which defeats Laplace
+rules, but the trapezoid rule on a square lattice converges geometrically for such integrands:
+at spacing ``dz`` the error falls like ``exp(-2 pi w / dz)`` with ``w`` the analyticity width
+(measured w ~ 0.24 at V = 0.026: relative error 2e-7 at dz = 0.09, 4e-11 at dz = 0.06).  The
+lattice covers the half-disc ``z_0 >= 0, |z| <= R`` (evenness doubles it; the cut prior mass is
+``exp(-R^2/2)``).
+
+The lattice does not depend on the outer point, so everything node-dependent (``A^{-1}``, the
+prior, ``det A``) is computed once and the exponent is a bilinear form in (outer features) x
+(node features): one matrix product per block, then ``exp``.  Exponents are ``<= log w`` and
+each row is shifted by its maximum before ``exp``: no overflow, no all-zero rows.
+
+Outer rules: the average over (true z_1, eta) given omega_2 is an integral over h weighted by
+the fibre integral Z(h) itself (:func:`h_lattice`: trapezoid lattice in h, spacing ~ sqrt(V));
+omega_2 by a 2D sinh-trapezoid in rotated coordinates (:func:`omega_rule`), which resolves the
+width-sqrt(V) features at d = 0 and at omega_2 = 0.  Checks at every run: the outer mass (1)
+and the Nishimori identity at the refined order.  Results: benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from numerics.records import require
+
+H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
+TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
+_BLOCK = 4_000_000  # elements of one (outer x node) block
+
+
+@lru_cache(maxsize=8)
+def trapezoid_lattice(dz: float, c: float, beta: float, radius: float = TRAP_R) -> dict:
+    """Node features of the half-disc lattice with spacing ``dz`` (see module docstring).
+
+    Returns ``B`` (3, n): ``|A^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``; ``Y`` (4, n): entries of
+    ``A^{-1}`` (``omega^T A^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)``); ``logw`` (n,):
+    log(weight x prior / det A); ``zz`` (n, 3): ``z0^2, z0 z1, z1^2``; ``Ai`` (n, 4)."""
+    from numerics import smi
+
+    require(0.005 <= dz <= 0.5, "dz", "in [0.005, 0.5]", dz)
+    k = int(math.floor(radius / dz))
+    g = dz * np.arange(-k, k + 1)
+    Z0, Z1 = np.meshgrid(g[g >= 0], g, indexing="ij")
+    Z0, Z1 = Z0.ravel(), Z1.ravel()
+    keep = Z0**2 + Z1**2 <= radius**2
+    Z0, Z1 = Z0[keep], Z1[keep]
+    w = np.where(Z0 == 0.0, 0.5, 1.0) * 2.0 * dz * dz      # evenness: half-plane, doubled
+    Ai, det = smi._attention_inverse(Z0, Z1, c, beta)
+    B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2,
+                  2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
+                  Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
+    Y = np.stack([Ai[0, 0], Ai[0, 1], Ai[1, 0], Ai[1, 1]])
+    logw = np.log(w) - 0.5 * (Z0**2 + Z1**2) - math.log(2 * math.pi) - np.log(det)
+    return dict(B=B, Y=Y, logw=logw, zz=np.stack([Z0 * Z0, Z0 * Z1, Z1 * Z1], 1),
+                Ai=Y.T.copy(), n=Z0.size, w=w, z=(Z0, Z1))
+
+
+def fibre_moments(h0, h1, o0, o1, v2, lat: dict):
+    """Posterior moments over the fibre for outer points (1D arrays ``h``, ``omega_2``):
+    ``(c00, c01, c11, m0, m1, n2, logZ)`` with ``c = Cov[z_1|.] - I`` entries (``E z_1 = 0`` by
+    evenness), ``m = E[z_2]``, ``n2 = E|z_2|^2`` and ``log Z`` (Z the fibre integral with the
+    ``1/(2 pi V)`` of the layer-2 Gaussian)."""
+    hh = np.stack([h0 * h0, h0 * h1, h1 * h1], 1)
+    oh = np.stack([o0 * h0, o0 * h1, o1 * h0, o1 * h1], 1)
+    E = lat["logw"] - (hh @ lat["B"] + (o0 * o0 + o1 * o1)[:, None]) / (2 * v2)
+    X = (oh @ lat["Y"]) / v2
+    Ep, Em = E + X, E - X
+    mx = np.maximum(Ep.max(1), Em.max(1))[:, None]
+    np.subtract(Ep, mx, out=Ep)
+    np.subtract(Em, mx, out=Em)
+    np.exp(Ep, out=Ep)
+    np.exp(Em, out=Em)
+    S = Ep + Em
+    np.subtract(Ep, Em, out=Ep)                 # Ep now holds the difference
+    Z = S.sum(1)
+    mz = (S @ lat["zz"]) / Z[:, None]
+    d = (Ep @ lat["Ai"]) / Z[:, None]           # E[s A^{-1}] entries
+    m0 = d[:, 0] * h0 + d[:, 1] * h1
+    m1 = d[:, 2] * h0 + d[:, 3] * h1
+    # E|z_2|^2 = E |A^{-1} h|^2 = sum S B.hh / Z
+    n2 = ((S @ lat["B"].T) * hh).sum(1) / Z
+    logZ = np.log(Z) + mx[:, 0] - math.log(2 * math.pi * v2)
+    return mz[:, 0] - 1, mz[:, 1], mz[:, 2] - 1, m0, m1, n2, logZ
+
+
+def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: float = H_PAD):
+    """Outer rule in ``h`` given ``omega_2`` (trapezoid on the lattice ``dh Z^2``; ``dh`` is
+    absolute here, :func:`branch_stats` takes it in units of ``sqrt(V)``, the blur scale).
+
+    ``h = A(z_1)(omega_2 + sqrt(V) eta)``: ``A(s) omega_2 = (s_a delta + c o0 + o1,
+    -s_b delta + o0 + c o1)`` (``delta = o0 - o1``) spans an axis-aligned box as the softmax
+    entries ``s_a, s_b`` run over [0, 1], blurred by ``sqrt(V) A eta`` whose per-axis standard
+    deviation is ``<= sqrt(V) (1 + c)`` (row norms of ``A``).  Nodes: the lattice points of the
+    box padded by ``pad_sd`` of those deviations.  The density of the pair ``{h, -h}`` is the
+    fibre integral ``Z(h)``, and every statistic is even in ``h``, so the expectation over the
+    whole plane is ``1/2 sum_{B u -B} dh^2 Z f = sum_{h in B} m(h) dh^2 Z f / 2`` with ``m = 2``
+    when ``-h`` is not in ``B`` (else 1).  Returns ``(h0, h1, m dh^2 / 2)``."""
+    pad = pad_sd * math.sqrt(v2) * (1.0 + c)
+    lo0, hi0 = sorted((c * o0 + o1, (1.0 + c) * o0))
+    lo1, hi1 = sorted((o0 + c * o1, (1.0 + c) * o1))
+    i0 = np.arange(math.floor((lo0 - pad) / dh), math.ceil((hi0 + pad) / dh) + 1)
+    i1 = np.arange(math.floor((lo1 - pad) / dh), math.ceil((hi1 + pad) / dh) + 1)
+    I0, I1 = np.meshgrid(i0, i1, indexing="ij")
+    I0, I1 = I0.ravel(), I1.ravel()
+    # -h in B  <=>  -i0 in range(i0) and -i1 in range(i1)
+    mirrored = (-I0 >= i0[0]) & (-I0 <= i0[-1]) & (-I1 >= i1[0]) & (-I1 <= i1[-1])
+    m = np.where(mirrored, 1.0, 2.0)
+    return dh * I0, dh * I1, 0.5 * m * dh * dh
+
+
+OMEGA_KAPPA = 1.0    # sinh-map scale in units of sqrt(V) (the width of the omega features)
+OMEGA_DMAX = 8.5     # range in units of sqrt(q2): cut Gaussian mass < 1e-16
+
+
+def _sinh_half_rule(tau: float, q2: float, kappa: float):
+    """Trapezoid (step ``tau``) in ``t`` with ``x = kappa sinh t``, ``t >= 0``, for
+    ``2 N(x; 0, q2) dx`` on ``x >= 0`` (an even integrand on the line)."""
+    T = math.asinh(OMEGA_DMAX * math.sqrt(q2) / kappa)
+    t = tau * np.arange(0, math.ceil(T / tau) + 1)
+    x = kappa * np.sinh(t)
+    w = (np.where(t == 0, 0.5, 1.0) * tau * kappa * np.cosh(t) * 2.0
+         * np.exp(-0.5 * x**2 / q2) / math.sqrt(2 * math.pi * q2))
+    return x, w
+
+
+@lru_cache(maxsize=32)
+def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
+    """Rule for ``omega_2 ~ N(0, q2 I)`` in rotated coordinates ``s = (w0 + w1)/sqrt 2``,
+    ``d = (w0 - w1)/sqrt 2``.  The integrand is even in ``s`` and in ``d`` (symmetries
+    ``omega -> -omega`` and the token swap), analytic, with features of width ~ sqrt(V) at
+    ``d = 0`` (layer-1 information ~ d^2/V) and at ``omega = 0`` (the sign of ``h`` is resolved
+    only for ``|omega| >> sqrt(V)``).  Quadrant ``s, d >= 0`` (weights x4), each axis a
+    trapezoid in ``t`` with ``x = kappa sqrt(V) sinh t``: the nearby complex singularities move
+    to ``|Im t| >= pi/4``, so the error falls like ``exp(-pi^2 / (2 tau))``."""
+    require(0.01 <= tau <= 1.0, "tau", "in [0.01, 1]", tau)
+    k = kappa * math.sqrt(1.0 - q2)
+    x, w = _sinh_half_rule(tau, q2, k)
+    S, D = np.repeat(x, x.size), np.tile(x, x.size)
+    W = np.repeat(w, x.size) * np.tile(w, x.size)
+    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
+
+
+def _omega_task(args):
+    o0, o1, wo, v2, c, dh, lat = args
+    H0, H1, Wh = h_lattice(o0, o1, v2, c, dh)
+    acc = np.zeros(5)
+    step = max(1, _BLOCK // lat["n"])
+    for s0 in range(0, H0.size, step):
+        sl = slice(s0, s0 + step)
+        n = H0[sl].size
+        c00, c01, c11, m0, m1, n2, logZ = fibre_moments(H0[sl], H1[sl], np.full(n, o0),
+                                                        np.full(n, o1), v2, lat)
+        w = Wh[sl] * np.exp(logZ)
+        acc += np.array([w.sum(), w @ (c00**2 + 2 * c01**2 + c11**2),
+                         w @ (((m0 - o0) ** 2 + (m1 - o1) ** 2) / v2**2),
+                         w @ (n2 - m0**2 - m1**2), float(n)])
+    return wo * acc[:4], acc[4]
+
+
+def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
+                 dh: float = 1.5, dz: float = 0.15, workers: int = 1) -> dict:
+    """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``, the
+    Nishimori residual ``K2 - (2 mass - trcov2/V)/V`` and the outer ``mass`` (should be 1) at
+    ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = tau``;
+    an integer pair selects the graded rule :func:`numerics.smi._omega_rule`) x ``h`` lattice
+    (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
+    blurred on the scale sqrt(V), so the rule scales with it) x fibre lattice (spacing ``dz``).
+    ``workers > 1`` spreads the omega_2 nodes over processes."""
+    from numerics import smi
+
+    require(0 < q2 < 1, "q2", "in (0, 1)", q2)
+    require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
+    require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q2))", dh)
+    v2 = 1.0 - q2
+    lat = trapezoid_lattice(float(dz), float(c), float(beta))
+    if isinstance(n_w, float):
+        O0, O1, W = omega_rule(n_w, float(q2))
+    else:
+        O0, O1, W = smi._omega_rule(tuple(n_w), q2)
+    jobs = [(float(a), float(b), float(w), v2, float(c), float(dh) * math.sqrt(v2), lat)
+            for a, b, w in zip(O0, O1, W, strict=True)]
+    if workers == 1:
+        res = [_omega_task(j) for j in jobs]
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(workers) as pool:
+            res = pool.map(_omega_task, jobs, chunksize=1)
+    mass, mu1, K2, trcov2 = np.sum([r[0] for r in res], axis=0)
+    npts = int(sum(r[1] for r in res))
+    return dict(mass=mass, mu1=mu1, K2=K2, trcov2=trcov2,
+                nishimori=K2 - (2 * mass - trcov2 / v2) / v2, omega_weight=float(W.sum()),
+                outer_points=npts, nodes=lat["n"], pairs=npts * lat["n"])
+
+
+# ----------------------------------------------------------------------------- threshold
+# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V), fibre lattice spacing
+SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
+SEQ_ORDERS = ((0.3, 1.9, 0.2), (0.2, 1.5, 0.15))
+SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
+SEQ_SCAN_START = 0.9
+
+
+def _resid(q2, c, beta, order, workers):
+    """``r = mu1 - (1 - q2) K2 / q2`` (zero at the sequential threshold) and the statistics."""
+    n_w, dh, dz = order
+    st = branch_stats(q2, c=c, beta=beta, n_w=n_w, dh=dh, dz=dz, workers=workers)
+    return st["mu1"] - (1 - q2) * st["K2"] / q2, st
+
+
+def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORDERS,
+                         scan_order=SEQ_SCAN_ORDER, workers: int | None = None,
+                         progress=None) -> dict:
+    """Threshold of layer 1 at the SE fixed point where layer 2 is learned (THEORY 2.2).
+
+    On the layer-2 branch ``alpha(q2) = q2 / ((1 - q2) K2(q2))``; the unlearned direction has
+    eigenvalue ``alpha mu1(q2)``, so the threshold solves ``r(q2) = mu1 - (1 - q2) K2 / q2 = 0``
+    and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats` (all three rules are
+    lattice/trapezoid or Gauss rules that converge geometrically).
+
+    Root search: lazy scan of :data:`SEQ_SCAN` at ``scan_order`` (upwards from
+    :data:`SEQ_SCAN_START`, then downwards) up to the first sign change,
+    one regula-falsi step there; at ``orders[0]``, a secant through two points and a third
+    evaluation at the secant root, the final root from the parabola through the three (its
+    distance to the secant root is the interpolation error); at ``orders[1]`` one evaluation at
+    that root, shifted to its own root to first order with the slopes of ``orders[0]``.
+    ``value`` is the ``orders[1]`` alpha; ``error = |alpha_1 - alpha_0|`` + interpolation
+    error + ``alpha`` x the relative Nishimori residual of ``orders[1]`` (an independent check of
+    the h rule).  Raises :class:`ConvergenceError` if the root is not bracketed.
+    ``workers``: processes over the omega_2 nodes (default ``min(2, cpu_count)``)."""
+    import os
+    import time
+
+    from numerics.records import ConvergenceError
+
+    require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
+    require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
+    require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz)", orders)
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    step = [0]
+
+    def tick(msg):
+        step[0] += 1
+        if progress:
+            progress(step[0], 5, msg)
+
+    # lazy scan: upwards from SEQ_SCAN_START, then downwards, stop at the first sign change
+    up = [q for q in SEQ_SCAN if q >= SEQ_SCAN_START]
+    down = [q for q in reversed(SEQ_SCAN) if q < SEQ_SCAN_START]
+    scan, pair = [], None
+    for qv in up + down:
+        scan.append((qv, _resid(qv, skip, beta, scan_order, workers)[0]))
+        pts = sorted(scan)
+        for (qa, ra), (qb, rb) in zip(pts[:-1], pts[1:], strict=True):
+            if ra * rb <= 0:
+                pair = ((qa, ra), (qb, rb))
+                break
+        if pair:
+            break
+    if pair is None:
+        raise ConvergenceError(f"sequential threshold not bracketed in q2 in {SEQ_SCAN}",
+                               last_iterate=[q for q, _ in scan], residual=[r for _, r in scan])
+    (qa, ra), (qb, rb) = pair
+    # Illinois regula falsi at the scan order until the step is below 1% of (1 - q2)
+    q0, side = qa - ra * (qb - qa) / (rb - ra), 0
+    for _ in range(12):
+        rm = _resid(q0, skip, beta, scan_order, workers)[0]
+        if ra * rm <= 0:
+            qb, rb = q0, rm
+            if side == -1:
+                ra /= 2
+            side = -1
+        else:
+            qa, ra = q0, rm
+            if side == 1:
+                rb /= 2
+            side = 1
+        q1 = qa - ra * (qb - qa) / (rb - ra)
+        done = abs(q1 - q0) < 0.01 * (1 - q1)
+        q0 = q1
+        if done:
+            break
+    tick("sequential threshold: bracket")
+    # coarse order: secant, then a parabola through three points
+    eps = 0.002 * (1 - q0)
+    pts = []
+    for q in (q0, q0 + eps):
+        r, st = _resid(q, skip, beta, orders[0], workers)
+        pts.append((q, r, st["mu1"]))
+        tick("sequential threshold: coarse order")
+    (qa, ra, _), (qb, rb, _) = pts
+    qs = qa - ra * (qb - qa) / (rb - ra)
+    if not abs(qs - q0) < 0.05 * (1 - q0):
+        raise ConvergenceError("sequential root moved far from the scan estimate",
+                               last_iterate=qs, residual=[ra, rb])
+    r, st_c = _resid(qs, skip, beta, orders[0], workers)
+    pts.append((qs, r, st_c["mu1"]))
+    tick("sequential threshold: coarse order")
+    Q = np.array([p[0] for p in pts])
+    R = np.array([p[1] for p in pts])
+    MU = np.array([p[2] for p in pts])
+    x = Q - qs
+    cr = np.polyfit(x, R, 2)
+    cm = np.polyfit(x, MU, 2)
+    roots = [z.real for z in np.roots(cr) if abs(z.imag) < 1e-14]
+    if not roots:
+        raise ConvergenceError("no real root of the residual parabola", last_iterate=Q.tolist(),
+                               residual=R.tolist())
+    dq = min(roots, key=abs)
+    q_c = qs + dq
+    interp_q = abs(dq - (-r / np.polyval(np.polyder(cr), 0.0)))
+    mu_c = float(np.polyval(cm, dq))
+    slope_r = float(np.polyval(np.polyder(cr), dq))
+    slope_mu = float(np.polyval(np.polyder(cm), dq))
+    # refined order at the coarse root, shifted to its own root to first order
+    r_f, st_f = _resid(q_c, skip, beta, orders[1], workers)
+    tick("sequential threshold: refined order")
+    q_f = q_c - r_f / slope_r
+    mu_f = st_f["mu1"] + slope_mu * (q_f - q_c)
+    a_c, a_f = 1.0 / mu_c, 1.0 / mu_f
+    nis = abs(st_f["nishimori"]) / st_f["K2"]
+    interp = abs(slope_mu) * interp_q * a_f**2
+    # second-order remainder of the first-order shift (curvatures of the coarse parabolas)
+    interp += (abs(cm[0]) + abs(slope_mu * cr[0] / slope_r)) * (q_f - q_c) ** 2 * a_f**2
+    err = abs(a_f - a_c) + interp + a_f * nis
+    return dict(value=a_f, error=err, q2=q_f, q2_error=abs(q_f - q_c) + interp_q,
+                values=[a_c, a_f], q2_values=[q_c, q_f], nishimori=[nis], spread=abs(a_f - a_c),
+                interpolation=interp, mass=float(st_f["mass"]), slope_r=slope_r,
+                slope_mu=slope_mu, pairs=int(st_f["pairs"]),
+                seconds=time.perf_counter() - t0,
+                method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; "
+                        "2D sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
+                        "(z_1), orders (tau, dh/sqrt V, dz) "
+                        f"{list(orders)}; error = |alpha(refined) - "
+                        "alpha(coarse)| + root interpolation + alpha x relative Nishimori "
+                        "residual"))

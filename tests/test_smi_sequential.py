@@ -1,0 +1,106 @@
+"""Lattice engine of the SMI sequential threshold (numerics.smi_sequential, THEORY 2.2-2.3)."""
+
+import math
+
+import numpy as np
+import pytest
+from test_smi import FIBRE_REFS
+
+from numerics import smi_sequential as seq
+from numerics.records import InputError
+
+
+def test_fibre_lattice_against_trapezoid_refs():
+    # references: an independent trapezoid on [-9, 9]^2 with steps 0.004 / 0.002 (test_smi)
+    h, om = (np.array([r[k] for r in FIBRE_REFS]) for k in range(2))
+    ref = np.array([r[3] for r in FIBRE_REFS])
+    lat = seq.trapezoid_lattice(0.09, 1.0, 1.0)
+    c00, c01, c11, *_ = seq.fibre_moments(h[:, 0], h[:, 1], om[:, 0], om[:, 1], 0.025, lat)
+    rel = np.abs(c00**2 + 2 * c01**2 + c11**2 - ref) / ref
+    assert rel.max() < 1e-9          # measured 9e-11 (the Laplace-mixture rule: 1e-3 .. 1e-2)
+
+
+def test_fibre_lattice_geometric_convergence():
+    rng = np.random.default_rng(3)
+    h = 2.0 * rng.standard_normal((12, 2))
+    om = rng.standard_normal((12, 2))
+    out = {}
+    for dz in (0.15, 0.12, 0.09):
+        out[dz] = np.array(seq.fibre_moments(h[:, 0], h[:, 1], om[:, 0], om[:, 1], 0.03,
+                                             seq.trapezoid_lattice(dz, 1.0, 1.0))[:6])
+    e1 = np.abs(out[0.15] - out[0.09]).max()
+    e2 = np.abs(out[0.12] - out[0.09]).max()
+    assert e2 < 1e-5 and e2 < 0.2 * e1
+
+
+@pytest.mark.parametrize("omega", [(0.9, -0.6), (0.2, -0.1)])
+def test_h_lattice_mass_and_nishimori(omega):
+    # the h rule integrates the density of {h, -h} (mass 1) and satisfies the Nishimori
+    # identity E|g|^2 = (2 - E tr Cov[z_2|.]/V)/V pointwise in omega; (0.2, -0.1): the box
+    # overlaps its mirror image (multiplicity 1 nodes)
+    v2 = 1 - 0.974376
+    lat = seq.trapezoid_lattice(0.2, 1.0, 1.0)
+    acc, _ = seq._omega_task((omega[0], omega[1], 1.0, v2, 1.0, 0.2, lat))
+    mass, mu1, K2, trcov2 = acc
+    assert abs(mass - 1) < 1e-9
+    assert abs(K2 - (2 * mass - trcov2 / v2) / v2) < 1e-8 * K2
+    assert mu1 > 0
+
+
+def test_omega_box_contains_attention_image():
+    o0, o1, c = 0.7, -0.4, 1.0
+    H0, H1, W = seq.h_lattice(o0, o1, 0.02, c, 0.1)
+    for sa, sb in ((0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.6, 0.7)):
+        A = np.array([[sa + c, 1 - sa], [1 - sb, sb + c]])
+        h = A @ np.array([o0, o1])
+        assert H0.min() < h[0] < H0.max() and H1.min() < h[1] < H1.max()
+    assert np.all(W > 0) and math.isclose(W.max(), 0.1**2, rel_tol=1e-12)
+
+
+def test_inputs():
+    with pytest.raises(InputError, match="q2"):
+        seq.branch_stats(1.0)
+    with pytest.raises(InputError, match="dh"):
+        seq.branch_stats(0.5, dh=0.05)
+    with pytest.raises(InputError, match="skip"):
+        seq.sequential_threshold(skip=0.0)
+    with pytest.raises(InputError, match="dz"):
+        seq.trapezoid_lattice(0.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("q_star", [0.974, 0.7])
+def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
+    # model residual with known root and mu1; the refined order shifts the root by 1e-5, so the
+    # reported error must cover the coarse-refined spread and the value is the refined one
+    calls = []
+
+    def fake(q, c, beta, order, workers):
+        calls.append(q)
+        shift = 1e-5 if order == seq.SEQ_ORDERS[1] else 0.0
+        x = q - q_star - shift
+        r = 30.0 * x + 200.0 * x**2
+        mu1 = 1.4 + 25.0 * x + 50.0 * x**2
+        return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0)
+
+    monkeypatch.setattr(seq, "_resid", fake)
+    r = seq.sequential_threshold(workers=1)
+    exact = 1.0 / 1.4
+    # second-order remainder of the first-order shift to the refined root: ~ mu'' dq^2
+    assert abs(r["value"] - exact) < min(1e-8, r["error"])
+    assert abs(r["q2"] - (q_star + 1e-5)) < 1e-9
+    assert r["error"] >= abs(r["values"][0] - r["values"][1]) > 0
+    assert calls[0] == seq.SEQ_SCAN_START
+
+
+def test_omega_rule_even_moments():
+    # the quadrant rule is exact for integrands even in s and in d separately
+    q = 0.9744738
+    o0, o1, w = seq.omega_rule(0.2, q)
+    s, d = (o0 + o1) / math.sqrt(2), (o0 - o1) / math.sqrt(2)
+    assert abs(w.sum() - 1) < 1e-9
+    assert abs(w @ s**2 - q) < 1e-8 and abs(w @ (s * s * d * d) - q * q) < 1e-8
+    assert abs(w @ d**4 - 3 * q * q) < 1e-7
+    # and it resolves the sqrt(V) scale at the origin: E exp(-|omega|^2 / (2 V)) in closed form
+    v = 1 - q
+    exact = v / (v + q)
+    assert abs(w @ np.exp(-(s**2 + d**2) / (2 * v)) - exact) < 1e-9
