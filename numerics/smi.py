@@ -46,6 +46,7 @@ the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
 from __future__ import annotations
 
 import math
+import os
 import time
 from functools import lru_cache
 
@@ -584,36 +585,100 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     return max(stable, key=lambda r: r["phi"]) if stable else cand[0]
 
 
-def layer2_point(*, alpha, skip=1.0, beta=1.0) -> dict:
-    """SE fixed point on the branch Q = diag(0, q2) (layer 1 unlearned).
-
-    ``q2`` solves ``q2 / (1 - q2) = alpha K2(q2)`` (Brent in q2 with the branch quadrature
-    :func:`_stats_branch`; q2 = 0 below the layer-2 weak threshold).  The layer-1 direction is
-    stable iff ``alpha mu1(q2) < 1`` (``eigenvalue``); ``error`` on q2: ``|q2 - T_refined(q2)|``.
-    Same record as :func:`fixed_point`."""
+def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
+    """Layer-2 point with q2 < 0.1 (posterior broad): Brent with the Gauss-Hermite branch rule
+    :func:`_stats_branch`, error ``|q2 - T_refined(q2)| / (1 - slope)`` from the refined order."""
     from numerics import smi_branches
 
     lo = BRANCH_ORDERS[0]
+
+    def resid(q):
+        return q - (1 - q) * alpha * _branch(q, skip, beta, lo)["K2"]
+
+    q2 = optimize.brentq(resid, 1e-6, 0.1, xtol=1e-10, maxiter=60)
+    s_lo, s_hi = _branch(q2, skip, beta, lo), _branch(q2, skip, beta, BRANCH_ORDERS[1])
+    d = 1e-3 * q2
+    slope = 1 - (resid(q2 + d) - resid(q2 - d)) / (2 * d)      # T'(q2), T(q) = q - resid(q)
+    qh = alpha * s_hi["K2"]
+    err = abs(q2 - qh / (1 + qh)) / max(abs(1 - slope), 1e-3)
+    mu1, K2 = s_lo["mu1"], s_lo["K2"]
+    qhat2 = alpha * K2
+    psi, _ = _psi_rel(q2, skip, beta)
+    psi_lo = _psi_rel(q2, skip, beta, order=(8, 24, 32))[0]
+    phi = -q2 * qhat2 / 2 + qhat2 / 2 - math.log1p(qhat2) / 2 + alpha * psi
+    e_gen, e_err = smi_branches.egen_estimate(0.0, q2, skip=skip, beta=beta, dq=(0.0, err))
+    return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
+                error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
+                phi_error=float(alpha * abs(psi - psi_lo)), branch="layer 2 (q1 = 0)",
+                stable=bool(alpha * mu1 < 1), eigenvalue=float(alpha * mu1),
+                note="q2 < 0.1: Gauss-Hermite branch rule")
+
+
+# lattice orders (tau, dh, dz) of numerics.smi_sequential.branch_stats: solve, refine
+LAYER2_ORDERS = ((0.3, 1.9, 0.2), (0.2, 1.5, 0.15))
+LAYER2_SCAN = (0.1, 0.5, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
+
+
+def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=None) -> dict:
+    """SE fixed point on the branch Q = diag(0, q2) (layer 1 unlearned).
+
+    On the branch ``alpha(q2) = q2 / ((1 - q2) K2(q2))`` rises from ``1/lambda_2`` (THEORY 2.1);
+    ``q2`` solves ``alpha(q2) = alpha`` (scan, then Brent's method) with the lattice quadrature of
+    :mod:`numerics.smi_sequential` (trapezoid lattices in the fibre and in h, sinh rule in
+    omega_2; every rule refined between the two orders). ``q2 = 0`` below the layer-2 weak
+    threshold; roots below q2 = 0.1 use :func:`_layer2_point_small`. Error on q2: the shift of
+    the root to the refined order (one evaluation, linearised with the secant slope of
+    alpha(q2)) plus the Nishimori residual propagated the same way. The layer-1 direction is
+    stable iff ``alpha mu1(q2) < 1`` (``eigenvalue``).
+    Same record as :func:`fixed_point`."""
+    from numerics import smi_branches, smi_sequential
+
+    def stats(q, o):
+        return smi_sequential.branch_stats(q, c=skip, beta=beta, n_w=o[0], dh=o[1], dz=o[2],
+                                           workers=workers or min(2, os.cpu_count() or 1))
+
     lam2 = 1.0 / weak_threshold_layer(2, skip, beta)
+    note = ""
     if alpha * lam2 <= 1.0:
         q2 = 0.0
         err = 0.0
         mu1 = stability_matrix(skip=skip, beta=beta)["lam1"].value
         K2 = 0.0
     else:
-        def resid(q):
-            return q - (1 - q) * alpha * _branch(q, skip, beta, lo)["K2"]
-        a, b = 1e-4, 0.999
-        fa, fb = resid(a), resid(b)
-        if fa * fb > 0:
-            raise ConvergenceError("SE fixed point q2 not bracketed", last_iterate=(a, b),
-                                   residual=(fa, fb))
-        q2 = optimize.brentq(resid, a, b, xtol=1e-9, maxiter=60)
-        s_lo = _branch(q2, skip, beta, lo)
-        s_hi = _branch(q2, skip, beta, BRANCH_ORDERS[1])
-        qh = alpha * s_hi["K2"]
-        err = abs(q2 - qh / (1 + qh))
-        mu1, K2 = s_lo["mu1"], s_lo["K2"]
+        seen: dict[float, tuple[float, dict]] = {}
+
+        def f(q):
+            st = stats(q, orders[0])
+            la = math.log(q / ((1 - q) * st["K2"]))
+            seen[q] = (la, st)
+            return la - math.log(alpha)
+
+        # the lattice rule needs q2 >= 0.1 (its outer mass drifts below); there the posterior is
+        # broad and the Gauss-Hermite branch rule of :func:`_stats_branch` is accurate
+        if f(LAYER2_SCAN[0]) > 0:
+            return _layer2_point_small(alpha=alpha, skip=skip, beta=beta, lam2=lam2)
+        lo, hi = LAYER2_SCAN[0], None
+        for q in LAYER2_SCAN[1:]:
+            if f(q) > 0:
+                hi = q
+                break
+            lo = q
+        if hi is None:
+            raise ConvergenceError("layer-2 point above q2 = 0.997 (beyond the lattice rule)",
+                                   last_iterate=lo, residual=seen[lo][0] - math.log(alpha))
+        q2 = optimize.brentq(f, lo, hi, xtol=1e-7, rtol=1e-10, maxiter=60)
+        if q2 not in seen:
+            f(q2)
+        la2 = seen[q2][0]
+        near = sorted((abs(q - q2), q) for q in seen if q != q2)[0][1]
+        slope = (seen[near][0] - la2) / (near - q2)               # d log alpha / d q2
+        ref = stats(q2, orders[1])
+        la_ref = math.log(q2 / ((1 - q2) * ref["K2"]))
+        nish = abs(ref["nishimori"]) / ref["K2"]
+        err = (abs(la_ref - la2) + nish) / abs(slope)
+        mu1, K2 = ref["mu1"], ref["K2"]
+        if abs(ref["mass"] - 1) > 1e-4:
+            note = f"outer mass {ref['mass']:.6f}"
     qhat2 = alpha * K2
     psi, _ = _psi_rel(q2, skip, beta) if q2 > 0 else (0.0, None)
     psi_lo = _psi_rel(q2, skip, beta, order=(8, 24, 32))[0] if q2 > 0 else 0.0
@@ -622,8 +687,9 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0) -> dict:
     lam = float(alpha * (mu1 if q2 > 0 else max(mu1, lam2)))
     return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
                 error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
-                phi_error=float(alpha * abs(psi - psi_lo)), branch="layer 2 (q1 = 0)" if q2 > 0 else "Q = 0",
-                stable=bool(alpha * mu1 < 1), eigenvalue=lam, note="")
+                phi_error=float(alpha * abs(psi - psi_lo)),
+                branch="layer 2 (q1 = 0)" if q2 > 0 else "Q = 0",
+                stable=bool(alpha * mu1 < 1), eigenvalue=lam, note=note)
 
 
 @lru_cache(maxsize=32)
