@@ -51,9 +51,10 @@ K2(q2) = E sum_m g_2m^2 is computed by Monte Carlo (:func:`branch_fixed_point_mo
 checked against the independent inner rule of numerics.smi.montecarlo_branch): alpha = 0.6,
 SE 0.9235 +- 0.0007, AMP 0.9186 +- 0.0032 (D = 1000, 16 seeds) ... 0.9221 +- 0.0011
 (D = 8000, 6 seeds); alpha = 0.4, SE 0.489 +- 0.005, AMP 0.497 +- 0.009 (D = 4000) ...
-0.499 +- 0.009 (D = 16000). numerics.smi.fixed_point (0.540 and 0.9417) overestimates K2 by
-4-6% at its default branch orders, which the SE map's slope (0.78 at alpha = 0.4, 0.84 at
-0.6) turns into 0.05 and 0.018 in q2. Per instance the final Q_22 does not depend on the
+0.499 +- 0.009 (D = 16000). The former Gauss-Hermite branch rule of numerics.smi.fixed_point
+(0.540 and 0.9417) overestimated K2 by 4-6%, which the SE map's slope (0.78 at alpha = 0.4,
+0.84 at 0.6) turned into 0.05 and 0.018 in q2; fixed_point now uses the lattice rule
+(0.92371 +- 0.00017 at alpha = 0.6). Per instance the final Q_22 does not depend on the
 damping (0, 0.3, 0.6), on the Onsager form (``a_update``), on the initial overlap (0.02,
 0.3) or on the quadrature order (24, 40): the seed-to-seed scatter (sd 0.05 at D = 1000,
 0.02 at D = 16000, alpha = 0.4) is the instance's own finite-size fixed point, amplified by

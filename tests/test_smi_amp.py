@@ -157,9 +157,10 @@ def test_branch_k2_montecarlo_nishimori_and_fixed_point():
 # The SE reference for the branch Q = diag(0, q2) is branch_fixed_point_montecarlo (Monte Carlo
 # K2 with this module's g_out; cross-checked in benchmarks/RESULTS.md against
 # numerics.smi.montecarlo_branch, an independent inner rule: K2(0.92) = 19.31 +- 0.03 vs
-# 19.29 +- 0.09). numerics.smi.fixed_point's branch quadrature at its default orders gives
-# K2 4-6% higher (q2 = 0.9417 at alpha = 0.6, 0.540 at 0.4; its higher orders move towards
-# the Monte Carlo value), so it is not used here.
+# 19.29 +- 0.09). The former Gauss-Hermite branch quadrature of numerics.smi.fixed_point gave
+# K2 4-6% higher (q2 = 0.9417 at alpha = 0.6, 0.540 at 0.4); fixed_point now uses the lattice
+# rule of numerics.smi_sequential (K2(0.92) = 19.313, q2 = 0.92371 +- 0.00017 at alpha = 0.6),
+# which test_layer2_point_matches_montecarlo_se below checks against this reference.
 #
 # ALLOWANCE (measured with benchmarks/smi_amp_finite_size.py, rng_seed 0, 60-70 iterations;
 # this test uses rng_seed 1): alpha = 0.6, AMP mean - SE (0.9235 +- 0.0007):
@@ -168,7 +169,7 @@ def test_branch_k2_montecarlo_nishimori_and_fixed_point():
 # seed sd 0.013, 0.009, 0.006, 0.003: the finite-size deviation is below 0.005 from
 # D = 1000 on and the scatter shrinks like D^-1/2. At D = 2000 the allowance is 0.004
 # (|deviation| + 1.5 stderr, rounded up). With 6 seeds (stderr ~0.0037) the tolerance is
-# ~0.016, below the 0.018 gap to fixed_point's 0.9417, so the test discriminates.
+# ~0.016, below the 0.018 gap to the former quadrature's 0.9417, so the test discriminates.
 ALLOW_D2000 = 0.004
 
 
@@ -198,8 +199,9 @@ def test_amp_vs_branch_se_alpha_06():
 
 @pytest.mark.slow
 def test_amp_vs_montecarlo_se_alpha_1():
-    # above the sequential threshold: both layers learned. numerics.smi.fixed_point covers only
-    # the branch Q = diag(0, q2) (and raises at alpha = 1), so the reference is the Monte Carlo SE
+    # above the sequential threshold: both layers learned. numerics.smi.fixed_point's
+    # both-learned branch is provisional (see numerics.smi_branches.PROVISIONAL) and alpha = 1 is
+    # marginal, so the reference is the Monte Carlo SE
     # (same g_out). alpha = 1 is the parameter-counting point (2 numbers per sample, 2 D
     # unknowns): the SE map is nearly the identity along a curve in (Q_11, Q_22) and Q_11 creeps
     # up in both the SE and GAMP (SE 0.73 after 40 iterations, 0.83 after 150; GAMP 0.89 after
@@ -210,3 +212,19 @@ def test_amp_vs_montecarlo_se_alpha_1():
     err = math.hypot(r["Q_stderr"][1], mc["Q_err"][1])
     assert abs(r["Q_mean"][1] - mc["Q_diag"][1]) < 3 * err + 0.01
     assert r["Q_mean"][0] > 0.5
+
+
+@pytest.mark.slow
+def test_layer2_point_matches_montecarlo_se():
+    # two independent routes for the SE fixed point on the branch Q = diag(0, q2) at alpha = 0.6:
+    # the lattice quadrature (numerics.smi.layer2_point, ~4 min on 2 cores) and the Monte Carlo
+    # K2 with the GAMP g_out (branch_fixed_point_montecarlo)
+    from numerics import smi
+
+    lat = smi.layer2_point(alpha=0.6)
+    mc = smi_amp.branch_fixed_point_montecarlo(alpha=0.6, bracket=(0.91, 0.935), samples=12000,
+                                               seed=2)
+    q2, e2 = lat["Q"][1], lat["error"][1]
+    assert e2 < 1e-3
+    assert abs(q2 - mc["value"]) < 3 * math.hypot(e2, mc["error"]), (q2, e2, mc)
+    assert abs(q2 - 0.9417) > 10 * e2          # the former Gauss-Hermite rule's value is excluded
