@@ -595,7 +595,12 @@ def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
     def resid(q):
         return q - (1 - q) * alpha * _branch(q, skip, beta, lo)["K2"]
 
-    q2 = optimize.brentq(resid, 1e-6, 0.1, xtol=1e-10, maxiter=60)
+    a, b = 1e-6, 0.15                 # 0.15: the two rules differ by ~0.2% near q2 = 0.1
+    fa, fb = resid(a), resid(b)
+    if fa * fb > 0:
+        raise ConvergenceError("layer-2 point (q2 < 0.1) not bracketed", last_iterate=(a, b),
+                               residual=(fa, fb))
+    q2 = optimize.brentq(resid, a, b, xtol=1e-10, maxiter=60)
     s_lo, s_hi = _branch(q2, skip, beta, lo), _branch(q2, skip, beta, BRANCH_ORDERS[1])
     d = 1e-3 * q2
     slope = 1 - (resid(q2 + d) - resid(q2 - d)) / (2 * d)      # T'(q2), T(q) = q - resid(q)
