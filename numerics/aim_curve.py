@@ -72,16 +72,7 @@ def output_moments_many(cc, *, q, V, level: int, tail_sd: float = TAIL_SD
     counts = np.array([len(w) for w in wts])
     M, W = np.concatenate(nodes), np.concatenate(wts)
     Vn = np.repeat(V, counts)
-    N = len(W)
-    flat = aim_se._flat_eval(cc.z_grad, [M[:, k] for k in range(K)] + [Vn], N)
-    Y, n = cc.n_outputs, cc.n_pairs
-    Z = np.stack(flat[:Y])
-    G = np.stack(flat[Y:]).reshape(Y, n, N)
-    wg2 = np.einsum("ynN,n->yN", G * G, cc.weights)
-    pos = Z > 0
-    safe = np.where(pos, Z, 1.0)
-    e_int = np.where(pos, wg2 / safe, 0.0).sum(axis=0)
-    psi_int = np.where(pos, Z * np.log(safe), 0.0).sum(axis=0)
+    e_int, psi_int = aim_se.output_integrands(cc, M, Vn)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     E = np.add.reduceat(e_int * W, starts)
     psi = np.add.reduceat(psi_int * W, starts)

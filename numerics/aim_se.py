@@ -34,6 +34,22 @@ def _flat_eval(fn: Callable, args, n: int) -> list[np.ndarray]:
     return [np.broadcast_to(np.asarray(o, dtype=float), (n,)) for o in out]
 
 
+def output_integrands(cc, m: np.ndarray, V) -> tuple[np.ndarray, np.ndarray]:
+    """Per node omega = m (rows): sum_y |grad Z_y|_C^2 / Z_y and sum_y Z_y log Z_y (THEORY 1.1);
+    ``V`` a scalar or one value per node."""
+    N = m.shape[0]
+    flat = _flat_eval(cc.z_grad, [m[:, k] for k in range(cc.K)] + [V], N)
+    Y, n = cc.n_outputs, cc.n_pairs
+    Z = np.stack(flat[:Y])
+    G = np.stack(flat[Y:]).reshape(Y, n, N)
+    wg2 = np.einsum("ynN,n->yN", G * G, cc.weights)
+    pos = Z > 0
+    safe = np.where(pos, Z, 1.0)
+    e_int = np.where(pos, wg2 / safe, 0.0).sum(axis=0)
+    psi_int = np.where(pos, Z * np.log(safe), 0.0).sum(axis=0)
+    return e_int, psi_int
+
+
 def output_moments(cc, *, q: float, V: float, level: int = 0) -> tuple[float, float, float]:
     """(E(q, V), Psi_out(q, V), tail bound) by quadrature over omega (THEORY 1.1).
 
@@ -51,16 +67,7 @@ def output_moments(cc, *, q: float, V: float, level: int = 0) -> tuple[float, fl
         w = np.ones(1)
     else:
         m, w, pruned = gaussian_grid(q * cc.S, np.sqrt(V * np.diag(cc.S)), level)
-    N = m.shape[0]
-    flat = _flat_eval(cc.z_grad, [m[:, k] for k in range(K)] + [V], N)
-    Y, n = cc.n_outputs, cc.n_pairs
-    Z = np.stack(flat[:Y])
-    G = np.stack(flat[Y:]).reshape(Y, n, N)
-    wg2 = np.einsum("ynN,n->yN", G * G, cc.weights)
-    pos = Z > 0
-    safe = np.where(pos, Z, 1.0)
-    e_int = np.where(pos, wg2 / safe, 0.0).sum(axis=0)
-    psi_int = np.where(pos, Z * np.log(safe), 0.0).sum(axis=0)
+    e_int, psi_int = output_integrands(cc, m, V)
     tail = (TAIL_MASS + pruned) * float(np.max(np.abs(e_int))) if q > 0 else 0.0
     return float(e_int @ w), float(psi_int @ w), tail
 

@@ -88,15 +88,9 @@ class Enclosure:
 
 
 def _flint() -> Any:
-    try:
-        import flint
-    except ImportError as e:  # pragma: no cover - depends on the optional extra
-        from aim_sym.certified import NotCertifiable
+    from aim_sym.certified import _flint as flint_module
 
-        raise NotCertifiable(
-            "certified enclosures need python-flint: pip install 'aim-sym[certified]'"
-        ) from e
-    return flint
+    return flint_module()
 
 
 def _exact(value: Any, name: str) -> Fraction:
