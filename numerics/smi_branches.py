@@ -133,17 +133,10 @@ def _gn_mode(s0, s1, h0, h1, a0, a1, o0, o1, v1, v2, c, beta, iters):
 
 
 def _logit_start(t0, t1, o0, o1, c, beta, clip=0.02):
-    """A z_1 with ``A(z_1) omega_2 ~ t`` (the rows of A are linear in the softmax entries
-    ``s_a, s_b``; they are clipped into (0, 1) and the logit domain ``a + b > 0``)."""
-    dl = o0 - o1
-    dl = np.where(np.abs(dl) < 1e-9, 1e-9, dl)
-    sa = np.clip((t0 - o1 - c * o0) / dl, clip, 1 - clip)
-    sb = np.clip((t1 - o0 - c * o1) / (-dl), clip, 1 - clip)
-    m = np.maximum(0.0, 1 + clip - sa - sb) / 2
-    sa, sb = np.minimum(sa + m, 1 - clip), np.minimum(sb + m, 1 - clip)
-    la, lb = np.log(sa / (1 - sa)), np.log(sb / (1 - sb))
-    d = np.sqrt((la + lb) / beta)
-    return la / (beta * d), -lb / (beta * d)
+    """A z_1 with ``A(z_1) omega_2 ~ t`` (:func:`numerics.smi._start_from_logits`)."""
+    from numerics.smi import _start_from_logits
+
+    return _start_from_logits(t0, t1, o0, o1, c, beta, clip)
 
 
 def _inner(p, v1, v2, c, beta, n_in, n_p):
