@@ -61,14 +61,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .records import InputError, require
+from .records import InputError, atomic_write, require
 
 
 def _wishart():
@@ -354,12 +352,7 @@ def _pad(rows: list[list[float]]) -> np.ndarray:
 
 
 def _write_json(path: str, obj: dict) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=1, default=float)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(obj, indent=1, default=float))
 
 
 def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,

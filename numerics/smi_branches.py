@@ -41,7 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from numerics.records import ConvergenceError, require
-from numerics.smi import _attention_inverse, _check, _fibre_jacobian, _gh, _grid2
+from numerics.smi import _attention_inverse, _check, _fibre_jacobian, _gh, _grid2, _omega_rule
 
 # (n_z1, n_xi, (n_s, n_d), n_eta, n_inner, n_prior): coarse and refined
 LEARNED_ORDERS = ((4, 3, (2, 6), 2, 6, 6), (6, 4, (4, 8), 3, 6, 6))
@@ -51,7 +51,6 @@ LEARNED_ORDERS = ((4, 3, (2, 6), 2, 6, 6), (6, 4, (4, 8), 3, 6, 6))
 # the sequential threshold at 0.708 where the lattice engine gives 0.71962 +- 0.00008.
 PROVISIONAL = ("provisional: this branch's rules overestimate K2 by ~5% at q1 = 0, q2 = 0.92 "
                "(lattice rule and Monte Carlo: 19.31); its error bars do not include that bias")
-OMEGA2_DMAX = 8.5      # graded omega_2 rule: cut tail d > 8.5 sqrt(q2) has mass < 1e-16
 _CHUNK = 2_000_000     # (outer x inner) elements per block
 PI0 = 0.2              # mixture weight of the prior component
 
@@ -63,20 +62,12 @@ class UnresolvedError(ConvergenceError):
 # ----------------------------------------------------------------------------- outer rules
 @lru_cache(maxsize=64)
 def omega2_rule(ns: int, nd: int, q2: float):
-    """Rule for ``omega_2 ~ N(0, q2 I)`` in ``s = (w0 + w1)/sqrt 2`` (Gauss-Hermite, ``ns``) and
-    ``d = (w0 - w1)/sqrt 2 > 0`` (weight doubled, symmetry ``omega_2 -> -omega_2``), with
-    ``d = sqrt(q2) D u^2``, ``u`` Gauss-Legendre on [0, 1] (``nd``): graded towards ``d = 0``
-    where the integrand varies on the scale ``sqrt(V2)``.  Cut tail mass < 1e-16; the d weights
-    are renormalised to total mass 1."""
-    xs, ws = _gh(ns)
-    u, wu = np.polynomial.legendre.leggauss(nd)
-    u, wu = 0.5 * (u + 1), 0.5 * wu
-    x = OMEGA2_DMAX * u**2
-    wd = 2.0 * wu * 2 * OMEGA2_DMAX * u * np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
-    wd = wd / wd.sum()          # exact mass 1 (the Legendre rule alone misses ~1e-3 at nd = 8)
-    r = math.sqrt(q2)
-    S, D = np.repeat(xs, nd) * r, np.tile(x, ns) * r
-    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), np.repeat(ws, nd) * np.tile(wd, ns)
+    """Rule for ``omega_2 ~ N(0, q2 I)``: the graded rule :func:`numerics.smi._omega_rule`
+    (Gauss-Hermite in ``s = (w0 + w1)/sqrt 2``, Gauss-Legendre in ``u`` with ``d = sqrt(q2) D
+    u^2`` on ``d > 0``, weight doubled), with its weights renormalised to total mass 1 (the
+    Legendre rule alone misses ~1e-3 at nd = 8)."""
+    o0, o1, W = _omega_rule((ns, nd), q2)
+    return o0, o1, W / W.sum()
 
 
 def _outer(q1, q2, order, half=True):

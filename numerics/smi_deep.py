@@ -35,6 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 from numerics.records import Estimate, require
+from numerics.smi import _gh
 
 SUPPORTED_LAYERS = (2, 3)
 SIGMA_H_FACTOR = 1.4  # sigma_h^2 = factor * sup ||M||^2
@@ -66,12 +67,6 @@ def _fibre(layers: int):
     from aim_sym import smi as sym
 
     return sym.compile_functions(layers, "numpy")["fibre"]
-
-
-@lru_cache(maxsize=16)
-def _gh(n: int):
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    return x, w / w.sum()
 
 
 def _inner_grid(n: int, dims: int):
