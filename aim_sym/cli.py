@@ -604,7 +604,8 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, skips, layers, out_
 @click.option("--no-sequential", is_flag=True, help="weak thresholds only (fast)")
 @click.option("--json", "as_json", is_flag=True)
 def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, as_json):
-    """SMI deep attention: weak and sequential thresholds against the skip strength c."""
+    """SMI deep attention: weak and sequential thresholds against the skip strength c
+    (L = 3: the weak thresholds of the three layers)."""
     from numerics import smi
 
     args = smi_args({"channel": None, "layers": layers, "skip": 1.0, "beta": beta,
@@ -616,10 +617,13 @@ def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, 
                           out=out_path, progress=progress_printer, sequential=not no_sequential)
     if plot_path:
         smi.plot_phase(rows, plot_path)
+    keys = [f"weak_layer{l}" for l in range(args["layers"], 0, -1)]
+    if args["layers"] == 2:
+        keys.append("sequential_layer1")
     emit({"out": out_path, "plot": plot_path, "rows": rows}, as_json, lambda o: "\n".join(
-        [f"{'c':>6s} {'weak layer 2':>22s} {'weak layer 1':>22s} {'sequential layer 1':>22s}"]
-        + [f"{r['skip']:6.3g} {_pm(r, 'weak_layer2')} {_pm(r, 'weak_layer1')} "
-           f"{_pm(r, 'sequential_layer1')}  {r['status']}" for r in rows]
+        [f"{'c':>6s} " + " ".join(f"{k.replace('_', ' '):>22s}" for k in keys)]
+        + [f"{r['skip']:6.3g} " + " ".join(_pm(r, k) for k in keys) + f"  {r['status']}"
+           for r in rows]
         + [f"CSV: {out_path}" + (f", plot: {plot_path}" if plot_path else "")]))
 
 

@@ -937,6 +937,15 @@ SWEEP_COLUMNS = ("skip", "weak_layer2", "weak_layer2_error", "weak_layer1", "wea
                  "status")
 
 
+def sweep_columns(layers: int) -> tuple[str, ...]:
+    """CSV columns of :func:`sweep_skip`: :data:`SWEEP_COLUMNS` for L = 2; for L = 3 the weak
+    thresholds of the three layers (sequential thresholds are implemented for L = 2 only)."""
+    if layers == 2:
+        return SWEEP_COLUMNS
+    weak = [k for l in range(layers, 0, -1) for k in (f"weak_layer{l}", f"weak_layer{l}_error")]
+    return ("skip", *weak, "seconds", "status")
+
+
 def _read_partial(path: str) -> list[dict]:
     import json
     import os
@@ -960,27 +969,36 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
     the end the CSV ``out`` is written atomically.  Returns the rows sorted by c."""
     import json
 
+    from numerics import smi_deep
+
     skips = [float(c) for c in skips]
     require(len(skips) > 0, "skips", "a non-empty list of c > 0", skips)
     for c in skips:
-        _check(layers, tokens, c, beta)
+        smi_deep._check(layers, tokens, c, beta)
+    columns = sweep_columns(layers)
+    if layers != 2:
+        sequential = False
     state = out + ".partial.jsonl"
     rows = _read_partial(state)
     done = {r["skip"] for r in rows}
     todo = [c for c in skips if not any(abs(c - d) <= 1e-12 * max(1.0, abs(c)) for d in done)]
     for k, c in enumerate(todo):
         t = time.perf_counter()
-        row = dict.fromkeys(SWEEP_COLUMNS, float("nan"))
+        row = dict.fromkeys(columns, float("nan"))
         row["skip"] = c
         try:
-            res = weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta,
-                                  sequential=sequential)
+            if layers == 2:
+                res = weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta,
+                                      sequential=sequential)
+            else:
+                res = smi_deep.weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta)
             for d in res:
                 key = f"{d['kind']}_layer{d['layer']}"
                 row[key], row[key + "_error"] = float(d["value"]), float(d["error"])
                 if d["kind"] == "sequential":
                     row["sequential_q2"] = float(d["q2"])
-            row["status"] = "ok" if sequential else "skipped sequential"
+            row["status"] = ("ok" if sequential else "skipped sequential" if layers == 2
+                             else f"ok (weak only: sequential thresholds need L = 2, not {layers})")
         except ConvergenceError as e:   # keep the point, say why
             row["status"] = f"failed: {e}"
         row["seconds"] = time.perf_counter() - t
@@ -991,9 +1009,9 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
     keep = [r for r in rows if any(abs(r["skip"] - c) <= 1e-12 * max(1.0, abs(c))
                                    for c in skips)]
     keep.sort(key=lambda r: r["skip"])
-    lines = [",".join(SWEEP_COLUMNS)]
+    lines = [",".join(columns)]
     for r in keep:
-        lines.append(",".join(_csv_cell(r.get(k, float("nan"))) for k in SWEEP_COLUMNS))
+        lines.append(",".join(_csv_cell(r.get(k, float("nan"))) for k in columns))
     atomic_write(out, "\n".join(lines) + "\n")
     return keep
 
@@ -1015,9 +1033,12 @@ def plot_phase(rows, path: str) -> None:
     rows = sorted(rows, key=lambda r: r["skip"])
     c = np.array([r["skip"] for r in rows], dtype=float)
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for key, label, style in (("weak_layer2", "last layer (weak, Q = 0)", "o-"),
-                              ("sequential_layer1", "first layer (given last layer)", "s-"),
-                              ("weak_layer1", "first layer (weak, Q = 0)", "^--")):
+    curves = (("weak_layer3", "layer 3 (weak, Q = 0)", "v-"),
+              ("weak_layer2", "layer 2 (weak, Q = 0)", "o-"),
+              ("sequential_layer1", "layer 1 (given layer 2)", "s-"),
+              ("weak_layer1", "layer 1 (weak, Q = 0)", "^--"))
+    depth = 3 if any(np.isfinite(r.get("weak_layer3", np.nan)) for r in rows) else 2
+    for key, label, style in curves:
         y = np.array([r.get(key, np.nan) for r in rows], dtype=float)
         e = np.array([r.get(key + "_error", np.nan) for r in rows], dtype=float)
         ok = np.isfinite(y)
@@ -1027,7 +1048,7 @@ def plot_phase(rows, path: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("skip strength c")
     ax.set_ylabel(r"sample ratio $\alpha$")
-    ax.set_title("deep tied attention, L = 2, M = 2: thresholds")
+    ax.set_title(f"deep tied attention, L = {depth}, M = 2: thresholds")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

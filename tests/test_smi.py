@@ -189,6 +189,25 @@ def test_sweep_resume_and_plot(tmp_path, monkeypatch):
     assert png.stat().st_size > 1000
 
 
+def test_sweep_three_layers_columns(tmp_path, monkeypatch):
+    from numerics import smi_deep
+
+    def fake(*, layers, tokens, skip, beta):
+        return [dict(layer=l, kind="weak", value=l * skip, error=1e-4, method="m")
+                for l in range(1, layers + 1)]
+
+    monkeypatch.setattr(smi_deep, "weak_thresholds", fake)
+    out = str(tmp_path / "phase3.csv")
+    rows = smi.sweep_skip(skips=[0.5, 1.5], layers=3, out=out)
+    header = (tmp_path / "phase3.csv").read_text().splitlines()[0].split(",")
+    assert header == list(smi.sweep_columns(3)) and "sequential_layer1" not in header
+    assert [r["weak_layer3"] for r in rows] == [1.5, 4.5]
+    assert rows[0]["status"].startswith("ok (weak only")
+    smi.plot_phase(rows, str(tmp_path / "p3.png"))
+    with pytest.raises(InputError, match="layers"):
+        smi.sweep_skip(skips=[1.0], layers=4, out=out)
+
+
 def test_sweep_bad_input(tmp_path):
     with pytest.raises(InputError, match="skip"):
         smi.sweep_skip(skips=[1.0, -1.0], out=str(tmp_path / "x.csv"))
