@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
 from . import aim_se
 from .gauss import TAIL_SD, gaussian_grid, tail_mass
@@ -195,73 +194,136 @@ def _stencil(j: int, n: int, p: int) -> slice:
     return slice(lo, lo + p)
 
 
-def _horner(c: np.ndarray, x: float) -> float:
-    acc = 0.0
-    for ck in c[::-1]:
-        acc = acc * x + ck
-    return float(acc)
+def _polyval(C: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Row-wise Horner: sum_k C[i, k] x_i^k for coefficient rows C (m, p) at points x (m,)."""
+    acc = np.zeros(C.shape[0])
+    for k in range(C.shape[1] - 1, -1, -1):
+        acc = acc * x + C[:, k]
+    return acc
 
 
-def _dhorner(c: np.ndarray, x: float) -> float:
-    return _horner(c[1:] * np.arange(1, len(c)), x)
+def _polyder(C: np.ndarray) -> np.ndarray:
+    return C[:, 1:] * np.arange(1, C.shape[1])
 
 
-def _coefficients(tr: _Trace, j: int, p: int) -> tuple[np.ndarray, slice]:
-    """Order-(p-1) interpolants in x = (t - t_j)/(t_j+1 - t_j) of ln alpha (levels L + 1 and
-    L), ln V, I and Psi_out on the p nodes around [t_j, t_j+1] (cached per trace)."""
-    key = (j, p)
-    if key not in tr.coef:
-        s = _stencil(j, len(tr.t), p)
-        x_nodes = (tr.t[s] - tr.t[j]) / (tr.t[j + 1] - tr.t[j])
-        rhs = np.stack([tr.lna[1][s], tr.lna[0][s], np.log(tr.V[s]), tr.mi[s], tr.psi[s]],
-                       axis=1)
-        tr.coef[key] = (np.linalg.solve(np.vander(x_nodes, increasing=True), rhs).T, s)
-    return tr.coef[key]
+def _root01(C: np.ndarray) -> np.ndarray:
+    """A root in [0, 1] of each row polynomial C (m, p), where it changes sign there.
 
-
-def _read_root(tr: _Trace, j: int, ln_a: float, alpha: float, p: int) -> tuple:
-    """Root of the order-(p-1) interpolant of ln alpha(t) - ln a in [t_j, t_j+1], with V, slope,
-    Phi and the linearised shift of the root between the two quadrature levels."""
-    c, s = _coefficients(tr, j, p)
-    t0, h = tr.t[j], tr.t[j + 1] - tr.t[j]
-    c1 = c[0].copy()
-    c1[0] -= ln_a
-    ylo, yhi = _horner(c1, 0.0), _horner(c1, 1.0)
-    if ylo * yhi > 0:  # rounding of the fit at a node where y is ~0
-        x = 0.0 if abs(ylo) < abs(yhi) else 1.0
+    Safeguarded Newton's method (a bisection step whenever Newton leaves the bracket), all rows
+    at once, to a step of 1e-15 (as brentq at xtol = rtol = 1e-15). Rows without a sign change
+    (the fit's rounding at a node where the polynomial is ~0) give the end nearer to a zero.
+    """
+    ylo, yhi = C[:, 0].copy(), C.sum(axis=1)
+    x = np.where(np.abs(ylo) < np.abs(yhi), 0.0, 1.0)
+    x[yhi == 0], x[ylo == 0] = 1.0, 0.0
+    todo = (ylo * yhi < 0)
+    if not todo.any():
+        return x
+    idx = np.nonzero(todo)[0]
+    c, dc = C[idx], _polyder(C[idx])
+    neg = np.where(ylo[idx] < 0, 0.0, 1.0)  # end of the bracket where the polynomial is < 0
+    pos = 1.0 - neg
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi = ylo[idx] / (ylo[idx] - yhi[idx])  # secant start
+    xi = np.where(np.isfinite(xi) & (xi > 0) & (xi < 1), xi, 0.5)
+    active = np.ones(idx.size, dtype=bool)
+    for _ in range(200):
+        f = _polyval(c, xi)
+        df = _polyval(dc, xi)
+        neg = np.where(f < 0, xi, neg)
+        pos = np.where(f > 0, xi, pos)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xn = xi - f / df
+        lo, hi = np.minimum(neg, pos), np.maximum(neg, pos)
+        bad = ~np.isfinite(xn) | (xn <= lo) | (xn >= hi)
+        xn = np.where(bad, 0.5 * (lo + hi), xn)
+        xn = np.where(active & (f != 0), xn, xi)
+        active &= np.abs(xn - xi) > 1e-15 * (1.0 + np.abs(xi))
+        xi = xn
+        if not active.any():
+            break
     else:
-        x = 0.0 if ylo == 0 else brentq(lambda u: _horner(c1, u), 0.0, 1.0, xtol=1e-15,
-                                       rtol=1e-15, maxiter=200)
-    V = float(np.exp(_horner(c[2], x)))
-    dy = _dhorner(c1, x) / h
-    dV = V * _dhorner(c[2], x) / h
-    tail = float(np.max(tr.tail[s] / tr.E[1][s]))
-    quad_shift = (abs(_horner(c[1], x) - ln_a) + tail) / max(abs(dy), 1e-300)
-    delta = float(np.exp(t0 + h * x))
-    phi = V / (4 * delta) - _horner(c[3], x) + alpha * _horner(c[4], x)
-    return (t0 + h * x, V, 1.0 + dy, phi, abs(dV) * quad_shift, float(np.max(tr.V_err[s])),
-            dV / V)
+        raise ConvergenceError("interpolant root not converged", last_iterate=xi, residual=f)
+    x[idx] = xi
+    return x
+
+
+def _coefficients(tr: _Trace, js: np.ndarray, p: int) -> np.ndarray:
+    """Order-(p-1) interpolants in x = (t - t_j)/(t_j+1 - t_j) of ln alpha (levels L + 1 and
+    L), ln V, I and Psi_out on the p nodes around each [t_j, t_j+1]: (len(js), 5, p) (cached
+    per trace; one batched solve for the brackets not yet cached)."""
+    new = sorted({int(j) for j in js if (int(j), p) not in tr.coef})
+    if new:
+        jn = np.array(new)
+        lo = _stencil_start(jn, len(tr.t), p)
+        s = lo[:, None] + np.arange(p)
+        x_nodes = (tr.t[s] - tr.t[jn, None]) / (tr.t[jn + 1] - tr.t[jn])[:, None]
+        rhs = np.stack([tr.lna[1][s], tr.lna[0][s], np.log(tr.V[s]), tr.mi[s], tr.psi[s]],
+                       axis=2)
+        vander = x_nodes[:, :, None] ** np.arange(p)
+        coef = np.swapaxes(np.linalg.solve(vander, rhs), 1, 2)
+        for k, j in enumerate(new):
+            tr.coef[(j, p)] = coef[k]
+    return np.stack([tr.coef[(int(j), p)] for j in js])
+
+
+def _stencil_start(js: np.ndarray, n: int, p: int) -> np.ndarray:
+    return np.clip(js - p // 2 + 1, 0, n - p)
+
+
+def _read_roots(tr: _Trace, js: np.ndarray, ln_a: np.ndarray, p: int) -> dict:
+    """Roots of the order-(p-1) interpolants of ln alpha(t) - ln a in [t_j, t_j+1] (one per
+    (j, a) pair), with V, slope, Phi parts and the linearised shift of each root between the
+    two quadrature levels."""
+    C = _coefficients(tr, js, p)
+    t0, h = tr.t[js], tr.t[js + 1] - tr.t[js]
+    c1 = C[:, 0].copy()
+    c1[:, 0] -= ln_a
+    x = _root01(c1)
+    V = np.exp(_polyval(C[:, 2], x))
+    dy = _polyval(_polyder(c1), x) / h
+    dV = V * _polyval(_polyder(C[:, 2]), x) / h
+    s = _stencil_start(js, len(tr.t), p)[:, None] + np.arange(p)
+    tail = np.max(tr.tail[s] / tr.E[1][s], axis=1)
+    quad_shift = (np.abs(_polyval(C[:, 1], x) - ln_a) + tail) / np.maximum(np.abs(dy), 1e-300)
+    return {"t": t0 + h * x, "V": V, "slope": 1.0 + dy, "quad": np.abs(dV) * quad_shift,
+            "prior": np.max(tr.V_err[s], axis=1), "dlnV": dV / V, "mi": _polyval(C[:, 3], x),
+            "psi": _polyval(C[:, 4], x), "stencil": s}
+
+
+def _roots_many(tr: _Trace, alphas) -> dict[float, list[_Root]]:
+    """The roots at every alpha (bracketed by sign changes on the trace), read all at once:
+    order-5 interpolants, the interpolation error the differences to orders 3 and 4."""
+    alphas = np.array([float(a) for a in alphas])
+    ln_as = np.log(alphas)
+    y = tr.lna[1][None, :] - ln_as[:, None]
+    ia, js = np.nonzero((y[:, :-1] == 0) | (y[:, :-1] * y[:, 1:] < 0))
+    out: dict[float, list[_Root]] = {float(a): [] for a in alphas}
+    if not js.size:
+        return out
+    ln_a = ln_as[ia]
+    V4 = _read_roots(tr, js, ln_a, 4)["V"]
+    V5 = _read_roots(tr, js, ln_a, 5)["V"]
+    r6 = _read_roots(tr, js, ln_a, 6)
+    V6, slope = r6["V"], r6["slope"]
+    # differences to both lower orders (one alone can be accidentally small); a stencil across a
+    # change of the support's shape has no reliable error: polish that root
+    interp = np.abs(V6 - V4) + np.abs(V6 - V5)
+    ph = tr.phase[r6["stencil"]]
+    interp = np.where(np.any(ph != ph[:, :1], axis=1), np.inf, interp)
+    err = r6["quad"] + interp + r6["prior"] / np.maximum(np.abs(1 - slope), 1e-3)
+    err = np.maximum(err, 4 * np.finfo(float).eps * V6)
+    phi = V6 / (4 * np.exp(r6["t"])) - r6["mi"] + alphas[ia] * r6["psi"]
+    for k in range(js.size):
+        out[float(alphas[ia[k]])].append(_Root(
+            float(r6["t"][k]), float(V6[k]), float(err[k]), float(interp[k]),
+            float(r6["quad"][k]), float(slope[k]), float(phi[k]), int(js[k]),
+            float(r6["dlnV"][k])))
+    return out
 
 
 def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
-    ln_a = float(np.log(alpha))
-    y = tr.lna[1] - ln_a
-    out = []
-    for j in range(len(y) - 1):
-        if y[j] == 0 or y[j] * y[j + 1] < 0:
-            V4 = _read_root(tr, j, ln_a, alpha, 4)[1]
-            V5 = _read_root(tr, j, ln_a, alpha, 5)[1]
-            t6, V6, slope, phi, quad, prior, dlnV = _read_root(tr, j, ln_a, alpha, 6)
-            # differences to both lower orders (one alone can be accidentally small); a stencil
-            # across a change of the support's shape has no reliable error: polish that root
-            interp = abs(V6 - V4) + abs(V6 - V5)
-            s6 = _stencil(j, len(y), 6)
-            if np.any(tr.phase[s6] != tr.phase[s6.start]):
-                interp = float("inf")
-            err = quad + interp + prior / max(abs(1 - slope), 1e-3)
-            err = max(err, 4 * np.finfo(float).eps * V6)
-            out.append(_Root(t6, V6, err, interp, quad, slope, phi, j, dlnV))
-    return out
+    return _roots_many(tr, [alpha])[float(alpha)]
 
 
 # ----------------------------------------------------------------------------- driver
@@ -308,7 +370,7 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
             _make_fine(cc, tr, need, rho=rho, level=level, tail_sd=box)
             continue
         refine: set[int] = set()
-        tr.roots = {float(a): _roots_at(tr, float(a)) for a in alphas}
+        tr.roots = _roots_many(tr, alphas)
         # turning points of alpha(Delta): fixed points appear or vanish in pairs there
         d = np.diff(tr.lna[1])
         for j in range(1, len(d)):
