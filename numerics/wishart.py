@@ -443,16 +443,55 @@ def _newton_f(g: np.ndarray, x: np.ndarray, sp: _Spectrum, iters: int = 3) -> np
     return g
 
 
+def _complex_root_f(x: np.ndarray, s: float, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """The root with Im > 0 of the cubic at each x in closed form, and where it is reliable.
+
+    The real root of the cubic by Cardano's formula in its cancellation-free form (the cube
+    root of |q|/2 + sqrt(D), the other term by Vieta), polished by two Newton steps; the pair
+    from the quadratic factor (sum and product of the roots, Vieta). Unreliable (False): one
+    real root only is not certain (D or the pair's Im^2 not > 0), or the real root lies within
+    1e-3 |g| of the pair (near a triple root: a cusp of mu_Delta).
+    """
+    lead = s * delta
+    A = -(s * x + delta) / lead  # monic cubic g^3 + A g^2 + B g + C
+    B = (x + s - 1.0 / s) / lead
+    C = -1.0 / lead
+    p = B - A * A / 3.0  # depressed: t^3 + p t + q, g = t - A/3
+    q = (2.0 * A * A / 27.0 - B / 3.0) * A + C
+    D = (0.5 * q) ** 2 + (p / 3.0) ** 3
+    one_real = D > 0
+    with np.errstate(all="ignore"):
+        u = -np.copysign(np.cbrt(0.5 * np.abs(q) + np.sqrt(np.where(one_real, D, 0.0))), q)
+        r = u - p / (3.0 * u) - A / 3.0
+        for _ in range(2):
+            r = r - (((r + A) * r + B) * r + C) / ((3.0 * r + 2.0 * A) * r + B)
+        b = A + r  # the pair: g^2 + b g + c
+        c = -C / r
+        im2 = c - 0.25 * b * b
+        g = -0.5 * b + 1j * np.sqrt(np.where(im2 > 0, im2, 0.0))
+        ok = one_real & (im2 > 0) & np.isfinite(g) & (np.abs(r - g) > 1e-3 * np.abs(g))
+    return g, ok
+
+
 def _roots_f(x: np.ndarray, sp: _Spectrum, inside: np.ndarray) -> np.ndarray:
-    """Physical g(x - i0): largest-Im root inside the support, the physical real root outside."""
+    """Physical g(x - i0): largest-Im root inside the support, the physical real root outside.
+
+    Inside, the closed form of :func:`_complex_root_f`; where it is not reliable, and outside,
+    the companion matrix's eigenvalues; then Newton's method on z(g) = x.
+    """
     x = np.asarray(x, dtype=float)
     g = np.zeros(x.shape, dtype=complex)
     if x.size == 0:
         return g
-    roots = _cubic_roots_f(x, sp.s, sp.delta)
+    gi, ok = _complex_root_f(x, sp.s, sp.delta)
+    eig = ~inside | (inside & ~ok)
+    roots = np.zeros((x.size, 3), dtype=complex)
+    if np.any(eig):
+        roots[eig] = _cubic_roots_f(x[eig], sp.s, sp.delta)
     if np.any(inside):
-        gi = roots[inside][np.arange(int(inside.sum())), np.argmax(roots[inside].imag, axis=1)]
-        gi = _newton_f(gi, x[inside], sp)
+        fb = inside & ~ok
+        gi[fb] = roots[fb][np.arange(int(fb.sum())), np.argmax(roots[fb].imag, axis=1)]
+        gi = _newton_f(gi[inside], x[inside], sp)
         g[inside] = np.where(gi.imag < 0, gi.conj(), gi)
     out = ~inside
     if np.any(out):
