@@ -39,6 +39,12 @@ _LN10 = float(np.log(10.0))
 _V_FLOOR = 1e-6  # the lowest V the scan must reach (as aim_se's V grid)
 _FOLD_STEP = 0.05  # grid step in ln Delta to which turning points of alpha(Delta) are resolved
 _TRACE_TOL = 1e-4  # the trace's own target: tighter roots are polished by Newton
+# quadrature levels (discrete channels; 2^(level+6) + 1 nodes per axis): the trace starts at
+# levels (-3, -2), which move its roots by < 1e-4 in the tested cases (their difference, the
+# reported error, exceeds the level -2 curve's true error 50-fold there; the level is raised
+# where it does not meet the target); Newton's polish starts at levels (-1, 0) or above
+_TRACE_LEVEL = -3
+_POLISH_LEVEL = -1
 
 
 # ----------------------------------------------------------------------------- output side
@@ -150,22 +156,40 @@ def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -
                   np.full(n, level), np.zeros(n, dtype=bool), phase)
 
 
-def _make_fine(cc, tr: _Trace, idx, *, rho: float, level: int, tail_sd: float) -> None:
-    """Give the nodes ``idx`` quadrature levels (level, level + 1) and the prior's error."""
-    idx = np.array(sorted(idx), dtype=int)
-    if not idx.size:
-        return
-    V, q = tr.V[idx], 1.0 + rho - tr.V[idx]
-    redo = tr.lev[idx] != level
-    if redo.any():
-        tr.E[0, idx[redo]] = output_moments_many(cc, q=q[redo], V=V[redo], level=level,
-                                                 tail_sd=tail_sd)[0]
-    E1, psi, tail = output_moments_many(cc, q=q, V=V, level=level + 1, tail_sd=tail_sd)
-    tr.E[1, idx], tr.psi[idx], tr.tail[idx] = E1, psi, tail
-    tr.lev[idx], tr.fine[idx] = level, True
+def _make_fine(cc, tr: _Trace, idx, *, rho: float, levels, tail_sd: float) -> None:
+    """Give the nodes ``idx`` quadrature levels (L_i, L_i + 1), L_i = ``levels`` (one per node
+    or one for all), and the prior's error. A value the node already has at L_i is kept (a
+    fine node raised by one level keeps its finer value as the new coarser one)."""
+    idx = np.asarray(idx, dtype=int)
+    lv = np.broadcast_to(np.asarray(levels, dtype=int), idx.shape)
+    for L in np.unique(lv):
+        sel = idx[lv == L]
+        V, q = tr.V[sel], 1.0 + rho - tr.V[sel]
+        shift = tr.fine[sel] & (tr.lev[sel] + 1 == L)
+        tr.E[0, sel[shift]] = tr.E[1, sel[shift]]
+        redo = ~shift & (tr.lev[sel] != L)
+        if redo.any():
+            tr.E[0, sel[redo]] = output_moments_many(cc, q=q[redo], V=V[redo], level=int(L),
+                                                     tail_sd=tail_sd)[0]
+        E1, psi, tail = output_moments_many(cc, q=q, V=V, level=int(L) + 1, tail_sd=tail_sd)
+        tr.E[1, sel], tr.psi[sel], tr.tail[sel] = E1, psi, tail
+        tr.lev[sel], tr.fine[sel] = L, True
     miss = idx[np.isnan(tr.V_err[idx])]
     tr.V_err[miss] = _prior_error(rho, tr.t[miss])
     tr.update()
+
+
+def _neighbour_levels(tr: _Trace, idx: np.ndarray, base: int) -> np.ndarray:
+    """The level pair a new fine node starts at: the highest of its nearest fine neighbours'
+    (so that refining where levels were raised does not repeat the raise), at least ``base``."""
+    fine = np.nonzero(tr.fine)[0]
+    out = np.full(idx.shape, base)
+    if fine.size:
+        k = np.searchsorted(fine, idx)
+        left = tr.lev[fine[np.clip(k - 1, 0, fine.size - 1)]]
+        right = tr.lev[fine[np.clip(k, 0, fine.size - 1)]]
+        out = np.maximum(out, np.maximum(left, right))
+    return out
 
 
 def _merge(a: _Trace, b: _Trace) -> _Trace:
@@ -340,10 +364,11 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
 
     The grid is refined until each root's interpolation error is below tol / 2 (or
     ``max_nodes`` is reached) and turning points are resolved to a step of 0.05; the quadrature
-    level is raised until the two levels move every root by less than tol / 2.
+    levels of a root's stencil nodes are raised (up to ``max_level``) until the two levels move
+    that root by less than tol / 2. Scan-only nodes carry the base level.
     """
     require(tol > 0, "tol", "> 0", tol)
-    level = -2 if cc.discrete else 0
+    level = _TRACE_LEVEL if cc.discrete else 0
     box = _tail_sd(tol)
 
     def nodes(t: np.ndarray) -> _Trace:
@@ -365,9 +390,10 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
             y = tr.lna[1] - np.log(a)
             for j in np.nonzero((y[:-1] == 0) | (y[:-1] * y[1:] < 0))[0]:
                 need.update(range(*_stencil(int(j), len(tr.t), 6).indices(len(tr.t))))
-        need = {i for i in need if not tr.fine[i]}
-        if need:
-            _make_fine(cc, tr, need, rho=rho, level=level, tail_sd=box)
+        need = np.array(sorted(i for i in need if not tr.fine[i]), dtype=int)
+        if need.size:
+            _make_fine(cc, tr, need, rho=rho, levels=_neighbour_levels(tr, need, level),
+                       tail_sd=box)
             continue
         refine: set[int] = set()
         tr.roots = _roots_many(tr, alphas)
@@ -376,22 +402,25 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
         for j in range(1, len(d)):
             if d[j - 1] * d[j] < 0:
                 refine.update(i for i in (j - 1, j) if tr.t[i + 1] - tr.t[i] > _FOLD_STEP)
-        quad = 0.0
+        raise_: set[int] = set()
         for roots in tr.roots.values():
             for r in roots:
-                quad = max(quad, r.quad_error)
+                s = _stencil(r.bracket, len(tr.t), 6)
+                if cc.discrete and r.quad_error > target:
+                    raise_.update(i for i in range(s.start, s.stop) if tr.lev[i] < max_level)
                 if target < r.interp_error < float("inf"):
-                    s = _stencil(r.bracket, len(tr.t), 6)
                     refine.update(range(s.start, s.stop - 1))
-        if cc.discrete and quad > tol / 2 and level < max_level:
-            level += 1  # the stencil nodes at the next pair of levels; the prior is kept
-            _make_fine(cc, tr, np.nonzero(tr.fine)[0], rho=rho, level=level, tail_sd=box)
+        if refine and len(tr.t) + len(refine) <= max_nodes:  # the grid first: its final
+            idx = np.array(sorted(refine))  # stencils are the ones whose levels matter
+            tr = _merge(tr, nodes(0.5 * (tr.t[idx] + tr.t[idx + 1])))
             continue
-        if not refine or len(tr.t) + len(refine) > max_nodes:
-            tr.level, tr.box = level, box
-            return tr
-        idx = np.array(sorted(refine))
-        tr = _merge(tr, nodes(0.5 * (tr.t[idx] + tr.t[idx + 1])))
+        if raise_:  # those stencils' nodes at the next pair of levels; the prior is kept
+            idx = np.array(sorted(raise_), dtype=int)
+            _make_fine(cc, tr, idx, rho=rho, levels=tr.lev[idx] + 1, tail_sd=box)
+            continue
+        tr.level = int(np.max(tr.lev[tr.fine])) if tr.fine.any() else level
+        tr.box = box
+        return tr
 
 
 def _fixed_point(rho: float, r: _Root, **extra) -> aim_se.FixedPoint:
@@ -419,7 +448,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
     hi = np.array([tr.t[min(r.bracket + 2, len(tr.t) - 1)] for _, r in items])
     t_prev, y_prev = np.full(n, np.nan), np.full(n, np.nan)
     pending = np.arange(n)
-    level = tr.level + 1 if cc.discrete else 0
+    level = max(tr.level + 1, _POLISH_LEVEL) if cc.discrete else 0
     box = _tail_sd(tol)
     while pending.size and level <= max_level:
         active, failed = pending, []
