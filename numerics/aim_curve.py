@@ -124,27 +124,29 @@ _FIELDS = ("V", "V_err", "mi", "E", "psi", "tail", "lev", "fine", "phase")
 
 def _prior(rho: float, t: np.ndarray, phase: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
-    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1); the
-    number of support intervals of mu_Delta into ``phase`` when given."""
+    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1), all
+    Delta in one vectorised pass; the number of support intervals of mu_Delta into ``phase``
+    when given."""
     from . import wishart
 
-    V, mi = np.empty(len(t)), np.empty(len(t))
-    for i, d in enumerate(np.exp(t)):
-        V[i] = wishart.mmse(float(d), rho=rho)
-        mi[i] = wishart.mutual_information(float(d), rho=rho)
-        if phase is not None:
-            phase[i] = len(wishart.support(rho, float(d)))
+    rows = wishart.integrals_many(np.exp(t), rho=rho)
+    V = np.array([r["mmse"] for r in rows])
+    mi = np.array([r["mi"] for r in rows])
+    if phase is not None:
+        phase[:] = [r["intervals"] for r in rows]
     if np.any(V <= 0) or np.any(V >= 1.0 + 1e-12):
         raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
                                residual=None)
     return np.minimum(V, 1.0), mi
 
 
-def _prior_error(rho: float, t: np.ndarray) -> np.ndarray:
-    """|fine - coarse order| of the prior's mmse at Delta = exp(t)."""
+def _prior_error(rho: float, t: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """|V - coarse order| of the prior's mmse at Delta = exp(t), V its fine order from
+    :func:`_prior` (as :func:`numerics.wishart.mmse_estimate`)."""
     from . import wishart
 
-    return np.array([wishart.mmse_estimate(float(d), rho=rho).error for d in np.exp(t)])
+    coarse = wishart.integrals_many(np.exp(t), rho=rho, coarse=True)
+    return np.abs(V - np.array([c["mmse"] for c in coarse]))
 
 
 def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
@@ -175,7 +177,7 @@ def _make_fine(cc, tr: _Trace, idx, *, rho: float, levels, tail_sd: float) -> No
         tr.E[1, sel], tr.psi[sel], tr.tail[sel] = E1, psi, tail
         tr.lev[sel], tr.fine[sel] = L, True
     miss = idx[np.isnan(tr.V_err[idx])]
-    tr.V_err[miss] = _prior_error(rho, tr.t[miss])
+    tr.V_err[miss] = _prior_error(rho, tr.t[miss], tr.V[miss])
     tr.update()
 
 
@@ -479,14 +481,16 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
                 t_fine = ta[done] + (np.log(2.0 * Ef) + ta[done] + ln_a[k]) / dy[k]
                 quad = (np.abs(t_fine - t_coarse) + tailf / Ef / np.abs(dy[k])) \
                     * np.abs(dVdt[done])
+                keep = quad <= tol / 2 if cc.discrete else np.ones(k.size, dtype=bool)
+                V_err = np.full(k.size, np.nan)  # the prior's error where the root is kept
+                V_err[keep] = _prior_error(rho, ta[done][keep], V[done][keep])
                 for i, kk in enumerate(k):
-                    if quad[i] > tol / 2 and cc.discrete:
+                    if not keep[i]:
                         t[kk] = t_fine[i]
                         continue
                     slope = 1.0 + dy[kk]
                     Vr = V[done][i] + dVdt[done][i] * (t_fine[i] - ta[done][i])
-                    V_err = _prior_error(rho, ta[done][i:i + 1])[0]
-                    err = quad[i] + newton_err[done][i] + V_err / max(abs(1 - slope), 1e-3)
+                    err = quad[i] + newton_err[done][i] + V_err[i] / max(abs(1 - slope), 1e-3)
                     err = max(err, 4 * np.finfo(float).eps * Vr)
                     phi = V[done][i] / (4 * np.exp(ta[done][i])) - mi[done][i] \
                         + np.exp(ln_a[kk]) * psif[i]
