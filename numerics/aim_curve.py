@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import aim_se
-from .gauss import TAIL_SD, gaussian_grid, tail_mass
+from .gauss import TAIL_SD, gaussian_grid_many, tail_mass
 from .records import ConvergenceError, require
 
 _LN10 = float(np.log(10.0))
@@ -65,24 +65,21 @@ def output_moments_many(cc, *, q, V, level: int, tail_sd: float = TAIL_SD
         psi = np.array([float(cc.psi_out(v)) for v in V])
         return E, psi, np.zeros_like(E)
     K = cc.K
-    nodes, wts, pruned = [], [], np.zeros(len(q))
-    for i, (qi, vi) in enumerate(zip(q, V)):
-        if qi == 0:
-            m, w = np.zeros((1, K)), np.ones(1)
-        else:
-            m, w, pruned[i] = gaussian_grid(qi * cc.S, np.sqrt(vi * np.diag(cc.S)), level,
-                                            tail_sd=tail_sd)
-        nodes.append(m)
-        wts.append(w)
-    counts = np.array([len(w) for w in wts])
-    M, W = np.concatenate(nodes), np.concatenate(wts)
-    Vn = np.repeat(V, counts)
-    e_int, psi_int = aim_se.output_integrands(cc, M, Vn)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    E = np.add.reduceat(e_int * W, starts)
-    psi = np.add.reduceat(psi_int * W, starts)
-    sup = np.maximum.reduceat(np.abs(e_int), starts)
-    tail = np.where(q > 0, (tail_mass(tail_sd, K) + pruned) * sup, 0.0)
+    E, psi, tail = np.zeros(len(q)), np.zeros(len(q)), np.zeros(len(q))
+    zero = q == 0  # the single node omega = 0, no tail
+    if zero.any():
+        E[zero], psi[zero] = aim_se.output_integrands(cc, np.zeros((int(zero.sum()), K)), V[zero])
+    pos = ~zero
+    if pos.any():
+        M, W, counts, pruned = gaussian_grid_many(
+            q[pos, None, None] * cc.S, np.sqrt(V[pos, None] * np.diag(cc.S)), level,
+            tail_sd=tail_sd)
+        e_int, psi_int = aim_se.output_integrands(cc, M, np.repeat(V[pos], counts))
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        E[pos] = np.add.reduceat(e_int * W, starts)
+        psi[pos] = np.add.reduceat(psi_int * W, starts)
+        sup = np.maximum.reduceat(np.abs(e_int), starts)
+        tail[pos] = (tail_mass(tail_sd, K) + pruned) * sup
     return E, psi, tail
 
 
