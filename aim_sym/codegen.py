@@ -58,7 +58,8 @@ def np_phi2_kernel(ss, p, ar):
 def np_phi2_from_kernel(a, b, r, kernel):
     """Phi2(a, b; r) from :func:`np_phi2_kernel` at (a^2 + b^2, sign(r) a b, |r|). In compiled
     code the kernel's a, b are not clipped to [-40, 40] (:func:`np_phi2` clips them): there the
-    kernel is below exp(-80), next to Phi(a) Phi(b) or the lower-tail rule."""
+    kernel is below exp(-400) (a^2 + b^2 >= 1600, |r| <= 0.9), next to Phi(a) Phi(b) or the
+    lower-tail rule."""
     a = np.clip(np.asarray(a, dtype=float), -40.0, 40.0)
     b = np.clip(np.asarray(b, dtype=float), -40.0, 40.0)
     r = float(r)
