@@ -16,9 +16,10 @@ to orders 3 and 4); the grid is refined where that exceeds the target and near t
 alpha(Delta) (where fixed points appear in pairs). Errors, per fixed point and by refinement:
 the root on the curves of two quadrature levels, the interpolation orders, the prior's two
 orders. Nodes that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to
-alpha < min alpha) carry one quadrature level only. The trace is built to max(tol, 1e-4);
-roots it cannot give to ``tol`` are polished together by Newton's method on
-ln alpha(t) = ln alpha (:func:`polish`):
+alpha < min alpha) carry one quadrature level only. Levels start at (-3, -2) (9 and 17 nodes
+per axis) and are raised per stencil, once the grid is final, where a root needs it. The
+trace is built to max(tol, 1e-4); roots it cannot give to ``tol`` are polished together by
+Newton's method on ln alpha(t) = ln alpha (:func:`polish`):
 one compiled call per step for all of them, then the next quadrature level at the converged
 point gives the error. Where Newton fails the root falls back to
 :func:`numerics.aim_se.solve_fixed_point` (Brent's method on the SE map).

@@ -17,8 +17,11 @@ x = (a + b)/2 - (b - a)/2 cos(theta), which makes every integrand analytic in th
 [0, pi] is cut into panels, graded geometrically towards the images of the remaining branch
 points (the other critical values: the other interval's edges, complex critical values near a
 merging of two intervals), and each panel gets Gauss-Legendre nodes.  The cubic is solved at each
-node (stacked companion eigenvalues, then Newton on z(g) - x; at mpmath precision, Newton started
-from the double-precision root).  Errors are reported as the difference between two orders.
+node (in double precision: Cardano's formula in its cancellation-free form for the real root and
+Vieta for the complex pair, the companion matrix's eigenvalues where that is not reliable, then
+Newton on z(g) - x; at mpmath precision, Newton started from the double-precision root); the
+nodes of many Delta are solved in one vectorised pass (:func:`integrals_many`).  Errors are
+reported as the difference between two orders.
 """
 
 from __future__ import annotations
