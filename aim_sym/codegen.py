@@ -205,7 +205,8 @@ def numpy_source(d, params: dict | None = None, ch=None) -> str:
     if d.discrete:
         lines += [inspect.getsource(_gl01), "",
                   "_GL_RULES = {12: _gl01(12), 16: _gl01(16), 24: _gl01(24)}", ""]
-        lines += [inspect.getsource(f) for f in (np_phi2, _lower_tail)]
+        lines += [inspect.getsource(f)
+                  for f in (np_phi2, np_phi2_kernel, np_phi2_from_kernel, _lower_tail)]
         lines += ["_TL_X, _TL_W = np.polynomial.legendre.leggauss(64)",
                   "_TL_X = (_TL_X + 1) / 2", "_TL_W = _TL_W / 2", "Phi2 = np_phi2", "", ""]
         lines.append(f"def g_out(y, {', '.join(om)}, V):")
