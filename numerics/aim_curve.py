@@ -219,11 +219,8 @@ def _stencil(j: int, n: int, p: int) -> slice:
 
 
 def _polyval(C: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Row-wise Horner: sum_k C[i, k] x_i^k for coefficient rows C (m, p) at points x (m,)."""
-    acc = np.zeros(C.shape[0])
-    for k in range(C.shape[1] - 1, -1, -1):
-        acc = acc * x + C[:, k]
-    return acc
+    """sum_k C[i, k] x_i^k for coefficient rows C (m, p) at points x (m,) (x in [0, 1] here)."""
+    return np.einsum("ik,ik->i", C, x[:, None] ** np.arange(C.shape[1]))
 
 
 def _polyder(C: np.ndarray) -> np.ndarray:
@@ -380,8 +377,10 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
     # V reaches the scan floor at the bottom end
     while tr.lna[1][-1] >= np.log(a_min):
         tr = _merge(tr, nodes(tr.t[-1:] + _LN10 / 2))
-    while tr.V[0] > _V_FLOOR:
-        tr = _merge(tr, nodes(tr.t[:1] - _LN10 / 2))
+    while tr.V[0] > _V_FLOOR:  # V ~ Delta as Delta -> 0 (THEORY 1.1): all the half-decade
+        # steps that law asks for at once (at least one), then check again
+        k = max(int(np.ceil(2 * np.log10(tr.V[0] / _V_FLOOR) - 1e-9)), 1)
+        tr = _merge(tr, nodes(tr.t[0] - _LN10 / 2 * np.arange(k, 0, -1)))
     target = tol / 2
     while True:
         # the nodes every root's stencils use get both levels and the prior's error
