@@ -292,24 +292,29 @@ def _stencil_start(js: np.ndarray, n: int, p: int) -> np.ndarray:
     return np.clip(js - p // 2 + 1, 0, n - p)
 
 
-def _read_roots(tr: _Trace, js: np.ndarray, ln_a: np.ndarray, p: int) -> dict:
-    """Roots of the order-(p-1) interpolants of ln alpha(t) - ln a in [t_j, t_j+1] (one per
-    (j, a) pair), with V, slope, Phi parts and the linearised shift of each root between the
-    two quadrature levels."""
-    C = _coefficients(tr, js, p)
-    t0, h = tr.t[js], tr.t[js + 1] - tr.t[js]
+def _read_roots(tr: _Trace, js: np.ndarray, ln_a: np.ndarray) -> dict:
+    """Roots of the order-3, 4 and 5 interpolants of ln alpha(t) - ln a in [t_j, t_j+1] (one
+    per (j, a) pair and order; all orders in one root search): V at each order and, at order
+    5, the slope, Phi parts and the linearised shift of each root between the two quadrature
+    levels."""
+    m, p = js.size, 6
+    C = np.concatenate([np.pad(_coefficients(tr, js, k), ((0, 0), (0, 0), (0, p - k)))
+                        for k in (4, 5, 6)])  # (3m, 5, 6): orders 3 and 4 padded by zeros
     c1 = C[:, 0].copy()
-    c1[:, 0] -= ln_a
-    x = _root01(c1)
-    V = np.exp(_polyval(C[:, 2], x))
+    c1[:, 0] -= np.tile(ln_a, 3)
+    x_all = _root01(c1)
+    V_all = np.exp(_polyval(C[:, 2], x_all))
+    C, c1, x, V = C[2 * m:], c1[2 * m:], x_all[2 * m:], V_all[2 * m:]
+    t0, h = tr.t[js], tr.t[js + 1] - tr.t[js]
     dy = _polyval(_polyder(c1), x) / h
     dV = V * _polyval(_polyder(C[:, 2]), x) / h
     s = _stencil_start(js, len(tr.t), p)[:, None] + np.arange(p)
     tail = np.max(tr.tail[s] / tr.E[1][s], axis=1)
     quad_shift = (np.abs(_polyval(C[:, 1], x) - ln_a) + tail) / np.maximum(np.abs(dy), 1e-300)
-    return {"t": t0 + h * x, "V": V, "slope": 1.0 + dy, "quad": np.abs(dV) * quad_shift,
-            "prior": np.max(tr.V_err[s], axis=1), "dlnV": dV / V, "mi": _polyval(C[:, 3], x),
-            "psi": _polyval(C[:, 4], x), "stencil": s}
+    return {"V4": V_all[:m], "V5": V_all[m:2 * m], "t": t0 + h * x, "V": V, "slope": 1.0 + dy,
+            "quad": np.abs(dV) * quad_shift, "prior": np.max(tr.V_err[s], axis=1),
+            "dlnV": dV / V, "mi": _polyval(C[:, 3], x), "psi": _polyval(C[:, 4], x),
+            "stencil": s}
 
 
 def _roots_many(tr: _Trace, alphas) -> dict[float, list[_Root]]:
@@ -323,10 +328,8 @@ def _roots_many(tr: _Trace, alphas) -> dict[float, list[_Root]]:
     if not js.size:
         return out
     ln_a = ln_as[ia]
-    V4 = _read_roots(tr, js, ln_a, 4)["V"]
-    V5 = _read_roots(tr, js, ln_a, 5)["V"]
-    r6 = _read_roots(tr, js, ln_a, 6)
-    V6, slope = r6["V"], r6["slope"]
+    r6 = _read_roots(tr, js, ln_a)
+    V4, V5, V6, slope = r6["V4"], r6["V5"], r6["V"], r6["slope"]
     # differences to both lower orders (one alone can be accidentally small); a stencil across a
     # change of the support's shape has no reliable error: polish that root
     interp = np.abs(V6 - V4) + np.abs(V6 - V5)
