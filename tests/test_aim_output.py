@@ -190,3 +190,27 @@ def test_phi2_orthants_share_one_kernel():
     np.testing.assert_allclose(total, 1.0, rtol=0, atol=4e-16)
     src = inspect.getsource(compile_channel(hardmax(2)).z_grad)
     assert src.count("Phi2Kernel(") == 1 and src.count("Phi2FromKernel(") == 4
+
+
+@pytest.mark.parametrize("r", [-0.05, -1 / 3, -0.5, -0.75, -0.9])
+def test_phi2_lower_tail_rule_converged(r):
+    # the joint lower tail at negative r (a, b < -1, a^2 + b^2 > 40): the rule in use against
+    # 160 Gauss-Legendre nodes on the same positive integrand, to the rounding level
+    from scipy.special import log_ndtr
+
+    from aim_sym.codegen import _gl01, _lower_tail
+
+    rng = np.random.default_rng(0)
+    a, b = -rng.uniform(1, 25, 2000), -rng.uniform(1, 25, 2000)
+    keep = a * a + b * b > 40
+    a, b = a[keep], b[keep]
+    val = _lower_tail(a, b, r)
+    x, w = _gl01(160)
+    lo, hi, s = np.minimum(a, b), np.maximum(a, b), np.sqrt(1 - r * r)
+    U = lo + np.sqrt(lo * lo + 90.0)
+    xx = lo[:, None] - U[:, None] * x
+    logf = -0.5 * xx * xx - 0.5 * np.log(2 * np.pi) + log_ndtr((hi[:, None] - r * xx) / s)
+    ref = U * (np.exp(logf) @ w)
+    ok = ref > 1e-290
+    assert ok.sum() > 200
+    np.testing.assert_allclose(val[ok], ref[ok], rtol=5e-12, atol=0)
