@@ -35,8 +35,8 @@ def np_phi2(a, b, r):
     a = np.clip(np.asarray(a, dtype=float), -40.0, 40.0)
     b = np.clip(np.asarray(b, dtype=float), -40.0, 40.0)
     r = float(r)
-    return np_phi2_from_kernel(a, b, r, np_phi2_kernel(a * a + b * b, np.sign(r) * (a * b),
-                                                       abs(r)))
+    return np_phi2_from_kernel(a, b, r, ndtr(a) * ndtr(b),
+                               np_phi2_kernel(a * a + b * b, np.sign(r) * (a * b), abs(r)))
 
 
 def np_phi2_kernel(ss, p, ar):
@@ -55,16 +55,16 @@ def np_phi2_kernel(ss, p, ar):
     return np.exp(-(ss_ - 2 * p_ * s) / (2 * c2)) @ gw
 
 
-def np_phi2_from_kernel(a, b, r, kernel):
-    """Phi2(a, b; r) from :func:`np_phi2_kernel` at (a^2 + b^2, sign(r) a b, |r|). In compiled
-    code the kernel's a, b are not clipped to [-40, 40] (:func:`np_phi2` clips them): there the
-    kernel is below exp(-400) (a^2 + b^2 >= 1600, |r| <= 0.9), next to Phi(a) Phi(b) or the
-    lower-tail rule."""
+def np_phi2_from_kernel(a, b, r, head, kernel):
+    """Phi2(a, b; r) from head = Phi(a) Phi(b) and :func:`np_phi2_kernel` at (a^2 + b^2,
+    sign(r) a b, |r|). In compiled code a, b are not clipped to [-40, 40] in these two
+    (:func:`np_phi2` clips them): Phi saturates there, and the kernel is below exp(-400)
+    (a^2 + b^2 >= 1600, |r| <= 0.9), next to Phi(a) Phi(b) or the lower-tail rule."""
     a = np.clip(np.asarray(a, dtype=float), -40.0, 40.0)
     b = np.clip(np.asarray(b, dtype=float), -40.0, 40.0)
     r = float(r)
     corr = np.sign(r) * np.arcsin(abs(r)) * kernel / (2 * np.pi)
-    out = ndtr(a) * ndtr(b) + corr
+    out = head + corr
     if r < 0:
         # joint lower tail at negative correlation: the two terms above cancel; integrate the
         # positive representation int_0^inf phi(a - u) Phi((b - r (a - u)) / s) du instead
@@ -154,15 +154,16 @@ def compile_expr(expr, args: Sequence[sp.Symbol], *, backend: str = "numpy") -> 
 
 
 def _shared_phi2_kernels(expr):
-    """Phi2(a, b, r) with numeric r as Phi2FromKernel(a, b, r, Phi2Kernel(a^2 + b^2,
-    sign(r) a b, |r|)) (:func:`np_phi2_kernel`): common-subexpression elimination then
-    evaluates the kernel once for all orthants Phi2(+-a, +-b; +-r) of one pair (numpy only)."""
-    from .special import Phi2
+    """Phi2(a, b, r) with numeric r as Phi2FromKernel(a, b, r, Phi(a) Phi(b), Phi2Kernel(a^2 +
+    b^2, sign(r) a b, |r|)) (:func:`np_phi2_kernel`): common-subexpression elimination then
+    evaluates the kernel once for all orthants Phi2(+-a, +-b; +-r) of one pair, and each
+    Phi(+-a), Phi(+-b) once (numpy only)."""
+    from .special import Phi, Phi2
 
     def rule(e):
         a, b, r = e.args
-        return _PHI2_FROM_KERNEL(a, b, r, _PHI2_KERNEL(a**2 + b**2, sp.sign(r) * a * b,
-                                                       sp.Abs(r)))
+        return _PHI2_FROM_KERNEL(a, b, r, Phi(a) * Phi(b),
+                                 _PHI2_KERNEL(a**2 + b**2, sp.sign(r) * a * b, sp.Abs(r)))
 
     def one(e):
         if not isinstance(e, sp.Basic):

@@ -172,6 +172,8 @@ def test_phi2_orthants_share_one_kernel():
     # mpmath, the four summing to 1; the compiled hardmax code evaluates the kernel once
     import inspect
 
+    from scipy.special import ndtr
+
     from aim_sym.codegen import np_phi2_from_kernel, np_phi2_kernel
     from aim_sym.compiled import compile_channel
 
@@ -181,7 +183,8 @@ def test_phi2_orthants_share_one_kernel():
     K = np_phi2_kernel(a * a + b * b, np.sign(r) * a * b, abs(r))
     total = 0
     for sa, sb, sr in ((1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1)):
-        val = np_phi2_from_kernel(sa * a, sb * b, sr * r, K)
+        head = ndtr(sa * a) * ndtr(sb * b)
+        val = np_phi2_from_kernel(sa * a, sb * b, sr * r, head, K)
         np.testing.assert_allclose(val, np_phi2(sa * a, sb * b, sr * r), rtol=1e-13, atol=0)
         with mpmath.workdps(30):
             ref = [float(mp_phi2(sa * x, sb * y, mpmath.mpf(sr * r))) for x, y in zip(a, b)]
