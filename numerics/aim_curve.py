@@ -16,9 +16,10 @@ to orders 3 and 4); the grid is refined where that exceeds the target and near t
 alpha(Delta) (where fixed points appear in pairs). Errors, per fixed point and by refinement:
 the root on the curves of two quadrature levels, the interpolation orders, the prior's two
 orders. Nodes that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to
-alpha < min alpha) carry one quadrature level only. The trace is built to max(tol, 1e-4);
-roots it cannot give to ``tol`` are polished together by Newton's method on
-ln alpha(t) = ln alpha (:func:`polish`):
+alpha < min alpha) carry one quadrature level only. Levels start at (-2, -1) (17 and 33 nodes
+per axis) and are raised per stencil, once the grid is final, where a root needs it. The
+trace is built to max(tol, 1e-4); roots it cannot give to ``tol`` are polished together by
+Newton's method on ln alpha(t) = ln alpha (:func:`polish`):
 one compiled call per step for all of them, then the next quadrature level at the converged
 point gives the error. Where Newton fails the root falls back to
 :func:`numerics.aim_se.solve_fixed_point` (Brent's method on the SE map).
@@ -30,16 +31,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
 from . import aim_se
-from .gauss import TAIL_SD, gaussian_grid, tail_mass
+from .gauss import TAIL_SD, gaussian_grid_many, tail_mass
 from .records import ConvergenceError, require
 
 _LN10 = float(np.log(10.0))
 _V_FLOOR = 1e-6  # the lowest V the scan must reach (as aim_se's V grid)
 _FOLD_STEP = 0.05  # grid step in ln Delta to which turning points of alpha(Delta) are resolved
 _TRACE_TOL = 1e-4  # the trace's own target: tighter roots are polished by Newton
+# quadrature levels (discrete channels; 2^(level+6) + 1 nodes per axis): the trace starts at
+# levels (-2, -1) and raises them per stencil where a root needs it; Newton's polish starts at
+# levels (-1, 0) or above. (Starting at (-3, -2) would save a third of the omega nodes, but that
+# pair's difference, the reported error, came within a factor 1.3 of the level -2 curve's true
+# error for noisy hardmax at rho = 0.5, alpha = 0.6: too close to trust as a bound.)
+_TRACE_LEVEL = -2
+_POLISH_LEVEL = -1
 
 
 # ----------------------------------------------------------------------------- output side
@@ -60,24 +67,21 @@ def output_moments_many(cc, *, q, V, level: int, tail_sd: float = TAIL_SD
         psi = np.array([float(cc.psi_out(v)) for v in V])
         return E, psi, np.zeros_like(E)
     K = cc.K
-    nodes, wts, pruned = [], [], np.zeros(len(q))
-    for i, (qi, vi) in enumerate(zip(q, V)):
-        if qi == 0:
-            m, w = np.zeros((1, K)), np.ones(1)
-        else:
-            m, w, pruned[i] = gaussian_grid(qi * cc.S, np.sqrt(vi * np.diag(cc.S)), level,
-                                            tail_sd=tail_sd)
-        nodes.append(m)
-        wts.append(w)
-    counts = np.array([len(w) for w in wts])
-    M, W = np.concatenate(nodes), np.concatenate(wts)
-    Vn = np.repeat(V, counts)
-    e_int, psi_int = aim_se.output_integrands(cc, M, Vn)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    E = np.add.reduceat(e_int * W, starts)
-    psi = np.add.reduceat(psi_int * W, starts)
-    sup = np.maximum.reduceat(np.abs(e_int), starts)
-    tail = np.where(q > 0, (tail_mass(tail_sd, K) + pruned) * sup, 0.0)
+    E, psi, tail = np.zeros(len(q)), np.zeros(len(q)), np.zeros(len(q))
+    zero = q == 0  # the single node omega = 0, no tail
+    if zero.any():
+        E[zero], psi[zero] = aim_se.output_integrands(cc, np.zeros((int(zero.sum()), K)), V[zero])
+    pos = ~zero
+    if pos.any():
+        M, W, counts, pruned = gaussian_grid_many(
+            q[pos, None, None] * cc.S, np.sqrt(V[pos, None] * np.diag(cc.S)), level,
+            tail_sd=tail_sd)
+        e_int, psi_int = aim_se.output_integrands(cc, M, np.repeat(V[pos], counts))
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        E[pos] = np.add.reduceat(e_int * W, starts)
+        psi[pos] = np.add.reduceat(psi_int * W, starts)
+        sup = np.maximum.reduceat(np.abs(e_int), starts)
+        tail[pos] = (tail_mass(tail_sd, K) + pruned) * sup
     return E, psi, tail
 
 
@@ -119,27 +123,29 @@ _FIELDS = ("V", "V_err", "mi", "E", "psi", "tail", "lev", "fine", "phase")
 
 def _prior(rho: float, t: np.ndarray, phase: np.ndarray | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
-    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1); the
-    number of support intervals of mu_Delta into ``phase`` when given."""
+    """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1), all
+    Delta in one vectorised pass; the number of support intervals of mu_Delta into ``phase``
+    when given."""
     from . import wishart
 
-    V, mi = np.empty(len(t)), np.empty(len(t))
-    for i, d in enumerate(np.exp(t)):
-        V[i] = wishart.mmse(float(d), rho=rho)
-        mi[i] = wishart.mutual_information(float(d), rho=rho)
-        if phase is not None:
-            phase[i] = len(wishart.support(rho, float(d)))
+    rows = wishart.integrals_many(np.exp(t), rho=rho)
+    V = np.array([r["mmse"] for r in rows])
+    mi = np.array([r["mi"] for r in rows])
+    if phase is not None:
+        phase[:] = [r["intervals"] for r in rows]
     if np.any(V <= 0) or np.any(V >= 1.0 + 1e-12):
         raise ConvergenceError("prior mmse outside (0, 1) on the traced grid", last_iterate=V,
                                residual=None)
     return np.minimum(V, 1.0), mi
 
 
-def _prior_error(rho: float, t: np.ndarray) -> np.ndarray:
-    """|fine - coarse order| of the prior's mmse at Delta = exp(t)."""
+def _prior_error(rho: float, t: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """|V - coarse order| of the prior's mmse at Delta = exp(t), V its fine order from
+    :func:`_prior` (as :func:`numerics.wishart.mmse_estimate`)."""
     from . import wishart
 
-    return np.array([wishart.mmse_estimate(float(d), rho=rho).error for d in np.exp(t)])
+    coarse = wishart.integrals_many(np.exp(t), rho=rho, coarse=True)
+    return np.abs(V - np.array([c["mmse"] for c in coarse]))
 
 
 def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -> _Trace:
@@ -151,22 +157,40 @@ def _trace_nodes(cc, *, rho: float, t: np.ndarray, level: int, tail_sd: float) -
                   np.full(n, level), np.zeros(n, dtype=bool), phase)
 
 
-def _make_fine(cc, tr: _Trace, idx, *, rho: float, level: int, tail_sd: float) -> None:
-    """Give the nodes ``idx`` quadrature levels (level, level + 1) and the prior's error."""
-    idx = np.array(sorted(idx), dtype=int)
-    if not idx.size:
-        return
-    V, q = tr.V[idx], 1.0 + rho - tr.V[idx]
-    redo = tr.lev[idx] != level
-    if redo.any():
-        tr.E[0, idx[redo]] = output_moments_many(cc, q=q[redo], V=V[redo], level=level,
-                                                 tail_sd=tail_sd)[0]
-    E1, psi, tail = output_moments_many(cc, q=q, V=V, level=level + 1, tail_sd=tail_sd)
-    tr.E[1, idx], tr.psi[idx], tr.tail[idx] = E1, psi, tail
-    tr.lev[idx], tr.fine[idx] = level, True
+def _make_fine(cc, tr: _Trace, idx, *, rho: float, levels, tail_sd: float) -> None:
+    """Give the nodes ``idx`` quadrature levels (L_i, L_i + 1), L_i = ``levels`` (one per node
+    or one for all), and the prior's error. A value the node already has at L_i is kept (a
+    fine node raised by one level keeps its finer value as the new coarser one)."""
+    idx = np.asarray(idx, dtype=int)
+    lv = np.broadcast_to(np.asarray(levels, dtype=int), idx.shape)
+    for L in np.unique(lv):
+        sel = idx[lv == L]
+        V, q = tr.V[sel], 1.0 + rho - tr.V[sel]
+        shift = tr.fine[sel] & (tr.lev[sel] + 1 == L)
+        tr.E[0, sel[shift]] = tr.E[1, sel[shift]]
+        redo = ~shift & (tr.lev[sel] != L)
+        if redo.any():
+            tr.E[0, sel[redo]] = output_moments_many(cc, q=q[redo], V=V[redo], level=int(L),
+                                                     tail_sd=tail_sd)[0]
+        E1, psi, tail = output_moments_many(cc, q=q, V=V, level=int(L) + 1, tail_sd=tail_sd)
+        tr.E[1, sel], tr.psi[sel], tr.tail[sel] = E1, psi, tail
+        tr.lev[sel], tr.fine[sel] = L, True
     miss = idx[np.isnan(tr.V_err[idx])]
-    tr.V_err[miss] = _prior_error(rho, tr.t[miss])
+    tr.V_err[miss] = _prior_error(rho, tr.t[miss], tr.V[miss])
     tr.update()
+
+
+def _neighbour_levels(tr: _Trace, idx: np.ndarray, base: int) -> np.ndarray:
+    """The level pair a new fine node starts at: the highest of its nearest fine neighbours'
+    (so that refining where levels were raised does not repeat the raise), at least ``base``."""
+    fine = np.nonzero(tr.fine)[0]
+    out = np.full(idx.shape, base)
+    if fine.size:
+        k = np.searchsorted(fine, idx)
+        left = tr.lev[fine[np.clip(k - 1, 0, fine.size - 1)]]
+        right = tr.lev[fine[np.clip(k, 0, fine.size - 1)]]
+        out = np.maximum(out, np.maximum(left, right))
+    return out
 
 
 def _merge(a: _Trace, b: _Trace) -> _Trace:
@@ -195,73 +219,136 @@ def _stencil(j: int, n: int, p: int) -> slice:
     return slice(lo, lo + p)
 
 
-def _horner(c: np.ndarray, x: float) -> float:
-    acc = 0.0
-    for ck in c[::-1]:
-        acc = acc * x + ck
-    return float(acc)
+def _polyval(C: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """sum_k C[i, k] x_i^k for coefficient rows C (m, p) at points x (m,) (x in [0, 1] here)."""
+    return np.einsum("ik,ik->i", C, x[:, None] ** np.arange(C.shape[1]))
 
 
-def _dhorner(c: np.ndarray, x: float) -> float:
-    return _horner(c[1:] * np.arange(1, len(c)), x)
+def _polyder(C: np.ndarray) -> np.ndarray:
+    return C[:, 1:] * np.arange(1, C.shape[1])
 
 
-def _coefficients(tr: _Trace, j: int, p: int) -> tuple[np.ndarray, slice]:
-    """Order-(p-1) interpolants in x = (t - t_j)/(t_j+1 - t_j) of ln alpha (levels L + 1 and
-    L), ln V, I and Psi_out on the p nodes around [t_j, t_j+1] (cached per trace)."""
-    key = (j, p)
-    if key not in tr.coef:
-        s = _stencil(j, len(tr.t), p)
-        x_nodes = (tr.t[s] - tr.t[j]) / (tr.t[j + 1] - tr.t[j])
-        rhs = np.stack([tr.lna[1][s], tr.lna[0][s], np.log(tr.V[s]), tr.mi[s], tr.psi[s]],
-                       axis=1)
-        tr.coef[key] = (np.linalg.solve(np.vander(x_nodes, increasing=True), rhs).T, s)
-    return tr.coef[key]
+def _root01(C: np.ndarray) -> np.ndarray:
+    """A root in [0, 1] of each row polynomial C (m, p), where it changes sign there.
 
-
-def _read_root(tr: _Trace, j: int, ln_a: float, alpha: float, p: int) -> tuple:
-    """Root of the order-(p-1) interpolant of ln alpha(t) - ln a in [t_j, t_j+1], with V, slope,
-    Phi and the linearised shift of the root between the two quadrature levels."""
-    c, s = _coefficients(tr, j, p)
-    t0, h = tr.t[j], tr.t[j + 1] - tr.t[j]
-    c1 = c[0].copy()
-    c1[0] -= ln_a
-    ylo, yhi = _horner(c1, 0.0), _horner(c1, 1.0)
-    if ylo * yhi > 0:  # rounding of the fit at a node where y is ~0
-        x = 0.0 if abs(ylo) < abs(yhi) else 1.0
+    Safeguarded Newton's method (a bisection step whenever Newton leaves the bracket), all rows
+    at once, to a step of 1e-15 (as brentq at xtol = rtol = 1e-15). Rows without a sign change
+    (the fit's rounding at a node where the polynomial is ~0) give the end nearer to a zero.
+    """
+    ylo, yhi = C[:, 0].copy(), C.sum(axis=1)
+    x = np.where(np.abs(ylo) < np.abs(yhi), 0.0, 1.0)
+    x[yhi == 0], x[ylo == 0] = 1.0, 0.0
+    todo = (ylo * yhi < 0)
+    if not todo.any():
+        return x
+    idx = np.nonzero(todo)[0]
+    c, dc = C[idx], _polyder(C[idx])
+    neg = np.where(ylo[idx] < 0, 0.0, 1.0)  # end of the bracket where the polynomial is < 0
+    pos = 1.0 - neg
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi = ylo[idx] / (ylo[idx] - yhi[idx])  # secant start
+    xi = np.where(np.isfinite(xi) & (xi > 0) & (xi < 1), xi, 0.5)
+    active = np.ones(idx.size, dtype=bool)
+    for _ in range(200):
+        f = _polyval(c, xi)
+        df = _polyval(dc, xi)
+        neg = np.where(f < 0, xi, neg)
+        pos = np.where(f > 0, xi, pos)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xn = xi - f / df
+        lo, hi = np.minimum(neg, pos), np.maximum(neg, pos)
+        bad = ~np.isfinite(xn) | (xn <= lo) | (xn >= hi)
+        xn = np.where(bad, 0.5 * (lo + hi), xn)
+        xn = np.where(active & (f != 0), xn, xi)
+        active &= np.abs(xn - xi) > 1e-15 * (1.0 + np.abs(xi))
+        xi = xn
+        if not active.any():
+            break
     else:
-        x = 0.0 if ylo == 0 else brentq(lambda u: _horner(c1, u), 0.0, 1.0, xtol=1e-15,
-                                       rtol=1e-15, maxiter=200)
-    V = float(np.exp(_horner(c[2], x)))
-    dy = _dhorner(c1, x) / h
-    dV = V * _dhorner(c[2], x) / h
-    tail = float(np.max(tr.tail[s] / tr.E[1][s]))
-    quad_shift = (abs(_horner(c[1], x) - ln_a) + tail) / max(abs(dy), 1e-300)
-    delta = float(np.exp(t0 + h * x))
-    phi = V / (4 * delta) - _horner(c[3], x) + alpha * _horner(c[4], x)
-    return (t0 + h * x, V, 1.0 + dy, phi, abs(dV) * quad_shift, float(np.max(tr.V_err[s])),
-            dV / V)
+        raise ConvergenceError("interpolant root not converged", last_iterate=xi, residual=f)
+    x[idx] = xi
+    return x
+
+
+def _coefficients(tr: _Trace, js: np.ndarray, p: int) -> np.ndarray:
+    """Order-(p-1) interpolants in x = (t - t_j)/(t_j+1 - t_j) of ln alpha (levels L + 1 and
+    L), ln V, I and Psi_out on the p nodes around each [t_j, t_j+1]: (len(js), 5, p) (cached
+    per trace; one batched solve for the brackets not yet cached)."""
+    new = sorted({int(j) for j in js if (int(j), p) not in tr.coef})
+    if new:
+        jn = np.array(new)
+        lo = _stencil_start(jn, len(tr.t), p)
+        s = lo[:, None] + np.arange(p)
+        x_nodes = (tr.t[s] - tr.t[jn, None]) / (tr.t[jn + 1] - tr.t[jn])[:, None]
+        rhs = np.stack([tr.lna[1][s], tr.lna[0][s], np.log(tr.V[s]), tr.mi[s], tr.psi[s]],
+                       axis=2)
+        vander = x_nodes[:, :, None] ** np.arange(p)
+        coef = np.swapaxes(np.linalg.solve(vander, rhs), 1, 2)
+        for k, j in enumerate(new):
+            tr.coef[(j, p)] = coef[k]
+    return np.stack([tr.coef[(int(j), p)] for j in js])
+
+
+def _stencil_start(js: np.ndarray, n: int, p: int) -> np.ndarray:
+    return np.clip(js - p // 2 + 1, 0, n - p)
+
+
+def _read_roots(tr: _Trace, js: np.ndarray, ln_a: np.ndarray) -> dict:
+    """Roots of the order-3, 4 and 5 interpolants of ln alpha(t) - ln a in [t_j, t_j+1] (one
+    per (j, a) pair and order; all orders in one root search): V at each order and, at order
+    5, the slope, Phi parts and the linearised shift of each root between the two quadrature
+    levels."""
+    m, p = js.size, 6
+    C = np.concatenate([np.pad(_coefficients(tr, js, k), ((0, 0), (0, 0), (0, p - k)))
+                        for k in (4, 5, 6)])  # (3m, 5, 6): orders 3 and 4 padded by zeros
+    c1 = C[:, 0].copy()
+    c1[:, 0] -= np.tile(ln_a, 3)
+    x_all = _root01(c1)
+    V_all = np.exp(_polyval(C[:, 2], x_all))
+    C, c1, x, V = C[2 * m:], c1[2 * m:], x_all[2 * m:], V_all[2 * m:]
+    t0, h = tr.t[js], tr.t[js + 1] - tr.t[js]
+    dy = _polyval(_polyder(c1), x) / h
+    dV = V * _polyval(_polyder(C[:, 2]), x) / h
+    s = _stencil_start(js, len(tr.t), p)[:, None] + np.arange(p)
+    tail = np.max(tr.tail[s] / tr.E[1][s], axis=1)
+    quad_shift = (np.abs(_polyval(C[:, 1], x) - ln_a) + tail) / np.maximum(np.abs(dy), 1e-300)
+    return {"V4": V_all[:m], "V5": V_all[m:2 * m], "t": t0 + h * x, "V": V, "slope": 1.0 + dy,
+            "quad": np.abs(dV) * quad_shift, "prior": np.max(tr.V_err[s], axis=1),
+            "dlnV": dV / V, "mi": _polyval(C[:, 3], x), "psi": _polyval(C[:, 4], x),
+            "stencil": s}
+
+
+def _roots_many(tr: _Trace, alphas) -> dict[float, list[_Root]]:
+    """The roots at every alpha (bracketed by sign changes on the trace), read all at once:
+    order-5 interpolants, the interpolation error the differences to orders 3 and 4."""
+    alphas = np.array([float(a) for a in alphas])
+    ln_as = np.log(alphas)
+    y = tr.lna[1][None, :] - ln_as[:, None]
+    ia, js = np.nonzero((y[:, :-1] == 0) | (y[:, :-1] * y[:, 1:] < 0))
+    out: dict[float, list[_Root]] = {float(a): [] for a in alphas}
+    if not js.size:
+        return out
+    ln_a = ln_as[ia]
+    r6 = _read_roots(tr, js, ln_a)
+    V4, V5, V6, slope = r6["V4"], r6["V5"], r6["V"], r6["slope"]
+    # differences to both lower orders (one alone can be accidentally small); a stencil across a
+    # change of the support's shape has no reliable error: polish that root
+    interp = np.abs(V6 - V4) + np.abs(V6 - V5)
+    ph = tr.phase[r6["stencil"]]
+    interp = np.where(np.any(ph != ph[:, :1], axis=1), np.inf, interp)
+    err = r6["quad"] + interp + r6["prior"] / np.maximum(np.abs(1 - slope), 1e-3)
+    err = np.maximum(err, 4 * np.finfo(float).eps * V6)
+    phi = V6 / (4 * np.exp(r6["t"])) - r6["mi"] + alphas[ia] * r6["psi"]
+    for k in range(js.size):
+        out[float(alphas[ia[k]])].append(_Root(
+            float(r6["t"][k]), float(V6[k]), float(err[k]), float(interp[k]),
+            float(r6["quad"][k]), float(slope[k]), float(phi[k]), int(js[k]),
+            float(r6["dlnV"][k])))
+    return out
 
 
 def _roots_at(tr: _Trace, alpha: float) -> list[_Root]:
-    ln_a = float(np.log(alpha))
-    y = tr.lna[1] - ln_a
-    out = []
-    for j in range(len(y) - 1):
-        if y[j] == 0 or y[j] * y[j + 1] < 0:
-            V4 = _read_root(tr, j, ln_a, alpha, 4)[1]
-            V5 = _read_root(tr, j, ln_a, alpha, 5)[1]
-            t6, V6, slope, phi, quad, prior, dlnV = _read_root(tr, j, ln_a, alpha, 6)
-            # differences to both lower orders (one alone can be accidentally small); a stencil
-            # across a change of the support's shape has no reliable error: polish that root
-            interp = abs(V6 - V4) + abs(V6 - V5)
-            s6 = _stencil(j, len(y), 6)
-            if np.any(tr.phase[s6] != tr.phase[s6.start]):
-                interp = float("inf")
-            err = quad + interp + prior / max(abs(1 - slope), 1e-3)
-            err = max(err, 4 * np.finfo(float).eps * V6)
-            out.append(_Root(t6, V6, err, interp, quad, slope, phi, j, dlnV))
-    return out
+    return _roots_many(tr, [alpha])[float(alpha)]
 
 
 # ----------------------------------------------------------------------------- driver
@@ -278,10 +365,11 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
 
     The grid is refined until each root's interpolation error is below tol / 2 (or
     ``max_nodes`` is reached) and turning points are resolved to a step of 0.05; the quadrature
-    level is raised until the two levels move every root by less than tol / 2.
+    levels of a root's stencil nodes are raised (up to ``max_level``) until the two levels move
+    that root by less than tol / 2. Scan-only nodes carry the base level.
     """
     require(tol > 0, "tol", "> 0", tol)
-    level = -2 if cc.discrete else 0
+    level = _TRACE_LEVEL if cc.discrete else 0
     box = _tail_sd(tol)
 
     def nodes(t: np.ndarray) -> _Trace:
@@ -293,8 +381,10 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
     # V reaches the scan floor at the bottom end
     while tr.lna[1][-1] >= np.log(a_min):
         tr = _merge(tr, nodes(tr.t[-1:] + _LN10 / 2))
-    while tr.V[0] > _V_FLOOR:
-        tr = _merge(tr, nodes(tr.t[:1] - _LN10 / 2))
+    while tr.V[0] > _V_FLOOR:  # V ~ Delta as Delta -> 0 (THEORY 1.1): all the half-decade
+        # steps that law asks for at once (at least one), then check again
+        k = max(int(np.ceil(2 * np.log10(tr.V[0] / _V_FLOOR) - 1e-9)), 1)
+        tr = _merge(tr, nodes(tr.t[0] - _LN10 / 2 * np.arange(k, 0, -1)))
     target = tol / 2
     while True:
         # the nodes every root's stencils use get both levels and the prior's error
@@ -303,33 +393,37 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
             y = tr.lna[1] - np.log(a)
             for j in np.nonzero((y[:-1] == 0) | (y[:-1] * y[1:] < 0))[0]:
                 need.update(range(*_stencil(int(j), len(tr.t), 6).indices(len(tr.t))))
-        need = {i for i in need if not tr.fine[i]}
-        if need:
-            _make_fine(cc, tr, need, rho=rho, level=level, tail_sd=box)
+        need = np.array(sorted(i for i in need if not tr.fine[i]), dtype=int)
+        if need.size:
+            _make_fine(cc, tr, need, rho=rho, levels=_neighbour_levels(tr, need, level),
+                       tail_sd=box)
             continue
         refine: set[int] = set()
-        tr.roots = {float(a): _roots_at(tr, float(a)) for a in alphas}
+        tr.roots = _roots_many(tr, alphas)
         # turning points of alpha(Delta): fixed points appear or vanish in pairs there
         d = np.diff(tr.lna[1])
         for j in range(1, len(d)):
             if d[j - 1] * d[j] < 0:
                 refine.update(i for i in (j - 1, j) if tr.t[i + 1] - tr.t[i] > _FOLD_STEP)
-        quad = 0.0
+        raise_: set[int] = set()
         for roots in tr.roots.values():
             for r in roots:
-                quad = max(quad, r.quad_error)
+                s = _stencil(r.bracket, len(tr.t), 6)
+                if cc.discrete and r.quad_error > target:
+                    raise_.update(i for i in range(s.start, s.stop) if tr.lev[i] < max_level)
                 if target < r.interp_error < float("inf"):
-                    s = _stencil(r.bracket, len(tr.t), 6)
                     refine.update(range(s.start, s.stop - 1))
-        if cc.discrete and quad > tol / 2 and level < max_level:
-            level += 1  # the stencil nodes at the next pair of levels; the prior is kept
-            _make_fine(cc, tr, np.nonzero(tr.fine)[0], rho=rho, level=level, tail_sd=box)
+        if refine and len(tr.t) + len(refine) <= max_nodes:  # the grid first: its final
+            idx = np.array(sorted(refine))  # stencils are the ones whose levels matter
+            tr = _merge(tr, nodes(0.5 * (tr.t[idx] + tr.t[idx + 1])))
             continue
-        if not refine or len(tr.t) + len(refine) > max_nodes:
-            tr.level, tr.box = level, box
-            return tr
-        idx = np.array(sorted(refine))
-        tr = _merge(tr, nodes(0.5 * (tr.t[idx] + tr.t[idx + 1])))
+        if raise_:  # those stencils' nodes at the next pair of levels; the prior is kept
+            idx = np.array(sorted(raise_), dtype=int)
+            _make_fine(cc, tr, idx, rho=rho, levels=tr.lev[idx] + 1, tail_sd=box)
+            continue
+        tr.level = int(np.max(tr.lev[tr.fine])) if tr.fine.any() else level
+        tr.box = box
+        return tr
 
 
 def _fixed_point(rho: float, r: _Root, **extra) -> aim_se.FixedPoint:
@@ -357,7 +451,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
     hi = np.array([tr.t[min(r.bracket + 2, len(tr.t) - 1)] for _, r in items])
     t_prev, y_prev = np.full(n, np.nan), np.full(n, np.nan)
     pending = np.arange(n)
-    level = tr.level + 1 if cc.discrete else 0
+    level = max(tr.level + 1, _POLISH_LEVEL) if cc.discrete else 0
     box = _tail_sd(tol)
     while pending.size and level <= max_level:
         active, failed = pending, []
@@ -388,14 +482,16 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
                 t_fine = ta[done] + (np.log(2.0 * Ef) + ta[done] + ln_a[k]) / dy[k]
                 quad = (np.abs(t_fine - t_coarse) + tailf / Ef / np.abs(dy[k])) \
                     * np.abs(dVdt[done])
+                keep = quad <= tol / 2 if cc.discrete else np.ones(k.size, dtype=bool)
+                V_err = np.full(k.size, np.nan)  # the prior's error where the root is kept
+                V_err[keep] = _prior_error(rho, ta[done][keep], V[done][keep])
                 for i, kk in enumerate(k):
-                    if quad[i] > tol / 2 and cc.discrete:
+                    if not keep[i]:
                         t[kk] = t_fine[i]
                         continue
                     slope = 1.0 + dy[kk]
                     Vr = V[done][i] + dVdt[done][i] * (t_fine[i] - ta[done][i])
-                    V_err = _prior_error(rho, ta[done][i:i + 1])[0]
-                    err = quad[i] + newton_err[done][i] + V_err / max(abs(1 - slope), 1e-3)
+                    err = quad[i] + newton_err[done][i] + V_err[i] / max(abs(1 - slope), 1e-3)
                     err = max(err, 4 * np.finfo(float).eps * Vr)
                     phi = V[done][i] / (4 * np.exp(ta[done][i])) - mi[done][i] \
                         + np.exp(ln_a[kk]) * psif[i]

@@ -69,3 +69,41 @@ def gaussian_grid(cov: np.ndarray, scales: np.ndarray, level: int, *,
     # can add (total x sup of the integrand) to the error bound
     keep = w > PRUNE * w.max()
     return m[keep], w[keep], float(w[~keep].sum())
+
+
+def gaussian_grid_many(cov: np.ndarray, scales: np.ndarray, level: int, *,
+                       tail_sd: float = TAIL_SD):
+    """:func:`gaussian_grid` for P covariances at once (one vectorised pass).
+
+    ``cov`` is (P, K, K), ``scales`` (P, K). Returns the nodes of all points stacked (N x K),
+    their weights (N), the number of nodes per point (P) and the pruned weight per point (P).
+    """
+    cov = np.asarray(cov, dtype=float)
+    P, K = cov.shape[0], cov.shape[1]
+    sd = np.sqrt(np.diagonal(cov, axis1=1, axis2=2))  # (P, K)
+    a = np.minimum(np.asarray(scales, dtype=float), sd)
+    n = 2 ** (level + 6)
+    tmax = np.arcsinh(tail_sd * sd / a)
+    u = np.linspace(-1.0, 1.0, n + 1)
+    t = tmax[..., None] * u  # (P, K, n + 1), the nodes of sinh_rule on each axis
+    h = 2.0 * tmax / n
+    tw = np.ones(n + 1)
+    tw[0] = tw[-1] = 0.5
+    x = a[..., None] * np.sinh(t)
+    wx = (h * a)[..., None] * tw * np.cosh(t)
+    # tensor product over the K axes: (P, (n + 1)^K) nodes per point
+    grids = [np.broadcast_to(x[:, k].reshape((P,) + (1,) * k + (n + 1,) + (1,) * (K - k - 1)),
+                             (P,) + (n + 1,) * K).reshape(P, -1) for k in range(K)]
+    m = np.stack(grids, axis=-1)  # (P, M, K)
+    w = np.ones(m.shape[:2])
+    for k in range(K):
+        w = w * np.broadcast_to(
+            wx[:, k].reshape((P,) + (1,) * k + (n + 1,) + (1,) * (K - k - 1)),
+            (P,) + (n + 1,) * K).reshape(P, -1)
+    prec = np.linalg.inv(cov)
+    _, logdet = np.linalg.slogdet(2 * np.pi * cov)
+    logpdf = -0.5 * np.einsum("pni,pij,pnj->pn", m, prec, m) - 0.5 * logdet[:, None]
+    w = w * np.exp(logpdf)
+    keep = w > PRUNE * w.max(axis=1, keepdims=True)
+    pruned = np.where(keep, 0.0, w).sum(axis=1)
+    return m[keep], w[keep], keep.sum(axis=1), pruned

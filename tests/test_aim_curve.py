@@ -154,3 +154,17 @@ def test_cli_curve_methods_agree(tmp_path):
     p = subprocess.run([sys.executable, "-m", "aim_sym", "curve", "--model", "aim", "--alphas",
                         "0:1:3", "--method", "fast"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 2 and "--method" in p.stderr
+
+
+def test_interpolant_roots_all_at_once():
+    # rows (x - r)(x + 2)(x - 3) (1 + x^2/5): one root r in [0, 1] each, near both ends too;
+    # a row without a sign change gives the end nearer to a zero
+    r = np.array([0.0, 1e-12, 0.3, 0.5, 0.999999, 1.0])
+    C = []
+    for ri in r:
+        p = np.polynomial.polynomial.polyfromroots([ri, -2.0, 3.0])
+        C.append(np.polynomial.polynomial.polymul(p, [1.0, 0.0, 0.2]))
+    C.append(np.array([0.1, 0.3, 0.0, 0.0, 0.0, 0.0]))  # 0.1 + 0.3 x > 0 on [0, 1]
+    x = aim_curve._root01(np.array(C))
+    np.testing.assert_allclose(x[:-1], r, rtol=0, atol=1e-14)
+    assert x[-1] == 0.0

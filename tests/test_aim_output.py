@@ -165,3 +165,55 @@ def test_certified_enclosures():
         assert mpmath.mpf(hi) - mpmath.mpf(lo) < mpmath.mpf(10) ** -25
     lo, hi, _ = enclosure(sp.Rational(3, 16), digits=30)
     assert lo == hi == "0.187500000000000000000000000000"
+
+
+def test_phi2_orthants_share_one_kernel():
+    # Phi2(+-a, +-b; +-r) with sign(r) a b fixed: one kernel, each orthant as np_phi2 and as
+    # mpmath, the four summing to 1; the compiled hardmax code evaluates the kernel once
+    import inspect
+
+    from scipy.special import ndtr
+
+    from aim_sym.codegen import np_phi2_from_kernel, np_phi2_kernel
+    from aim_sym.compiled import compile_channel
+
+    a = np.array([0.3, -1.2, 2.0, -5.0, -7.5, 0.0])
+    b = np.array([-1.2, 0.4, 1.0, -4.0, -8.0, 0.0])
+    r = -1 / 3
+    K = np_phi2_kernel(a * a + b * b, np.sign(r) * a * b, abs(r))
+    total = 0
+    for sa, sb, sr in ((1, 1, 1), (1, -1, -1), (-1, 1, -1), (-1, -1, 1)):
+        head = ndtr(sa * a) * ndtr(sb * b)
+        val = np_phi2_from_kernel(sa * a, sb * b, sr * r, head, K)
+        np.testing.assert_allclose(val, np_phi2(sa * a, sb * b, sr * r), rtol=1e-13, atol=0)
+        with mpmath.workdps(30):
+            ref = [float(mp_phi2(sa * x, sb * y, mpmath.mpf(sr * r))) for x, y in zip(a, b)]
+        np.testing.assert_allclose(val, ref, rtol=1e-12, atol=1e-300)
+        total = total + val
+    np.testing.assert_allclose(total, 1.0, rtol=0, atol=4e-16)
+    src = inspect.getsource(compile_channel(hardmax(2)).z_grad)
+    assert src.count("Phi2Kernel(") == 1 and src.count("Phi2FromKernel(") == 4
+
+
+@pytest.mark.parametrize("r", [-0.05, -1 / 3, -0.5, -0.75, -0.9])
+def test_phi2_lower_tail_rule_converged(r):
+    # the joint lower tail at negative r (a, b < -1, a^2 + b^2 > 40): the rule in use against
+    # 160 Gauss-Legendre nodes on the same positive integrand, to the rounding level
+    from scipy.special import log_ndtr
+
+    from aim_sym.codegen import _gl01, _lower_tail
+
+    rng = np.random.default_rng(0)
+    a, b = -rng.uniform(1, 25, 2000), -rng.uniform(1, 25, 2000)
+    keep = a * a + b * b > 40
+    a, b = a[keep], b[keep]
+    val = _lower_tail(a, b, r)
+    x, w = _gl01(160)
+    lo, hi, s = np.minimum(a, b), np.maximum(a, b), np.sqrt(1 - r * r)
+    U = lo + np.sqrt(lo * lo + 90.0)
+    xx = lo[:, None] - U[:, None] * x
+    logf = -0.5 * xx * xx - 0.5 * np.log(2 * np.pi) + log_ndtr((hi[:, None] - r * xx) / s)
+    ref = U * (np.exp(logf) @ w)
+    ok = ref > 1e-290
+    assert ok.sum() > 200
+    np.testing.assert_allclose(val[ok], ref[ok], rtol=5e-12, atol=0)

@@ -213,3 +213,43 @@ def test_bad_input(kwargs, name):
 def test_bad_dps():
     with pytest.raises(InputError, match="dps"):
         W.mmse(0.1, rho=0.5, dps=2)
+
+
+@pytest.mark.parametrize("rho,delta", [(0.05, 1e-4), (0.2, 0.01), (0.5, 1.0), (2.0, 1e3)])
+def test_closed_form_root_matches_mpmath(rho, delta):
+    # the inside root (closed form, eigenvalue fallback, Newton) against mpmath's polyroots of
+    # the same cubic at 30 digits, at nodes off the edges; where the closed form alone (before
+    # Newton) reports itself reliable it starts Newton close to the root
+    x, _, _ = W._nodes_f(rho, delta, 16, 12.0)
+    x = x[:: max(1, x.size // 40)]
+    s, m = 1 / math.sqrt(rho), math.sqrt(rho)
+    g = W._inside_roots_f(x, s, m, delta)
+    g0, ok = W._complex_root_f(x, s, delta)
+    assert ok.mean() > 0.5
+    with mpmath.workdps(30):
+        for xi, gi, g0i, oki in zip(x, g, g0, ok):
+            coeffs = [s * delta, -(s * xi + delta), xi + s - 1 / s, -1]
+            ref = complex(max(mpmath.polyroots(coeffs, maxsteps=200, extraprec=200),
+                              key=lambda r: mpmath.im(r)))
+            if ref.imag > 1e-3 * abs(ref):
+                assert abs(gi - ref) <= 1e-12 * abs(ref)
+                if oki:
+                    assert abs(g0i - ref) <= 1e-6 * abs(ref)
+
+
+def test_integrals_many_is_the_single_rule():
+    # one vectorised pass over Deltas with one and two support intervals gives each Delta's
+    # own integrals (and its number of intervals)
+    rho = 0.2
+    deltas = [1e-4, 0.01, 0.1, 0.5, 3.0, 1e3]
+    for coarse in (False, True):
+        rows = W.integrals_many(deltas, rho=rho, coarse=coarse)
+        for d, r in zip(deltas, rows):
+            one = W._integrals(rho, d, None, coarse=coarse)
+            for key in ("mass", "mean", "m2", "mmse", "mi", "sigma"):
+                assert r[key] == pytest.approx(one[key], rel=1e-13, abs=1e-15)
+            assert r["intervals"] == len(W.support(rho, d))
+    assert {len(W.support(rho, d)) for d in deltas} == {1, 2}
+    assert W.integrals_many([], rho=rho) == []
+    with pytest.raises(InputError, match="delta"):
+        W.integrals_many([0.1, -1.0], rho=rho)
