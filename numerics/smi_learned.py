@@ -242,8 +242,9 @@ def _residual(x, alpha, c, beta, rule):
     return x + np.log1p(alpha * K), x + np.log1p(alpha * Kr), x + np.log1p(alpha * Kc), st
 
 
-def _fd_jacobian(x, F0, alpha, c, beta, rule, step=0.01):
-    """Forward-difference ``dF/dx`` (common random numbers: F is smooth in x)."""
+def _fd_jacobian(x, F0, alpha, c, beta, rule, step=-0.01):
+    """One-sided difference ``dF/dx`` (common random numbers: F is smooth in x; the negative
+    step moves q up, away from ``q = 0``)."""
     J = np.empty((2, 2))
     for j in range(2):
         xp = x.copy()
@@ -255,9 +256,10 @@ def _fd_jacobian(x, F0, alpha, c, beta, rule, step=0.01):
 def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float = 1.0,
                  rule: dict | None = None, tol: float = 1e-5, max_iter: int = 12,
                  progress=None) -> dict:
-    """SE fixed point with both layers learned: Newton in ``x = log(1 - q)`` on ``F(x) = x +
-    log(1 + alpha K(q))`` with :func:`learned_stats` (forward-difference Jacobian, Broyden
-    updates, steps capped at 0.5 in x, backtracking) to ``max|F| < tol``.
+    """SE fixed point with both layers learned: root of ``F(x) = x + log(1 + alpha K(q))``,
+    ``x = log(1 - q)``, with :func:`learned_stats`, by Newton in ``(q1, x_2)`` on ``(F_1 / q1,
+    F_2)`` (which has no root at ``q1 = 0``; forward-difference Jacobian, Broyden updates,
+    capped steps, backtracking) to ``max|G| < tol``.
 
     Errors (per entry of Q, through ``(dF/dx)^-1`` at the root, fresh Jacobian): statistical
     (replicate covariance of F, delta method: standard error), lattice (the root shift when K is
@@ -274,28 +276,44 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
             "a pair of overlaps in (0, 1)", init)
     rule = dict(LEARNED_RULE, **(rule or {}))
     t0 = time.process_time()
-    x = np.log(1.0 - np.asarray(init, dtype=float))
-    F = _residual(x, alpha, c, beta, rule)[0]
-    J = _fd_jacobian(x, F, alpha, c, beta, rule)
-    evals, hist, lam = 3, [float(np.abs(F).max())], 1.0
+
+    def G(y):
+        """Newton residual in ``y = (q1, log V2)``: ``(F_1 / q1, F_2)``; dividing by ``q1``
+        removes the root ``q1 = 0`` (the layer-2 branch), where ``F_1 ~ (alpha mu1 - 1) q1``."""
+        x = np.array([math.log1p(-y[0]), y[1]])
+        F = _residual(x, alpha, c, beta, rule)[0]
+        return np.array([F[0] / y[0], F[1]]), F
+
+    y = np.array([float(init[0]), math.log1p(-float(init[1]))])
+    Gy, F = G(y)
+    J = np.empty((2, 2))
+    for j, h in enumerate((0.05 * y[0], 0.01)):
+        yp = y.copy()
+        yp[j] += h
+        J[:, j] = (G(yp)[0] - Gy) / h
+    evals, hist, lam = 3, [float(np.abs(Gy).max())], 1.0
     for it in range(max_iter):
         if hist[-1] < tol:
             break
-        dx = -np.linalg.solve(J, F)
-        dx *= lam * min(1.0, 0.5 / np.abs(dx).max())
-        xn = np.minimum(x + dx, -1e-6)
-        Fn = _residual(xn, alpha, c, beta, rule)[0]
+        dy = -np.linalg.solve(J, Gy) * lam
+        dy[0] = float(np.clip(dy[0], -0.7 * y[0], 0.5))    # q1 stays positive
+        dy[1] = float(np.clip(dy[1], -0.5, 0.5))
+        yn = y + dy
+        yn[0] = min(yn[0], 0.999)
+        yn[1] = min(yn[1], -1e-6)
+        Gn, Fn = G(yn)
         evals += 1
-        s = xn - x
-        J = J + np.outer(Fn - F - J @ s, s) / (s @ s)                # Broyden
-        if np.abs(Fn).max() < np.abs(F).max():
-            x, F, lam = xn, Fn, 1.0
+        s = yn - y
+        J = J + np.outer(Gn - Gy - J @ s, s) / (s @ s)                # Broyden
+        if np.abs(Gn).max() < np.abs(Gy).max():
+            y, Gy, F, lam = yn, Gn, Fn, 1.0
         else:
             lam /= 3
-        hist.append(float(np.abs(Fn).max()))
+        hist.append(float(np.abs(Gn).max()))
         if progress:
-            progress(it + 1, max_iter, f"Newton alpha = {alpha:g}: max|F| = {hist[-1]:.1e}")
-    if np.abs(F).max() >= max(tol, 1e-3):
+            progress(it + 1, max_iter, f"Newton alpha = {alpha:g}: max|G| = {hist[-1]:.1e}")
+    x = np.array([math.log1p(-y[0]), y[1]])
+    if np.abs(Gy).max() >= max(tol, 1e-3):
         raise ConvergenceError(f"both-learned Newton did not converge at alpha = {alpha}",
                                last_iterate=(1 - np.exp(x)).tolist(), residual=F.tolist())
     q = 1.0 - np.exp(x)
