@@ -2,12 +2,12 @@
 numerics.smi_learned (fibre lattice x scrambled Sobol' teacher outer), by continuation in alpha.
 
 Usage: python benchmarks/smi_learned_branch.py --out branch.json [--alphas 0.85,0.8,0.75]
-       [--init 0.375,0.9906]
+       [--init 0.375,0.9906] [--previous earlier.json ...]
 Each point: Q with its error parts, eigenvalues of dT/dQ, K12 and Nishimori checks, CPU time.
-The file is rewritten after every point.  Finally the onset: q1(alpha) fitted by a straight
-line through the two smallest alphas (and a parabola through three, the difference being the
-extrapolation error) and its root compared with the sequential threshold of
-numerics.smi_sequential (0.71962 +- 0.00008, benchmarks/RESULTS.md).
+The file is rewritten after every point.  Finally the onset: the root of the parabola
+q1(alpha) through the three smallest alphas (line through two: extrapolation error), to be
+compared with the sequential threshold of numerics.smi_sequential (0.71962 +- 0.00008,
+benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -24,24 +24,30 @@ from numerics.records import atomic_write
 
 
 def onset(points: list[dict]) -> dict:
-    """Root of q1(alpha) extrapolated from the smallest alphas (weighted line; parabola check)."""
-    pts = sorted(points, key=lambda p: p["alpha"])
+    """Root of q1(alpha) extrapolated from the three smallest alphas: parabola (value) and the
+    line through the two smallest (the difference is the extrapolation error); the statistical
+    part moves each q1 by its standard error, one at a time, and adds the root shifts."""
+    pts = sorted(points, key=lambda p: p["alpha"])[:3]
     a = np.array([p["alpha"] for p in pts])
     q = np.array([p["Q"][0] for p in pts])
-    e = np.array([p["error"][0] for p in pts])
+    se = np.array([p["se"][0] + p["lattice"][0] + p["residual"][0] for p in pts])
+
+    def line(qq):
+        return a[0] - qq[0] * (a[1] - a[0]) / (qq[1] - qq[0])
+
+    def parab(qq):
+        c = np.polyfit(a, qq, 2)
+        r = [z.real for z in np.roots(c) if abs(z.imag) < 1e-12]
+        return float(min(r, key=lambda z: abs(z - line(qq)))) if r else float("nan")
+
     out = {}
     if len(pts) >= 2:
-        s = (q[1] - q[0]) / (a[1] - a[0])
-        root = a[0] - q[0] / s
-        # error: the two points' errors moved independently (first-order)
-        d0 = abs((1 + (a[0] - root) / (a[1] - a[0])) * e[0] / s)
-        d1 = abs((a[0] - root) / (a[1] - a[0]) * e[1] / s)
-        out["line"] = dict(value=float(root), error=float(d0 + d1), alphas=a[:2].tolist())
-    if len(pts) >= 3:
-        c = np.polyfit(a[:3], q[:3], 2)
-        r = [z.real for z in np.roots(c) if abs(z.imag) < 1e-12]
-        if r:
-            out["parabola"] = float(min(r, key=lambda z: abs(z - out["line"]["value"])))
+        out["line"] = float(line(q))
+    if len(pts) == 3:
+        v = parab(q)
+        stat = sum(abs(parab(q + se[i] * np.eye(3)[i]) - v) for i in range(3))
+        out.update(value=v, stat=float(stat), model=abs(v - out["line"]),
+                   error=float(2 * stat + abs(v - out["line"])), alphas=a.tolist())
     return out
 
 
@@ -50,13 +56,20 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--alphas", default="0.85,0.8,0.75,0.9,0.95")
     ap.add_argument("--init", default="0.375,0.9906")
+    ap.add_argument("--previous", nargs="*", default=[],
+                    help="JSON files of earlier runs whose points join the output and onset")
     args = ap.parse_args()
     alphas = [float(t) for t in args.alphas.split(",")]
     init = tuple(float(t) for t in args.init.split(","))
     done: list[dict] = []
+    for f in args.previous:
+        with open(f) as fh:
+            done += json.load(fh)["points"]
     with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as fh:
         load = fh.read().split()[:3]
     for al in alphas:
+        if al in [p["alpha"] for p in done]:
+            continue
         if len(done) >= 2:                       # linear continuation from the nearest two
             near = sorted(done, key=lambda p: abs(p["alpha"] - al))[:2]
             (a0, q0), (a1, q1) = ((p["alpha"], np.array(p["Q"])) for p in near)

@@ -264,8 +264,10 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
     Errors (per entry of Q, through ``(dF/dx)^-1`` at the root, fresh Jacobian): statistical
     (replicate covariance of F, delta method: standard error), lattice (the root shift when K is
     taken at spacing ``2 dz``), and the unsolved residual; ``error`` is their sum with the
-    statistical part counted twice (a 2-sigma bar).  ``eigenvalues``: of the SE map's Jacobian
-    ``dT/dQ`` (similar to ``I - dF/dx``); ``stable``: all |.| < 1.  Raises
+    statistical part counted twice (a 2-sigma bar).  ``q_replicates``: the root each scramble
+    alone gives (to first order; for errors of quantities derived from several points).
+    ``eigenvalues``: of the SE map's Jacobian ``dT/dQ`` (similar to ``I - dF/dx``);
+    ``stable``: all |.| < 1.  Raises
     :class:`ConvergenceError` if Newton fails or lands on ``q1 = 0``."""
     import time
 
@@ -331,6 +333,8 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
     res_x = np.abs(Ji @ F)
     V = np.exp(x)
     se_q, lat_q, res_q = V * se_x, V * lat_x, V * res_x
+    # per replicate (first order): the root each scramble alone would give
+    q_rep = 1.0 - np.exp(x[None, :] - (Fr - F[None, :]) @ Ji.T)
     eig = np.linalg.eigvals(np.eye(2) - J)
     K = np.array([st["K1"]["value"], st["K2"]["value"]])
     nis = [dict(value=st[f"K{ll}_raw"]["value"] - st[f"N{ll}"]["value"],
@@ -345,6 +349,7 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
                 psi_error=st["psi"]["error"], K12=dict(value=st["K12"]["value"],
                                                        se=st["K12"]["se"]),
                 nishimori=nis, newton_history=hist, evaluations=evals,
+                jacobian=J.tolist(), q_replicates=q_rep.tolist(),
                 cpu_seconds=time.process_time() - t0, rule=rule,
                 method=(f"Newton in log(1 - q) on K from the fibre lattice (dz = {rule['dz']}, "
                         f"full disc R = {TRAP_R}) x scrambled Sobol' teacher outer "
