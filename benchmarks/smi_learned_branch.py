@@ -45,10 +45,31 @@ def onset(points: list[dict]) -> dict:
         out["line"] = float(line(q))
     if len(pts) == 3:
         v = parab(q)
-        stat = sum(abs(parab(q + se[i] * np.eye(3)[i]) - v) for i in range(3))
+        if all("q_replicates" in p for p in pts):
+            # common random numbers: the replicate roots of all alphas share each scramble
+            qr = np.array([[r[0] for r in p["q_replicates"]] for p in pts])      # (3, R)
+            roots = np.array([parab(qr[:, j]) for j in range(qr.shape[1])])
+            stat = float(roots.std(ddof=1) / np.sqrt(roots.size))
+            lat = sum(abs(parab(q + (p["lattice"][0] + p["residual"][0]) * np.eye(3)[i]) - v)
+                      for i, p in enumerate(pts))
+            out.update(replicate_roots=roots.tolist(), lattice=float(lat))
+        else:
+            stat = sum(abs(parab(q + se[i] * np.eye(3)[i]) - v) for i in range(3))
+            lat = 0.0
         out.update(value=v, stat=float(stat), model=abs(v - out["line"]),
-                   error=float(2 * stat + abs(v - out["line"])), alphas=a.tolist())
+                   error=float(2 * stat + lat + abs(v - out["line"])), alphas=a.tolist())
     return out
+
+
+def refresh(p: dict) -> dict:
+    """Add ``jacobian`` and ``q_replicates`` to a point computed without them (three
+    evaluations at its Q, same rule)."""
+    x = np.log(1 - np.array(p["Q"]))
+    F, Fr, _, _ = smi_learned._residual(x, p["alpha"], 1.0, 1.0, p["rule"])
+    J = smi_learned._fd_jacobian(x, F, p["alpha"], 1.0, 1.0, p["rule"])
+    p["jacobian"] = J.tolist()
+    p["q_replicates"] = (1 - np.exp(x[None, :] - (Fr - F[None, :]) @ np.linalg.inv(J).T)).tolist()
+    return p
 
 
 def main() -> None:
@@ -64,7 +85,7 @@ def main() -> None:
     done: list[dict] = []
     for f in args.previous:
         with open(f) as fh:
-            done += json.load(fh)["points"]
+            done += [p if "q_replicates" in p else refresh(p) for p in json.load(fh)["points"]]
     with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as fh:
         load = fh.read().split()[:3]
     for al in alphas:
