@@ -85,7 +85,10 @@ def main() -> None:
     done: list[dict] = []
     for f in args.previous:
         with open(f) as fh:
-            done += [p if "q_replicates" in p else refresh(p) for p in json.load(fh)["points"]]
+            done += json.load(fh)["points"]
+    for p in done:                     # the onset uses the three smallest alphas
+        if "q_replicates" not in p and p["alpha"] <= sorted(a["alpha"] for a in done)[2]:
+            refresh(p)
     with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as fh:
         load = fh.read().split()[:3]
     for al in alphas:
