@@ -18,14 +18,21 @@ both spacings from one evaluation, and their difference bounds the lattice error
 value (conservatively: the error at ``dz`` is about the square of the relative error at
 ``2 dz``).
 
-Outer rule.  Seeded Monte Carlo of the teacher: ``z_1, xi, zeta, eta ~ N(0, I_2)``,
-``omega_1 = q1 z_1 + sqrt(q1 V1) xi``, ``omega_2 = sqrt(q2) zeta``, ``z_2 = omega_2 + sqrt(V2)
-eta``, ``h = A(z_1) z_2``.  The normals are drawn once per seed and reused for every ``Q``
-(common random numbers), so the estimated SE map is a smooth deterministic function of ``Q``
-(Newton works on it) and the estimator is unbiased for each ``Q``; its standard error comes from
-the per-sample values.  Checks: Nishimori, ``K_l = (2 - E tr Cov[z_l'|.] / V_l) / V_l`` (the
-two estimators have the same expectation for the exact fibre integral, so their mean difference,
-over its standard error, tests the inner rule), and ``K12 = 0`` (sign symmetry).
+Outer rule.  The teacher: ``z_1, xi, zeta, eta ~ N(0, I_2)``, ``omega_1 = q1 z_1 + sqrt(q1 V1)
+xi``, ``omega_2 = sqrt(q2) zeta``, ``z_2 = omega_2 + sqrt(V2) eta``, ``h = A(z_1) z_2`` (THEORY
+2.1), the 8 normals from independently scrambled Sobol' point sets (randomised quasi-Monte
+Carlo, :func:`normals`; each replicate is an unbiased estimator, their spread the standard
+error).  The normals are fixed per seed and reused for every ``Q`` (common random numbers), so
+the estimated SE map is a smooth deterministic function of ``Q`` and Newton works on it.  A
+deterministic 6-8D outer rule would cost far more on 2 cores: the integrand has features of
+width ``sqrt(V2)`` (the sign of ``h`` at ``omega_2 ~ 0``, the layer-1 information at
+``omega_2,0 ~ omega_2,1``) that tensor Gauss rules miss (the bias of the removed rule).
+
+Estimator: ``K_l = E|g_l|^2`` with the Nishimori partner ``N_l = (2 - tr Cov[z_l'|.] / V_l) /
+V_l`` as a control variate (``E[K_l - N_l] = 0`` for the exact fibre; ``N_2`` has 7x less
+variance than ``|g_2|^2``, which carries the teacher noise ``|eta|^2 / V2``).  Checks: the raw
+difference ``K_l - N_l`` (tests the fibre rule) and ``K12 = 0`` (sign symmetry).  Newton:
+:func:`solve_branch`.  Results and independent checks: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
