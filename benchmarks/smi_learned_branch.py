@@ -97,8 +97,10 @@ def main() -> None:
         if len(done) >= 2:                       # linear continuation from the nearest two
             near = sorted(done, key=lambda p: abs(p["alpha"] - al))[:2]
             (a0, q0), (a1, q1) = ((p["alpha"], np.array(p["Q"])) for p in near)
-            g = q0 + (q1 - q0) * (al - a0) / (a1 - a0)
-            init = (float(np.clip(g[0], 0.01, 0.95)), float(np.clip(g[1], 0.5, 0.9995)))
+            t = (al - a0) / (a1 - a0)                 # linear in q1, in log(1 - q2)
+            g1 = q0[0] + (q1[0] - q0[0]) * t
+            g2 = 1 - (1 - q0[1]) * ((1 - q1[1]) / (1 - q0[1])) ** t
+            init = (float(np.clip(g1, 0.01, 0.95)), float(np.clip(g2, 0.5, 0.9995)))
         elif done:
             init = tuple(done[-1]["Q"])
         t = time.perf_counter()

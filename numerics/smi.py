@@ -727,10 +727,12 @@ def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -
         r["seconds"] = time.perf_counter() - t
         learned = r["branch"] == "both learned" and r["stable"]
         if learned and prev is not None and init is not None and k + 1 < len(alphas):
-            # secant predictor for the next Newton start
+            # secant predictor for the next Newton start: linear in q1, in log(1 - q2) (V2
+            # shrinks geometrically towards alpha = 1; linear in q2 overshot at alpha = 0.95)
             t_ = (alphas[k + 1] - a) / (a - prev)
-            init = tuple(float(np.clip(x + t_ * (x - y), 0.01, 0.9999))
-                         for x, y in zip(r["Q"], last_q, strict=True))
+            q1n = r["Q"][0] + t_ * (r["Q"][0] - last_q[0])
+            v2n = (1 - r["Q"][1]) * ((1 - r["Q"][1]) / (1 - last_q[1])) ** t_
+            init = (float(np.clip(q1n, 0.01, 0.9999)), float(np.clip(1 - v2n, 0.01, 0.9999)))
         elif learned:
             init = tuple(r["Q"])
         else:
