@@ -229,7 +229,7 @@ def compile_functions(layers: int = 2, backend: str = "numpy") -> dict:
         ab, inv_t, det_t = attention_inverse_logits()
         out["attention_inverse_ab"] = sp.lambdify([*ab, c], [inv_t[0, 0], inv_t[0, 1],
                                                              inv_t[1, 0], inv_t[1, 1], det_t],
-                                                  modules=modules)
+                                                  modules=modules, cse=True)
         _, zz, _, logp = logit_chart()
         out["logit_chart"] = sp.lambdify([*ab, beta], [zz[0] ** 2, zz[0] * zz[1], zz[1] ** 2,
                                                        logp], modules=modules)

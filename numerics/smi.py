@@ -115,7 +115,7 @@ def _stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIG
     Returns a dict with ``K1 = E sum_m g_1m^2``, ``K2 = E sum_m g_2m^2``,
     ``K12 = E sum_m g_1m g_2m`` (only meaningful at q1 = 0: its integrand is odd under
     ``omega_2 -> -omega_2``, which the halved omega_2 and h grids assume even; the exact K12 is 0,
-    see :func:`numerics.smi_branches.branch_stats` with ``half=False``),
+    see :func:`numerics.smi_learned.learned_stats`),
     ``mu1 = E ||Cov[z_1 | y, omega] - I||_F^2`` (meaningful at q1 = 0: the sequential stability
     coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
     """
@@ -727,10 +727,12 @@ def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -
         r["seconds"] = time.perf_counter() - t
         learned = r["branch"] == "both learned" and r["stable"]
         if learned and prev is not None and init is not None and k + 1 < len(alphas):
-            # secant predictor for the next Newton start
+            # secant predictor for the next Newton start: linear in q1, in log(1 - q2) (V2
+            # shrinks geometrically towards alpha = 1; linear in q2 overshot at alpha = 0.95)
             t_ = (alphas[k + 1] - a) / (a - prev)
-            init = tuple(float(np.clip(x + t_ * (x - y), 0.01, 0.9999))
-                         for x, y in zip(r["Q"], last_q, strict=True))
+            q1n = r["Q"][0] + t_ * (r["Q"][0] - last_q[0])
+            v2n = (1 - r["Q"][1]) * ((1 - r["Q"][1]) / (1 - last_q[1])) ** t_
+            init = (float(np.clip(q1n, 0.01, 0.9999)), float(np.clip(1 - v2n, 0.01, 0.9999)))
         elif learned:
             init = tuple(r["Q"])
         else:

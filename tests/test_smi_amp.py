@@ -199,9 +199,9 @@ def test_amp_vs_branch_se_alpha_06():
 
 @pytest.mark.slow
 def test_amp_vs_montecarlo_se_alpha_1():
-    # above the sequential threshold: both layers learned. numerics.smi.fixed_point's
-    # both-learned branch is provisional (see numerics.smi_branches.PROVISIONAL) and alpha = 1 is
-    # marginal, so the reference is the Monte Carlo SE
+    # above the sequential threshold: both layers learned. alpha = 1 is marginal for
+    # numerics.smi.fixed_point (the both-learned branch ends there), so the reference is the
+    # Monte Carlo SE
     # (same g_out). alpha = 1 is the parameter-counting point (2 numbers per sample, 2 D
     # unknowns): the SE map is nearly the identity along a curve in (Q_11, Q_22) and Q_11 creeps
     # up in both the SE and GAMP (SE 0.73 after 40 iterations, 0.83 after 150; GAMP 0.89 after
