@@ -68,28 +68,48 @@ def test_inputs():
         seq.trapezoid_lattice(0.0, 1.0, 1.0)
 
 
-@pytest.mark.parametrize("q_star", [0.974, 0.7])
-def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
-    # model residual with known root and mu1; the refined order shifts the root by 1e-5, so the
-    # reported error must cover the coarse-refined spread and the value is the refined one
-    calls = []
-
+def _model_resid(calls, q_star, refined):
+    # model residual with known root and mu1; the refined order shifts the root by 1e-5
     def fake(q, c, beta, order, workers):
-        calls.append(q)
-        shift = 1e-5 if order == seq.SEQ_ORDERS[1] else 0.0
+        calls.append((q, order))
+        shift = 1e-5 if order == refined else 0.0
         x = q - q_star - shift
         r = 30.0 * x + 200.0 * x**2
         mu1 = 1.4 + 25.0 * x + 50.0 * x**2
-        return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0)
+        return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0,
+                       cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+    return fake
 
-    monkeypatch.setattr(seq, "_resid", fake)
+
+@pytest.mark.parametrize("q_star", [0.974, 0.7])
+def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
+    # the reported error must cover the coarse-refined spread and the value is the refined one
+    calls = []
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, q_star, seq.SEQ_ORDERS[1]))
     r = seq.sequential_threshold(workers=1)
     exact = 1.0 / 1.4
     # second-order remainder of the first-order shift to the refined root: ~ mu'' dq^2
     assert abs(r["value"] - exact) < min(1e-8, r["error"])
     assert abs(r["q2"] - (q_star + 1e-5)) < 1e-9
     assert r["error"] >= abs(r["values"][0] - r["values"][1]) > 0
-    assert calls[0] == seq.SEQ_SCAN_START
+    assert calls[0] == (seq.SEQ_SCAN_START, seq.SEQ_SCAN_ORDER)
+
+
+def test_threshold_digits_pick_the_ladder(monkeypatch):
+    # digits = 8: refined = rung SEQ_DIGITS[8], coarse the rung below, root found two rungs
+    # below; each expensive order is evaluated exactly once
+    k = seq.SEQ_DIGITS[8]
+    fine, coarse = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1]
+    calls = []
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, fine))
+    r = seq.sequential_threshold(workers=1, digits=8)
+    orders = [o for _, o in calls]
+    assert orders.count(fine) == 1 and orders.count(coarse) == 1
+    assert orders.count(seq.SEQ_LADDER[k - 2]) == 3
+    assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
+    assert r["orders"] == [list(coarse), list(fine)]
+    with pytest.raises(InputError, match="digits"):
+        seq.sequential_threshold(digits=12)
 
 
 def test_omega_rule_even_moments():
