@@ -445,7 +445,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 spread=abs(a_f - a_c), interpolation=interp, cut=cut_alpha,
                 mass=float(st_f["mass"]), slope_r=s_r, slope_mu=s_mu,
                 pairs=int(st_f["pairs"]), orders=[list(o) for o in orders],
-                root_order=list(root_order), seconds=time.perf_counter() - t0,
+                root_order=list(root_order), root_value=1.0 / root["mu1"], root_q2=q_c,
+                seconds=time.perf_counter() - t0,
                 method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; "
                         "2D sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
                         "(z_1), orders (tau, dh/sqrt V, dz) "
