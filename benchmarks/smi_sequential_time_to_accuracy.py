@@ -13,7 +13,7 @@ n(eps) = n0 (se0/eps)^2 -- an extrapolation, stated as such; it ignores the O(1/
 bias of the inner importance sampling, which does not shrink with n.  The Monte Carlo estimate is
 also not a root search: it is evaluated at the engine's q2*, so its time is a lower bound.
 
-    python benchmarks/smi_sequential_time_to_accuracy.py --digits 3 4 6 8 --workers 2 \\
+    python benchmarks/smi_sequential_time_to_accuracy.py --digits 2 4 6 --workers 2 \\
         [--mc-samples 2000 --mc-inner 1600] [--out results.json]
 """
 
@@ -63,7 +63,7 @@ def montecarlo(q2: float, samples: int, inner: int, seed: int, targets) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--digits", type=int, nargs="+", default=[3, 4, 6, 8])
+    ap.add_argument("--digits", type=int, nargs="+", default=[2, 4, 6])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--mc-samples", type=int, default=2000)
     ap.add_argument("--mc-inner", type=int, default=1600)

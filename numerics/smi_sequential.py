@@ -256,15 +256,17 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
 
 
 # ----------------------------------------------------------------------------- threshold
-# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V), fibre lattice spacing; every
-# rule is refined from one rung to the next (pairs grow ~3-5x per rung)
+# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V), fibre lattice spacing.  Every
+# rule is refined from one rung to the next, dh most: at q2 = 0.97365 refining one rule of
+# (0.2, 1.5, 0.15) at a time moves alpha by 1.3e-5 (dh -> 1.2), 1e-8 (tau -> 0.15), 4e-9
+# (dz -> 0.11); the h lattice error falls like exp(-10.6 / dh) (benchmarks/RESULTS.md)
 SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
-SEQ_LADDER = ((0.5, 2.8, 0.25), (0.3, 1.9, 0.2), (0.2, 1.5, 0.15), (0.15, 1.2, 0.11),
-              (0.12, 1.0, 0.09))
+SEQ_LADDER = ((0.5, 2.8, 0.25), (0.3, 1.9, 0.2), (0.2, 1.5, 0.15), (0.17, 1.1, 0.13),
+              (0.15, 0.85, 0.12), (0.13, 0.7, 0.11))
 SEQ_ORDERS = (SEQ_LADDER[1], SEQ_LADDER[2])
-# digits asked -> ladder index of the refined order (the coarse one is the rung below); from
-# the measured spreads (benchmarks/RESULTS.md, "time to accuracy")
-SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3, 7: 4, 8: 4}
+# digits asked -> ladder index k of the refined order (the coarse one is rung k - 1, whose
+# error the reported bar is): measured bars 8e-5 (k = 2), 1e-6 (k = 4); see RESULTS.md
+SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 2, 5: 4, 6: 4, 7: 5}
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 SEQ_SCAN_START = 0.9
 
@@ -367,10 +369,10 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats`.
 
     Accuracy: ``digits`` picks the pair (coarse, refined) of consecutive rungs of
-    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (measured: 4 digits ~ 1 min, 8 digits ~ 10 min
-    on 2 cores); ``orders`` gives the pair explicitly instead.  Root search: bracket and regula
+    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (measured on 2 shared cores: 4 digits in about a
+    minute, 6 in about ten); ``orders`` gives the pair explicitly instead.  Root search: bracket and regula
     falsi at ``scan_order``; the root of a parabola through three points at the "root order"
-    (the coarse order, or the rung below it when ``digits >= 5``); the coarse and the refined
+    (the coarse order, at most rung 2 of the ladder); the coarse and the refined
     orders are each evaluated once at that root and shifted to their own roots to first order
     with the root-order slopes.  ``value`` is the refined alpha; ``error = |alpha_refined -
     alpha_coarse|`` + interpolation (parabola root, second-order remainder of the shifts, slope
@@ -388,7 +390,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 f"{max(SEQ_DIGITS)}", digits)
         k = SEQ_DIGITS[digits]
         orders = (SEQ_LADDER[k - 1], SEQ_LADDER[k])
-        root_order = SEQ_LADDER[k - 2] if k >= 3 else orders[0]
+        root_order = SEQ_LADDER[min(k - 1, 2)]
     else:
         require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz)", orders)
         root_order = orders[0]

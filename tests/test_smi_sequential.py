@@ -96,20 +96,21 @@ def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
 
 
 def test_threshold_digits_pick_the_ladder(monkeypatch):
-    # digits = 8: refined = rung SEQ_DIGITS[8], coarse the rung below, root found two rungs
-    # below; each expensive order is evaluated exactly once
-    k = seq.SEQ_DIGITS[8]
+    # most digits: refined = rung SEQ_DIGITS[top], coarse the rung below, root found at rung 2;
+    # each expensive order is evaluated exactly once
+    top = max(seq.SEQ_DIGITS)
+    k = seq.SEQ_DIGITS[top]
     fine, coarse = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1]
     calls = []
     monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, fine))
-    r = seq.sequential_threshold(workers=1, digits=8)
+    r = seq.sequential_threshold(workers=1, digits=top)
     orders = [o for _, o in calls]
-    assert orders.count(fine) == 1 and orders.count(coarse) == 1
-    assert orders.count(seq.SEQ_LADDER[k - 2]) == 3
+    assert k >= 4 and orders.count(fine) == 1 and orders.count(coarse) == 1
+    assert orders.count(seq.SEQ_LADDER[2]) == 3
     assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
     assert r["orders"] == [list(coarse), list(fine)]
     with pytest.raises(InputError, match="digits"):
-        seq.sequential_threshold(digits=12)
+        seq.sequential_threshold(digits=top + 1)
 
 
 def test_omega_rule_even_moments():
