@@ -14,7 +14,7 @@ bias of the inner importance sampling, which does not shrink with n.  The Monte 
 also not a root search: it is evaluated at the engine's q2*, so its time is a lower bound.
 
     python benchmarks/smi_sequential_time_to_accuracy.py --digits 2 4 6 --workers 2 \\
-        [--mc-samples 2000 --mc-inner 1600] [--out results.json]
+        [--mc-samples 8000 --mc-inner 1600] [--out results.json]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--digits", type=int, nargs="+", default=[2, 4, 6])
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--mc-samples", type=int, default=2000)
+    ap.add_argument("--mc-samples", type=int, default=8000)
     ap.add_argument("--mc-inner", type=int, default=1600)
     ap.add_argument("--mc-seed", type=int, default=5)
     ap.add_argument("--no-mc", action="store_true")
