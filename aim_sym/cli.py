@@ -340,7 +340,7 @@ def plot_rows(path: str, rows: list[dict], ycols: list[str], title: str) -> None
 @click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
 @click.option("--digits", type=int, default=16, show_default=True, help="1 to 1000; --model "
               "smi: digits asked of the sequential threshold, 1 to 7 (default there 4: 1-2 "
-              "minutes on 2 cores; 6: 10-20 minutes)")
+              "minutes on 2 cores; 6: 5-17 minutes)")
 @click.option("--certified", is_flag=True, help="add an interval enclosure (python-flint)")
 @click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only (seconds, not "
               "minutes)")

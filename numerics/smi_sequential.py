@@ -373,8 +373,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats`.
 
     Accuracy: ``digits`` picks the pair (coarse, refined) of consecutive rungs of
-    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (measured on 2 loaded cores: 4 digits in 2 min,
-    6 in 17 min, 13 min of CPU); ``orders`` gives the pair explicitly instead.  Root search:
+    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (measured on 2 cores: 4 digits in 35-123 s,
+    6 in 5-17 min, depending on the load); ``orders`` gives the pair explicitly instead.  Root search:
     bracket and regula falsi at ``scan_order``; the root of a parabola through three points at
     the "root order" (the coarse order, at most rung 2 of the ladder); the coarse and the
     refined orders are each evaluated once at that root and shifted to their own roots to first
