@@ -19,6 +19,6 @@ for spec in specs:
                        workers=workers)
     r["seconds"] = time.perf_counter() - t
     r["resid"] = r["mu1"] - (1 - q2) * r["K2"] / q2
-    out = {k: float(v) for k, v in r.items()}
+    out = {k: (v if isinstance(v, dict) else float(v)) for k, v in r.items()}
     out["spec"] = spec
     print(json.dumps(out), flush=True)

@@ -465,11 +465,12 @@ def sequential_threshold_mixture(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS,
 
 def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
                     order: int | None = None, progress=None,
-                    sequential: bool = True) -> list[dict]:
+                    sequential: bool = True, digits: int = 4) -> list[dict]:
     """Weak-recovery thresholds ``1/lambda_l`` of each layer at ``Q = 0`` and (unless
     ``sequential=False``) the sequential threshold of layer 1 once layer 2 is learned.  Each dict:
     layer, kind ("weak" or "sequential"), value, error, method, seconds (and, for sequential, q2
-    at the threshold)."""
+    at the threshold).  ``digits``: accuracy asked of the sequential threshold (1..7, see
+    :data:`numerics.smi_sequential.SEQ_DIGITS`)."""
     _check(layers, tokens, skip, beta)
     if order is not None:
         require(isinstance(order, (int, np.integer)) and 8 <= order <= 400 and order % 2 == 0,
@@ -487,7 +488,7 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
                         error=e.error / e.value**2, method=e.method, seconds=dt))
     if sequential:
         t = time.perf_counter()
-        seq = sequential_threshold(skip=skip, beta=beta)
+        seq = sequential_threshold(skip=skip, beta=beta, digits=digits)
         if progress:
             progress(2, 2, "sequential threshold")
         out.append(dict(layer=1, kind="sequential", value=seq["value"], error=seq["error"],

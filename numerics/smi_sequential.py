@@ -17,7 +17,11 @@ lattice covers the half-disc ``z_0 >= 0, |z| <= R`` (evenness doubles it; the cu
 The lattice does not depend on the outer point, so everything node-dependent (``A^{-1}``, the
 prior, ``det A``) is computed once and the exponent is a bilinear form in (outer features) x
 (node features): one matrix product per block, then ``exp``.  Exponents are ``<= log w`` and
-each row is shifted by its maximum before ``exp``: no overflow, no all-zero rows.
+each row is shifted by its maximum before ``exp``: no overflow, no all-zero rows.  Blocks are
+cache-sized (:data:`_BLOCK`; numpy on 32 MB blocks was memory-bound at ~150 ns per pair, now
+~20-30 ns, two ``exp`` per pair at most), exponents below ``max - 60`` are clipped (no
+subnormals), and a sign whose whole row is below that is not exponentiated; omega_2 nodes of
+weight < :data:`OMEGA_WCUT` are dropped with a bound on what they carry.
 
 Outer rules: the average over (true z_1, eta) given omega_2 is an integral over h weighted by
 the fibre integral Z(h) itself (:func:`h_lattice`: trapezoid lattice in h, spacing ~ sqrt(V));
@@ -37,7 +41,7 @@ from numerics.records import require
 
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
-_BLOCK = 4_000_000  # elements of one (outer x node) block
+_BLOCK = 1 << 15    # elements of one (outer x node) block: 256 kB, stays in cache
 
 
 @lru_cache(maxsize=8)
@@ -63,36 +67,76 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float = TRAP_R) 
                   Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
     Y = np.stack([Ai[0, 0], Ai[0, 1], Ai[1, 0], Ai[1, 1]])
     logw = np.log(w) - 0.5 * (Z0**2 + Z1**2) - math.log(2 * math.pi) - np.log(det)
-    return dict(B=B, Y=Y, logw=logw, zz=np.stack([Z0 * Z0, Z0 * Z1, Z1 * Z1], 1),
-                Ai=Y.T.copy(), n=Z0.size, w=w, z=(Z0, Z1))
+    zz = np.stack([Z0 * Z0, Z0 * Z1, Z1 * Z1], 1)
+    F7 = np.concatenate([np.ones((Z0.size, 1)), zz, B.T], 1)
+    return dict(B=B, Y=Y, logw=logw, zz=zz, F7=F7, Ai=Y.T.copy(), n=Z0.size, w=w, z=(Z0, Z1))
+
+
+EXP_FLOOR = -60.0   # exponents below (row max + EXP_FLOOR) are clipped there (no subnormals)
+
+
+def _fibre_sums(h0, h1, o0, o1, v2, lat: dict):
+    """Raw lattice sums for one cache-sized block of outer points: ``G`` (r, 7) =
+    ``sum_z S (1, zz, B)`` and ``Dd`` (r, 4) = ``sum_z D A^{-1}`` with ``S, D = e+ +- e-``,
+    ``e+- = exp(logw - |A^{-1} h -+ omega|^2 / (2V) - shift)`` (THEORY 2.3), and the row shift.
+
+    The exponents are clipped at ``shift + EXP_FLOOR`` (every clipped term is ``<= e^-60`` of the
+    row maximum: relative bias ``<= n e^-60``), and a sign whose row maximum is below that floor is
+    not exponentiated at all (same bound): for ``|omega| >> sqrt V`` one sign dominates."""
+    r = h0.size
+    hh = np.empty((r, 3))
+    hh[:, 0], hh[:, 1], hh[:, 2] = h0 * h0, h0 * h1, h1 * h1
+    oh = np.empty((r, 4))
+    oh[:, 0], oh[:, 1], oh[:, 2], oh[:, 3] = o0 * h0, o0 * h1, o1 * h0, o1 * h1
+    # exponent without the per-row constant -|omega|^2 / (2V) (restored in log Z)
+    P = (hh * (-0.5 / v2)) @ lat["B"]
+    P += lat["logw"]
+    X = (oh * (1.0 / v2)) @ lat["Y"]
+    M = P - X                                   # minus sign
+    P += X                                      # plus sign
+    mp, mm = P.max(1), M.max(1)
+    shift = np.maximum(mp, mm)
+    for A, mA in ((P, mp), (M, mm)):
+        need = mA > shift + EXP_FLOOR
+        if need.all():
+            A -= shift[:, None]
+            np.maximum(A, EXP_FLOOR, out=A)
+            np.exp(A, out=A)
+        elif need.any():
+            sub = A[need] - shift[need, None]
+            np.maximum(sub, EXP_FLOOR, out=sub)
+            A[:] = 0.0
+            A[need] = np.exp(sub, out=sub)
+        else:
+            A[:] = 0.0
+    np.add(P, M, out=X)                          # S
+    np.subtract(P, M, out=P)                     # D
+    return X @ lat["F7"], P @ lat["Ai"], shift
 
 
 def fibre_moments(h0, h1, o0, o1, v2, lat: dict):
     """Posterior moments over the fibre for outer points (1D arrays ``h``, ``omega_2``):
     ``(c00, c01, c11, m0, m1, n2, logZ)`` with ``c = Cov[z_1|.] - I`` entries (``E z_1 = 0`` by
     evenness), ``m = E[z_2]``, ``n2 = E|z_2|^2`` and ``log Z`` (Z the fibre integral with the
-    ``1/(2 pi V)`` of the layer-2 Gaussian)."""
-    hh = np.stack([h0 * h0, h0 * h1, h1 * h1], 1)
-    oh = np.stack([o0 * h0, o0 * h1, o1 * h0, o1 * h1], 1)
-    E = lat["logw"] - (hh @ lat["B"] + (o0 * o0 + o1 * o1)[:, None]) / (2 * v2)
-    X = (oh @ lat["Y"]) / v2
-    Ep, Em = E + X, E - X
-    mx = np.maximum(Ep.max(1), Em.max(1))[:, None]
-    np.subtract(Ep, mx, out=Ep)
-    np.subtract(Em, mx, out=Em)
-    np.exp(Ep, out=Ep)
-    np.exp(Em, out=Em)
-    S = Ep + Em
-    np.subtract(Ep, Em, out=Ep)                 # Ep now holds the difference
-    Z = S.sum(1)
-    mz = (S @ lat["zz"]) / Z[:, None]
-    d = (Ep @ lat["Ai"]) / Z[:, None]           # E[s A^{-1}] entries
-    m0 = d[:, 0] * h0 + d[:, 1] * h1
-    m1 = d[:, 2] * h0 + d[:, 3] * h1
-    # E|z_2|^2 = E |A^{-1} h|^2 = sum S B.hh / Z
-    n2 = ((S @ lat["B"].T) * hh).sum(1) / Z
-    logZ = np.log(Z) + mx[:, 0] - math.log(2 * math.pi * v2)
-    return mz[:, 0] - 1, mz[:, 1], mz[:, 2] - 1, m0, m1, n2, logZ
+    ``1/(2 pi V)`` of the layer-2 Gaussian).  Work in cache-sized blocks (:data:`_BLOCK`)."""
+    h0, h1, o0, o1 = (np.broadcast_to(np.asarray(a, dtype=float), np.shape(h0))
+                      for a in (h0, h1, o0, o1))
+    step = max(1, _BLOCK // lat["n"])
+    out = np.empty((7, h0.size))
+    for s0 in range(0, h0.size, step):
+        sl = slice(s0, s0 + step)
+        G, Dd, shift = _fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v2, lat)
+        out[:, sl] = _moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v2)
+    return tuple(out)
+
+
+def _moments(G, Dd, shift, h0, h1, o0, o1, v2):
+    Z = G[:, 0]
+    m = Dd / Z[:, None]                          # E[s A^{-1}] entries
+    n2 = (G[:, 4] * h0 * h0 + G[:, 5] * h0 * h1 + G[:, 6] * h1 * h1) / Z
+    logZ = np.log(Z) + shift - (o0 * o0 + o1 * o1) / (2 * v2) - math.log(2 * math.pi * v2)
+    return (G[:, 1] / Z - 1, G[:, 2] / Z, G[:, 3] / Z - 1, m[:, 0] * h0 + m[:, 1] * h1,
+            m[:, 2] * h0 + m[:, 3] * h1, n2, logZ)
 
 
 def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: float = H_PAD):
@@ -122,6 +166,7 @@ def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: floa
 
 OMEGA_KAPPA = 1.0    # sinh-map scale in units of sqrt(V) (the width of the omega features)
 OMEGA_DMAX = 8.5     # range in units of sqrt(q2): cut Gaussian mass < 1e-16
+OMEGA_WCUT = 1e-14   # omega_2 nodes of smaller weight are dropped (bound: branch_stats ``cut``)
 
 
 def _sinh_half_rule(tau: float, q2: float, kappa: float):
@@ -153,20 +198,18 @@ def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
 
 
 def _omega_task(args):
+    """Weighted sums (mass, mu1, K2, trcov2) over the h lattice at one omega_2 node; ``lat`` is
+    the lattice dict or the key ``(dz, c, beta)`` of the cached :func:`trapezoid_lattice`
+    (inherited by forked workers: nothing large is pickled)."""
     o0, o1, wo, v2, c, dh, lat = args
+    if isinstance(lat, tuple):
+        lat = trapezoid_lattice(*lat)
     H0, H1, Wh = h_lattice(o0, o1, v2, c, dh)
-    acc = np.zeros(5)
-    step = max(1, _BLOCK // lat["n"])
-    for s0 in range(0, H0.size, step):
-        sl = slice(s0, s0 + step)
-        n = H0[sl].size
-        c00, c01, c11, m0, m1, n2, logZ = fibre_moments(H0[sl], H1[sl], np.full(n, o0),
-                                                        np.full(n, o1), v2, lat)
-        w = Wh[sl] * np.exp(logZ)
-        acc += np.array([w.sum(), w @ (c00**2 + 2 * c01**2 + c11**2),
-                         w @ (((m0 - o0) ** 2 + (m1 - o1) ** 2) / v2**2),
-                         w @ (n2 - m0**2 - m1**2), float(n)])
-    return wo * acc[:4], acc[4]
+    c00, c01, c11, m0, m1, n2, logZ = fibre_moments(H0, H1, o0, o1, v2, lat)
+    w = Wh * np.exp(logZ)
+    acc = np.array([w.sum(), w @ (c00**2 + 2 * c01**2 + c11**2),
+                    w @ (((m0 - o0) ** 2 + (m1 - o1) ** 2) / v2**2), w @ (n2 - m0**2 - m1**2)])
+    return wo * acc, float(H0.size)
 
 
 def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
@@ -189,8 +232,17 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
         O0, O1, W = omega_rule(n_w, float(q2))
     else:
         O0, O1, W = smi._omega_rule(tuple(n_w), q2)
-    jobs = [(float(a), float(b), float(w), v2, float(c), float(dh) * math.sqrt(v2), lat)
-            for a, b, w in zip(O0, O1, W, strict=True)]
+    # omega_2 nodes of weight < OMEGA_WCUT are dropped; per unit weight the integrands are
+    # bounded (mass 1, K2 <= 2/V by Nishimori, mu1 <= 2 (R^2 - 1)^2 on the radius-R lattice),
+    # so the cut is bounded by these times the dropped weight (returned as ``cut``)
+    keep = W >= OMEGA_WCUT
+    w_cut = float(W[~keep].sum())
+    key = (float(dz), float(c), float(beta))
+    hs = float(dh) * math.sqrt(v2)
+    jobs = [(float(a), float(b), float(w), v2, float(c), hs, key)
+            for a, b, w in zip(O0[keep], O1[keep], W[keep], strict=True)]
+    # largest h boxes first (load balance over the pool)
+    jobs.sort(key=lambda j: -abs(j[0] - j[1]))
     if workers == 1:
         res = [_omega_task(j) for j in jobs]
     else:
@@ -200,15 +252,25 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
             res = pool.map(_omega_task, jobs, chunksize=1)
     mass, mu1, K2, trcov2 = np.sum([r[0] for r in res], axis=0)
     npts = int(sum(r[1] for r in res))
+    cut = dict(mass=w_cut, K2=2.0 * w_cut / v2, mu1=2.0 * (TRAP_R**2 - 1) ** 2 * w_cut,
+               omega_nodes=int((~keep).sum()))
     return dict(mass=mass, mu1=mu1, K2=K2, trcov2=trcov2,
                 nishimori=K2 - (2 * mass - trcov2 / v2) / v2, omega_weight=float(W.sum()),
-                outer_points=npts, nodes=lat["n"], pairs=npts * lat["n"])
+                outer_points=npts, nodes=lat["n"], pairs=npts * lat["n"], cut=cut)
 
 
 # ----------------------------------------------------------------------------- threshold
-# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V), fibre lattice spacing
+# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V), fibre lattice spacing.  Every
+# rule is refined from one rung to the next, dh most: at q2 = 0.97365 refining one rule of
+# (0.2, 1.5, 0.15) at a time moves alpha by 1.3e-5 (dh -> 1.2), 1e-8 (tau -> 0.15), 4e-9
+# (dz -> 0.11); the h lattice error falls like exp(-10.6 / dh) (benchmarks/RESULTS.md)
 SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
-SEQ_ORDERS = ((0.3, 1.9, 0.2), (0.2, 1.5, 0.15))
+SEQ_LADDER = ((0.5, 2.8, 0.25), (0.3, 1.9, 0.2), (0.2, 1.5, 0.15), (0.17, 1.1, 0.13),
+              (0.15, 0.85, 0.12), (0.13, 0.7, 0.11))
+SEQ_ORDERS = (SEQ_LADDER[1], SEQ_LADDER[2])
+# digits asked -> ladder index k of the refined order (the coarse one is rung k - 1, whose
+# error the reported bar is): measured bars 2.6e-3, 8e-5, 1.3e-6, 1.4e-7 for k = 1, 2, 4, 5
+SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 2, 5: 4, 6: 4, 7: 5}
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 SEQ_SCAN_START = 0.9
 
@@ -220,45 +282,12 @@ def _resid(q2, c, beta, order, workers):
     return st["mu1"] - (1 - q2) * st["K2"] / q2, st
 
 
-def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORDERS,
-                         scan_order=SEQ_SCAN_ORDER, workers: int | None = None,
-                         progress=None) -> dict:
-    """Threshold of layer 1 at the SE fixed point where layer 2 is learned (THEORY 2.2).
-
-    On the layer-2 branch ``alpha(q2) = q2 / ((1 - q2) K2(q2))``; the unlearned direction has
-    eigenvalue ``alpha mu1(q2)``, so the threshold solves ``r(q2) = mu1 - (1 - q2) K2 / q2 = 0``
-    and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats` (all three rules are
-    lattice/trapezoid or Gauss rules that converge geometrically).
-
-    Root search: lazy scan of :data:`SEQ_SCAN` at ``scan_order`` (upwards from
-    :data:`SEQ_SCAN_START`, then downwards) up to the first sign change,
-    one regula-falsi step there; at ``orders[0]``, a secant through two points and a third
-    evaluation at the secant root, the final root from the parabola through the three (its
-    distance to the secant root is the interpolation error); at ``orders[1]`` one evaluation at
-    that root, shifted to its own root to first order with the slopes of ``orders[0]``.
-    ``value`` is the ``orders[1]`` alpha; ``error = |alpha_1 - alpha_0|`` + interpolation
-    error + ``alpha`` x the relative Nishimori residual of ``orders[1]`` (an independent check of
-    the h rule).  Raises :class:`ConvergenceError` if the root is not bracketed.
-    ``workers``: processes over the omega_2 nodes (default ``min(2, cpu_count)``)."""
-    import os
-    import time
-
+def _bracket(skip, beta, scan_order, workers):
+    """Lazy scan of :data:`SEQ_SCAN` (upwards from :data:`SEQ_SCAN_START`, then downwards) to
+    the first sign change of ``r``, then Illinois regula falsi at ``scan_order`` until the step
+    is below 1% of ``1 - q2``.  Returns the estimate and the last secant slope ``dr/dq``."""
     from numerics.records import ConvergenceError
 
-    require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
-    require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
-    require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz)", orders)
-    if workers is None:
-        workers = min(2, os.cpu_count() or 1)
-    t0 = time.perf_counter()
-    step = [0]
-
-    def tick(msg):
-        step[0] += 1
-        if progress:
-            progress(step[0], 5, msg)
-
-    # lazy scan: upwards from SEQ_SCAN_START, then downwards, stop at the first sign change
     up = [q for q in SEQ_SCAN if q >= SEQ_SCAN_START]
     down = [q for q in reversed(SEQ_SCAN) if q < SEQ_SCAN_START]
     scan, pair = [], None
@@ -275,7 +304,6 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
         raise ConvergenceError(f"sequential threshold not bracketed in q2 in {SEQ_SCAN}",
                                last_iterate=[q for q, _ in scan], residual=[r for _, r in scan])
     (qa, ra), (qb, rb) = pair
-    # Illinois regula falsi at the scan order until the step is below 1% of (1 - q2)
     q0, side = qa - ra * (qb - qa) / (rb - ra), 0
     for _ in range(12):
         rm = _resid(q0, skip, beta, scan_order, workers)[0]
@@ -293,58 +321,141 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, orders=SEQ_ORD
         done = abs(q1 - q0) < 0.01 * (1 - q1)
         q0 = q1
         if done:
-            break
-    tick("sequential threshold: bracket")
-    # coarse order: secant, then a parabola through three points
+            return q0
+    raise ConvergenceError("regula falsi at the scan order did not settle", last_iterate=q0,
+                           residual=[ra, rb])
+
+
+def _parabola_root(q0, skip, beta, order, workers, tick):
+    """Root of ``r`` at one order: secant through ``q0, q0 + eps``, a third evaluation at the
+    secant root, the root of the parabola through the three (interpolation error: its distance
+    to the secant-type Newton step from the third point).  Returns the root, ``mu1`` there (from
+    the parabola of ``mu1``), the slopes ``dr/dq``, ``dmu1/dq`` and the curvatures."""
+    from numerics.records import ConvergenceError
+
     eps = 0.002 * (1 - q0)
     pts = []
     for q in (q0, q0 + eps):
-        r, st = _resid(q, skip, beta, orders[0], workers)
+        r, st = _resid(q, skip, beta, order, workers)
         pts.append((q, r, st["mu1"]))
-        tick("sequential threshold: coarse order")
+        tick("sequential threshold: root order")
     (qa, ra, _), (qb, rb, _) = pts
     qs = qa - ra * (qb - qa) / (rb - ra)
     if not abs(qs - q0) < 0.05 * (1 - q0):
         raise ConvergenceError("sequential root moved far from the scan estimate",
                                last_iterate=qs, residual=[ra, rb])
-    r, st_c = _resid(qs, skip, beta, orders[0], workers)
-    pts.append((qs, r, st_c["mu1"]))
-    tick("sequential threshold: coarse order")
-    Q = np.array([p[0] for p in pts])
-    R = np.array([p[1] for p in pts])
-    MU = np.array([p[2] for p in pts])
-    x = Q - qs
-    cr = np.polyfit(x, R, 2)
-    cm = np.polyfit(x, MU, 2)
+    r, st = _resid(qs, skip, beta, order, workers)
+    pts.append((qs, r, st["mu1"]))
+    tick("sequential threshold: root order")
+    x = np.array([p[0] for p in pts]) - qs
+    cr = np.polyfit(x, [p[1] for p in pts], 2)
+    cm = np.polyfit(x, [p[2] for p in pts], 2)
     roots = [z.real for z in np.roots(cr) if abs(z.imag) < 1e-14]
     if not roots:
-        raise ConvergenceError("no real root of the residual parabola", last_iterate=Q.tolist(),
-                               residual=R.tolist())
+        raise ConvergenceError("no real root of the residual parabola",
+                               last_iterate=[p[0] for p in pts], residual=[p[1] for p in pts])
     dq = min(roots, key=abs)
-    q_c = qs + dq
-    interp_q = abs(dq - (-r / np.polyval(np.polyder(cr), 0.0)))
-    mu_c = float(np.polyval(cm, dq))
-    slope_r = float(np.polyval(np.polyder(cr), dq))
-    slope_mu = float(np.polyval(np.polyder(cm), dq))
-    # refined order at the coarse root, shifted to its own root to first order
-    r_f, st_f = _resid(q_c, skip, beta, orders[1], workers)
-    tick("sequential threshold: refined order")
-    q_f = q_c - r_f / slope_r
-    mu_f = st_f["mu1"] + slope_mu * (q_f - q_c)
-    a_c, a_f = 1.0 / mu_c, 1.0 / mu_f
-    nis = abs(st_f["nishimori"]) / st_f["K2"]
-    interp = abs(slope_mu) * interp_q * a_f**2
-    # second-order remainder of the first-order shift (curvatures of the coarse parabolas)
-    interp += (abs(cm[0]) + abs(slope_mu * cr[0] / slope_r)) * (q_f - q_c) ** 2 * a_f**2
-    err = abs(a_f - a_c) + interp + a_f * nis
-    return dict(value=a_f, error=err, q2=q_f, q2_error=abs(q_f - q_c) + interp_q,
-                values=[a_c, a_f], q2_values=[q_c, q_f], nishimori=[nis], spread=abs(a_f - a_c),
-                interpolation=interp, mass=float(st_f["mass"]), slope_r=slope_r,
-                slope_mu=slope_mu, pairs=int(st_f["pairs"]),
+    return dict(q=qs + dq, mu1=float(np.polyval(cm, dq)),
+                interp_q=abs(dq - (-r / np.polyval(np.polyder(cr), 0.0))),
+                slope_r=float(np.polyval(np.polyder(cr), dq)),
+                slope_mu=float(np.polyval(np.polyder(cm), dq)), curv_r=float(cr[0]),
+                curv_mu=float(cm[0]), nishimori=abs(st["nishimori"]) / st["K2"],
+                mass=float(st["mass"]), pairs=int(st["pairs"]), cut=st["cut"])
+
+
+def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 4,
+                         orders=None, scan_order=SEQ_SCAN_ORDER, workers: int | None = None,
+                         progress=None) -> dict:
+    """Threshold of layer 1 at the SE fixed point where layer 2 is learned (THEORY 2.2).
+
+    On the layer-2 branch ``alpha(q2) = q2 / ((1 - q2) K2(q2))``; the unlearned direction has
+    eigenvalue ``alpha mu1(q2)``, so the threshold solves ``r(q2) = mu1 - (1 - q2) K2 / q2 = 0``
+    and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats`.
+
+    Accuracy: ``digits`` picks the pair (coarse, refined) of consecutive rungs of
+    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (measured on 2 cores: 4 digits in 35-123 s,
+    6 in 5-17 min, depending on the load); ``orders`` gives the pair explicitly instead.  Root search:
+    bracket and regula falsi at ``scan_order``; the root of a parabola through three points at
+    the "root order" (the coarse order, at most rung 2 of the ladder); the coarse and the
+    refined orders are each evaluated once at that root and shifted to their own roots to first
+    order with the root-order slopes.  ``value`` is the refined alpha; ``error = |alpha_refined -
+    alpha_coarse|`` + interpolation (parabola root, second-order remainder of the shifts, slope
+    uncertainty: root-order slope ratio vs the rung below x the shift) + alpha x relative Nishimori
+    residual (refined) + the bound on the dropped omega_2 nodes.  Raises
+    :class:`ConvergenceError` if the root is not bracketed.  ``workers``: processes over the
+    omega_2 nodes (default ``min(2, cpu_count)``)."""
+    import os
+    import time
+
+    require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
+    require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
+    if orders is None:
+        require(digits in SEQ_DIGITS, "digits", f"an integer in {min(SEQ_DIGITS)}.."
+                f"{max(SEQ_DIGITS)}", digits)
+        k = SEQ_DIGITS[digits]
+        orders = (SEQ_LADDER[k - 1], SEQ_LADDER[k])
+        root_order = SEQ_LADDER[min(k - 1, 2)]
+    else:
+        require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz)", orders)
+        root_order = orders[0]
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    nsteps = 5 if root_order == orders[0] else 6
+    step = [0]
+
+    def tick(msg):
+        step[0] += 1
+        if progress:
+            progress(step[0], nsteps, msg)
+
+    q_scan = _bracket(skip, beta, scan_order, workers)
+    tick("sequential threshold: bracket")
+    root = _parabola_root(q_scan, skip, beta, root_order, workers, tick)
+    q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
+    # slope uncertainty: ratio dmu1/dr at the root order vs a secant at the rung below it
+    below = scan_order
+    if tuple(root_order) in SEQ_LADDER and SEQ_LADDER.index(tuple(root_order)) >= 1:
+        below = SEQ_LADDER[SEQ_LADDER.index(tuple(root_order)) - 1]
+    eps = 0.002 * (1 - q_c)
+    ra = _resid(q_c - eps, skip, beta, below, workers)
+    rb = _resid(q_c + eps, skip, beta, below, workers)
+    ratio_scan = (rb[1]["mu1"] - ra[1]["mu1"]) / (rb[0] - ra[0])
+    rel_slope = abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
+    out = []
+    for order in orders:
+        if order == root_order:
+            out.append(dict(q=q_c, mu=root["mu1"], nis=root["nishimori"], st=root))
+            continue
+        r, st = _resid(q_c, skip, beta, order, workers)
+        tick("sequential threshold: " + ("refined" if order == orders[1] else "coarse")
+             + " order")
+        q_o = q_c - r / s_r
+        out.append(dict(q=q_o, mu=st["mu1"] + s_mu * (q_o - q_c),
+                        nis=abs(st["nishimori"]) / st["K2"], st=st))
+    a_c, a_f = 1.0 / out[0]["mu"], 1.0 / out[1]["mu"]
+    q_f = out[1]["q"]
+    interp = abs(s_mu) * root["interp_q"] * a_f**2
+    for o in out:
+        dq = o["q"] - q_c
+        # second-order remainder of the first-order shift, and the slope uncertainty
+        interp += ((abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)) * dq**2
+                   + rel_slope * abs(s_mu * dq)) * a_f**2
+    st_f = out[1]["st"]
+    cut = st_f["cut"]
+    cut_alpha = (cut["mu1"] + (1 - q_f) / q_f * cut["K2"]) * a_f**2
+    err = abs(a_f - a_c) + interp + a_f * out[1]["nis"] + cut_alpha
+    return dict(value=a_f, error=err, q2=q_f,
+                q2_error=abs(out[1]["q"] - out[0]["q"]) + root["interp_q"],
+                values=[a_c, a_f], q2_values=[out[0]["q"], q_f], nishimori=[out[1]["nis"]],
+                spread=abs(a_f - a_c), interpolation=interp, cut=cut_alpha,
+                mass=float(st_f["mass"]), slope_r=s_r, slope_mu=s_mu,
+                pairs=int(st_f["pairs"]), orders=[list(o) for o in orders],
+                root_order=list(root_order), root_value=1.0 / root["mu1"], root_q2=q_c,
                 seconds=time.perf_counter() - t0,
                 method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; "
                         "2D sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
                         "(z_1), orders (tau, dh/sqrt V, dz) "
-                        f"{list(orders)}; error = |alpha(refined) - "
+                        f"{[list(o) for o in orders]}; error = |alpha(refined) - "
                         "alpha(coarse)| + root interpolation + alpha x relative Nishimori "
-                        "residual"))
+                        "residual + omega_2 cut bound"))

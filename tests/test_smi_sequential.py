@@ -68,28 +68,49 @@ def test_inputs():
         seq.trapezoid_lattice(0.0, 1.0, 1.0)
 
 
-@pytest.mark.parametrize("q_star", [0.974, 0.7])
-def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
-    # model residual with known root and mu1; the refined order shifts the root by 1e-5, so the
-    # reported error must cover the coarse-refined spread and the value is the refined one
-    calls = []
-
+def _model_resid(calls, q_star, refined):
+    # model residual with known root and mu1; the refined order shifts the root by 1e-5
     def fake(q, c, beta, order, workers):
-        calls.append(q)
-        shift = 1e-5 if order == seq.SEQ_ORDERS[1] else 0.0
+        calls.append((q, order))
+        shift = 1e-5 if order == refined else 0.0
         x = q - q_star - shift
         r = 30.0 * x + 200.0 * x**2
         mu1 = 1.4 + 25.0 * x + 50.0 * x**2
-        return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0)
+        return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0,
+                       cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+    return fake
 
-    monkeypatch.setattr(seq, "_resid", fake)
+
+@pytest.mark.parametrize("q_star", [0.974, 0.7])
+def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
+    # the reported error must cover the coarse-refined spread and the value is the refined one
+    calls = []
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, q_star, seq.SEQ_ORDERS[1]))
     r = seq.sequential_threshold(workers=1)
     exact = 1.0 / 1.4
     # second-order remainder of the first-order shift to the refined root: ~ mu'' dq^2
     assert abs(r["value"] - exact) < min(1e-8, r["error"])
     assert abs(r["q2"] - (q_star + 1e-5)) < 1e-9
     assert r["error"] >= abs(r["values"][0] - r["values"][1]) > 0
-    assert calls[0] == seq.SEQ_SCAN_START
+    assert calls[0] == (seq.SEQ_SCAN_START, seq.SEQ_SCAN_ORDER)
+
+
+def test_threshold_digits_pick_the_ladder(monkeypatch):
+    # most digits: refined = rung SEQ_DIGITS[top], coarse the rung below, root found at rung 2;
+    # each expensive order is evaluated exactly once
+    top = max(seq.SEQ_DIGITS)
+    k = seq.SEQ_DIGITS[top]
+    fine, coarse = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1]
+    calls = []
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, fine))
+    r = seq.sequential_threshold(workers=1, digits=top)
+    orders = [o for _, o in calls]
+    assert k >= 4 and orders.count(fine) == 1 and orders.count(coarse) == 1
+    assert orders.count(seq.SEQ_LADDER[2]) == 3
+    assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
+    assert r["orders"] == [list(coarse), list(fine)]
+    with pytest.raises(InputError, match="digits"):
+        seq.sequential_threshold(digits=top + 1)
 
 
 def test_omega_rule_even_moments():
@@ -104,3 +125,29 @@ def test_omega_rule_even_moments():
     v = 1 - q
     exact = v / (v + q)
     assert abs(w @ np.exp(-(s**2 + d**2) / (2 * v)) - exact) < 1e-9
+
+
+def test_fused_kernel_against_direct_sums():
+    # the blocked kernel (clipped exponents, one-sign rows, fused passes) against the plain
+    # per-point sums over the same lattice, at omega where one sign dominates and near 0
+    lat = seq.trapezoid_lattice(0.25, 1.0, 1.0)
+    z0, z1 = lat["z"]
+    Ai = lat["Ai"]
+    v2 = 0.03
+    rng = np.random.default_rng(7)
+    om = np.concatenate([3.0 * rng.standard_normal((6, 2)), 0.05 * rng.standard_normal((3, 2))])
+    h = np.concatenate([om[:6] * 1.5, rng.standard_normal((3, 2))])
+    got = np.array(seq.fibre_moments(h[:, 0], h[:, 1], om[:, 0], om[:, 1], v2, lat))
+    for k in range(len(h)):
+        u0 = Ai[:, 0] * h[k, 0] + Ai[:, 1] * h[k, 1]
+        u1 = Ai[:, 2] * h[k, 0] + Ai[:, 3] * h[k, 1]
+        le = np.stack([lat["logw"] - ((u0 - s * om[k, 0]) ** 2 + (u1 - s * om[k, 1]) ** 2)
+                       / (2 * v2) for s in (1, -1)])
+        top = le.max()
+        e = np.exp(le - top)
+        S, D = e.sum(0), e[0] - e[1]
+        Z = S.sum()
+        ref = [S @ (z0 * z0) / Z - 1, S @ (z0 * z1) / Z, S @ (z1 * z1) / Z - 1,
+               D @ u0 / Z, D @ u1 / Z, S @ (u0 * u0 + u1 * u1) / Z,
+               math.log(Z) + top - math.log(2 * math.pi * v2)]
+        assert np.allclose(got[:, k], ref, rtol=1e-12, atol=1e-12), (k, got[:, k], ref)

@@ -14,10 +14,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def seq():
-    t = time.perf_counter()
-    r = smi.sequential_threshold(workers=2)
-    r["wall"] = time.perf_counter() - t
-    return r
+    return smi.sequential_threshold(workers=2)
 
 
 def test_sequential_threshold_lattice(seq):
@@ -25,7 +22,14 @@ def test_sequential_threshold_lattice(seq):
     assert abs(seq["mass"] - 1) < 1e-6              # outer rule integrates the density of h
     assert seq["nishimori"][-1] < 1e-6              # E g^2 = -E dg/domega at the refined order
     assert 0.97 < seq["q2"] < 0.98 and 0.6 < seq["value"] < 0.8
-    assert seq["wall"] < 1200
+    assert seq["cut"] < 1e-9                        # bound on the dropped omega_2 nodes
+
+
+def test_sequential_threshold_more_digits(seq):
+    # digits = 6 refines every rule by one rung: inside the digits = 4 bar, a bar 10x smaller
+    r = smi.sequential_threshold(workers=2, digits=6)
+    assert abs(r["value"] - seq["value"]) < seq["error"]
+    assert r["error"] < 0.1 * seq["error"]
 
 
 def test_sequential_threshold_montecarlo_route(seq):
