@@ -533,7 +533,10 @@ def _egen(q1, q2, *, c, beta, n):
 
 
 def _psi_rel(q2, c, beta, order=(10, 32, 40)):
-    """E log Z_out(Q = diag(0, q2)) - E log Z_out(Q = 0) (convention-free) and K2, route A."""
+    """E log Z_out(Q = diag(0, q2)) - E log Z_out(Q = 0) (convention-free) and K2, route A.
+    Accurate while the posterior is broad (3.5e-7 from the lattice rule at q2 = 0.1, 7e-5 at
+    0.3) but biased at large q2 (1.799 against 1.659 at q2 = 0.92), like the K2 of the same
+    rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
     s = _stats(0.0, q2, c=c, beta=beta, n_w1=2, n_w2=order[0], n_h=order[1], n_z=order[2],
                want_psi=True)
     s0 = _stats(0.0, 0.0, c=c, beta=beta, n_w1=2, n_w2=2, n_h=order[1], n_z=order[2],
@@ -686,14 +689,16 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
         if abs(ref["mass"] - 1) > 1e-4:
             note = f"outer mass {ref['mass']:.6f}"
     qhat2 = alpha * K2
-    psi, _ = _psi_rel(q2, skip, beta) if q2 > 0 else (0.0, None)
-    psi_lo = _psi_rel(q2, skip, beta, order=(8, 24, 32))[0] if q2 > 0 else 0.0
+    psi = psi_lo = psi0_err = 0.0
+    if q2 > 0:      # E log Z_out on the lattice rule, relative to Q = 0 (route A is exact there)
+        psi0, psi0_err = smi_branches.psi_zero(skip, beta)
+        psi, psi_lo = ref["psi"] - psi0, seen[q2][1]["psi"] - psi0
     phi = -q2 * qhat2 / 2 + qhat2 / 2 - math.log1p(qhat2) / 2 + alpha * psi
     e_gen, e_err = smi_branches.egen_estimate(0.0, q2, skip=skip, beta=beta, dq=(0.0, err))
     lam = float(alpha * (mu1 if q2 > 0 else max(mu1, lam2)))
     return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
                 error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
-                phi_error=float(alpha * abs(psi - psi_lo)),
+                phi_error=float(alpha * (abs(psi - psi_lo) + psi0_err)),
                 branch="layer 2 (q1 = 0)" if q2 > 0 else "Q = 0",
                 stable=bool(alpha * mu1 < 1), eigenvalue=lam, note=note)
 

@@ -198,7 +198,7 @@ def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
 
 
 def _omega_task(args):
-    """Weighted sums (mass, mu1, K2, trcov2) over the h lattice at one omega_2 node; ``lat`` is
+    """Weighted sums (mass, mu1, K2, trcov2, psi) over the h lattice at one omega_2 node; ``lat`` is
     the lattice dict or the key ``(dz, c, beta)`` of the cached :func:`trapezoid_lattice`
     (inherited by forked workers: nothing large is pickled)."""
     o0, o1, wo, v2, c, dh, lat = args
@@ -208,14 +208,17 @@ def _omega_task(args):
     c00, c01, c11, m0, m1, n2, logZ = fibre_moments(H0, H1, o0, o1, v2, lat)
     w = Wh * np.exp(logZ)
     acc = np.array([w.sum(), w @ (c00**2 + 2 * c01**2 + c11**2),
-                    w @ (((m0 - o0) ** 2 + (m1 - o1) ** 2) / v2**2), w @ (n2 - m0**2 - m1**2)])
+                    w @ (((m0 - o0) ** 2 + (m1 - o1) ** 2) / v2**2), w @ (n2 - m0**2 - m1**2),
+                    w @ logZ])
     return wo * acc, float(H0.size)
 
 
 def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
                  dh: float = 1.5, dz: float = 0.15, workers: int = 1) -> dict:
-    """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``, the
-    Nishimori residual ``K2 - (2 mass - trcov2/V)/V`` and the outer ``mass`` (should be 1) at
+    """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``,
+    ``psi = E log Z_out`` (THEORY 2.1 free entropy; Z_out the density of the pair {h, -h} given
+    omega_2, as in :mod:`numerics.smi`), the Nishimori residual ``K2 - (2 mass - trcov2/V)/V``
+    and the outer ``mass`` (should be 1) at
     ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = tau``;
     an integer pair selects the graded rule :func:`numerics.smi._omega_rule`) x ``h`` lattice
     (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
@@ -250,11 +253,11 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
 
         with mp.get_context("fork").Pool(workers) as pool:
             res = pool.map(_omega_task, jobs, chunksize=1)
-    mass, mu1, K2, trcov2 = np.sum([r[0] for r in res], axis=0)
+    mass, mu1, K2, trcov2, psi = np.sum([r[0] for r in res], axis=0)
     npts = int(sum(r[1] for r in res))
     cut = dict(mass=w_cut, K2=2.0 * w_cut / v2, mu1=2.0 * (TRAP_R**2 - 1) ** 2 * w_cut,
                omega_nodes=int((~keep).sum()))
-    return dict(mass=mass, mu1=mu1, K2=K2, trcov2=trcov2,
+    return dict(mass=mass, mu1=mu1, K2=K2, trcov2=trcov2, psi=psi,
                 nishimori=K2 - (2 * mass - trcov2 / v2) / v2, omega_weight=float(W.sum()),
                 outer_points=npts, nodes=lat["n"], pairs=npts * lat["n"], cut=cut)
 
