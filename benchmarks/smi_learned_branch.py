@@ -6,7 +6,7 @@ Usage: python benchmarks/smi_learned_branch.py --out branch.json [--alphas 0.85,
 Each point: Q with its error parts, eigenvalues of dT/dQ, K12 and Nishimori checks, CPU time.
 The file is rewritten after every point.  Finally the onset: the root of the parabola
 q1(alpha) through the three smallest alphas (line through two: extrapolation error), to be
-compared with the sequential threshold of numerics.smi_sequential (0.71962 +- 0.00008,
+compared with the sequential threshold of numerics.smi_sequential (0.71963566 +- 1.4e-7,
 benchmarks/RESULTS.md).
 """
 
