@@ -1063,6 +1063,20 @@ def plot_phase(rows, path: str) -> None:
     plt.close(fig)
 
 
+def _laplace_proposal(z, h, v1, v2, skip, beta):
+    """Covariance ``S`` (n, 2, 2) and its Cholesky factor of the Laplace proposal for ``z_1'``
+    at the points ``z`` of the fibre through ``h``: ``S = 2 P^-1``, ``P = I / V1 + J^T J / V2``
+    (``J = dz_2/dz_1`` along the fibre, :func:`_fibre_jacobian`), widened by 2 for the
+    importance sampler's tails."""
+    j00, j01, j10, j11 = _fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], skip, beta)
+    P = np.empty((z.shape[0], 2, 2))
+    P[:, 0, 0] = 1 / v1 + (j00**2 + j10**2) / v2
+    P[:, 0, 1] = P[:, 1, 0] = (j00 * j01 + j10 * j11) / v2
+    P[:, 1, 1] = 1 / v1 + (j01**2 + j11**2) / v2
+    S = 2.0 * np.linalg.inv(P)
+    return S, np.linalg.cholesky(S)
+
+
 def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed=0) -> dict:
     """Seeded Monte Carlo of ``mu1 = E ||Cov[z_1 | y, omega_2] - I||_F^2`` and
     ``K2 = E sum_m g_2m^2`` at ``Q = diag(0, q2)``: a route independent of the quadrature.
@@ -1089,13 +1103,7 @@ def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed
         Ai, _ = _attention_inverse(z[:, 0], z[:, 1], skip, beta)
         A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
         h = np.einsum("nab,nb->na", A, om + math.sqrt(v2) * eta)
-        j00, j01, j10, j11 = _fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], skip, beta)
-        P = np.empty((n, 2, 2))
-        P[:, 0, 0] = 1 + (j00**2 + j10**2) / v2
-        P[:, 0, 1] = P[:, 1, 0] = (j00 * j01 + j10 * j11) / v2
-        P[:, 1, 1] = 1 + (j01**2 + j11**2) / v2
-        S = 2.0 * np.linalg.inv(P)
-        L = np.linalg.cholesky(S)
+        S, L = _laplace_proposal(z, h, 1.0, v2, skip, beta)
         comp = rng.choice(3, size=(n, inner), p=pis)
         x = rng.standard_normal((n, inner, 2))
         lx = np.einsum("nab,nkb->nka", L, x)

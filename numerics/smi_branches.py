@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from numerics.records import require
-from numerics.smi import _attention_inverse, _check, _fibre_jacobian, _omega_rule
+from numerics.smi import _attention_inverse, _check, _fibre_jacobian, _laplace_proposal, _omega_rule
 
 
 @lru_cache(maxsize=64)
@@ -125,13 +125,7 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
         A = np.linalg.inv(np.moveaxis(_attention_inverse(z[:, 0], z[:, 1], skip, beta)[0],
                                       (0, 1), (-2, -1)))
         h = np.einsum("nab,nb->na", A, om2 + math.sqrt(v2) * rng.standard_normal((n, 2)))
-        j00, j01, j10, j11 = _fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], skip, beta)
-        P = np.empty((n, 2, 2))
-        P[:, 0, 0] = 1 / v1 + (j00**2 + j10**2) / v2
-        P[:, 0, 1] = P[:, 1, 0] = (j00 * j01 + j10 * j11) / v2
-        P[:, 1, 1] = 1 / v1 + (j01**2 + j11**2) / v2
-        S = 2.0 * np.linalg.inv(P)
-        L = np.linalg.cholesky(S)
+        S, L = _laplace_proposal(z, h, v1, v2, skip, beta)
         comp = rng.choice(3, size=(n, inner), p=pis)
         x = rng.standard_normal((n, inner, 2))
         lx = np.einsum("nab,nkb->nka", L, x)
