@@ -60,7 +60,8 @@ def engine_hash() -> str:
     """Hash of the engine's source and versions: a change invalidates every entry."""
     here = Path(__file__).parent
     h = hashlib.sha256(sp.__version__.encode())
-    for name in ("channels.py", "output.py", "special.py", "symbols.py", "cache.py", "compiled.py"):
+    for name in ("channels.py", "output.py", "special.py", "symbols.py", "cache.py", "compiled.py",
+                 "smi.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 

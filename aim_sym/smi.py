@@ -26,6 +26,7 @@ calls the compiled functions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 
 import sympy as sp
@@ -201,42 +202,74 @@ def check_fibre(layers: int = 2, samples: int = 3, seed: int = 0) -> float:
 
 
 @cache
+def derived_functions(layers: int = 2) -> dict:
+    """The expressions behind :func:`compile_functions`: ``name -> (args, exprs, cse)``.
+
+    Derived once and stored in the on-disk cache (:mod:`aim_sym.cache`, keyed by the engine's
+    source, this module included), since the simplifications cost about a second per process."""
+    from .cache import cached
+
+    _require(layers in SUPPORTED_LAYERS, "layers", f"one of {SUPPORTED_LAYERS}", layers)
+    return cached("smi", f"layers={layers}", lambda: _derive(layers))
+
+
+def _derive(layers: int) -> dict:
+    z, h, y = forward(layers)
+    flat = [s for row in z for s in row]
+    out = {"forward": ([*flat, c, beta], [h[0], h[1], y[0, 0], y[0, 1], y[1, 0], y[1, 1]], False)}
+    _, _, e0, e1 = inversion()
+    out["h_from_y"] = ([*y_syms, beta], [e0, e1], False)
+    z1, inv, det, _ = attention_inverse()
+    out["attention_inverse"] = ([*z1, c, beta], [inv[0, 0], inv[0, 1], inv[1, 0], inv[1, 1],
+                                                 det], False)
+    zs, zL, jac = fibre(layers)
+    params = [s for row in zs for s in row]
+    out["fibre"] = ([*params, *h_syms, c, beta], [zL[0], zL[1], jac], False)
+    if layers == 2:
+        ab, inv_t, det_t = attention_inverse_logits()
+        out["attention_inverse_ab"] = ([*ab, c], [inv_t[0, 0], inv_t[0, 1], inv_t[1, 0],
+                                                  inv_t[1, 1], det_t], True)
+        _, zz, _, logp = logit_chart()
+        out["logit_chart"] = ([*ab, beta], [zz[0] ** 2, zz[0] * zz[1], zz[1] ** 2, logp], False)
+        J = fibre_jacobian()
+        out["fibre_jacobian"] = ([*params, *h_syms, c, beta], [J[0, 0], J[0, 1], J[1, 0],
+                                                               J[1, 1]], False)
+    return out
+
+
 def compile_functions(layers: int = 2, backend: str = "numpy") -> dict:
-    """Lambdify the channel pieces with explicit ``modules=`` (``"numpy"`` or ``"mpmath"``).
+    """Lambdify the channel pieces (:func:`derived_functions`) with explicit ``modules=``
+    (``"numpy"`` or ``"mpmath"``).
 
     Keys:
       ``forward(z..., c, beta) -> (h0, h1, y00, y01, y10, y11)`` (z flattened layer-major);
       ``h_from_y(y00, y01, y10, y11, beta) -> (h0, h1)`` (sign with h0 > h1);
       ``attention_inverse(z1_0, z1_1, c, beta) -> (Ai00, Ai01, Ai10, Ai11, detA)`` (L = 2);
-      ``fibre(params..., h0, h1, c, beta) -> (zL_0, zL_1, jac)``.
+      ``fibre(params..., h0, h1, c, beta) -> (zL_0, zL_1, jac)``;
+      L = 2 only: ``attention_inverse_ab``, ``logit_chart``, ``fibre_jacobian``.
     """
     _require(backend in ("numpy", "mpmath"), "backend", "'numpy' or 'mpmath'", backend)
-    modules = "numpy" if backend == "numpy" else "mpmath"
-    z, h, y = forward(layers)
-    flat = [s for row in z for s in row]
-    out = {}
-    out["forward"] = sp.lambdify([*flat, c, beta], [h[0], h[1], y[0, 0], y[0, 1], y[1, 0],
-                                                     y[1, 1]], modules=modules)
-    _, _, e0, e1 = inversion()
-    out["h_from_y"] = sp.lambdify([*y_syms, beta], [e0, e1], modules=modules)
-    z1, inv, det, _ = attention_inverse()
-    out["attention_inverse"] = sp.lambdify([*z1, c, beta], [inv[0, 0], inv[0, 1], inv[1, 0],
-                                                             inv[1, 1], det], modules=modules)
-    zs, zL, jac = fibre(layers)
-    params = [s for row in zs for s in row]
-    out["fibre"] = sp.lambdify([*params, *h_syms, c, beta], [zL[0], zL[1], jac], modules=modules)
-    if layers == 2:
-        ab, inv_t, det_t = attention_inverse_logits()
-        out["attention_inverse_ab"] = sp.lambdify([*ab, c], [inv_t[0, 0], inv_t[0, 1],
-                                                             inv_t[1, 0], inv_t[1, 1], det_t],
-                                                  modules=modules, cse=True)
-        _, zz, _, logp = logit_chart()
-        out["logit_chart"] = sp.lambdify([*ab, beta], [zz[0] ** 2, zz[0] * zz[1], zz[1] ** 2,
-                                                       logp], modules=modules)
-        J = fibre_jacobian()
-        out["fibre_jacobian"] = sp.lambdify([*params, *h_syms, c, beta],
-                                            [J[0, 0], J[0, 1], J[1, 0], J[1, 1]], modules=modules)
-    return out
+    return _Compiled(derived_functions(layers), backend)
+
+
+class _Compiled(Mapping):
+    """Read-only mapping ``name -> function`` that lambdifies each entry on first use (the
+    forward map alone takes ~0.4 s to print, and most callers need one or two entries)."""
+
+    def __init__(self, derived: dict, modules: str) -> None:
+        self._derived, self._modules, self._done = derived, modules, {}
+
+    def __getitem__(self, name: str):
+        if name not in self._done:
+            args, exprs, cse = self._derived[name]
+            self._done[name] = sp.lambdify(args, exprs, modules=self._modules, cse=cse)
+        return self._done[name]
+
+    def __iter__(self):
+        return iter(self._derived)
+
+    def __len__(self) -> int:
+        return len(self._derived)
 
 
 def fibre_jacobian() -> sp.Matrix:

@@ -51,7 +51,6 @@ import time
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize
 
 from numerics.records import ConvergenceError, Estimate, atomic_write, require
 
@@ -604,6 +603,8 @@ def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
     if fa * fb > 0:
         raise ConvergenceError("layer-2 point (q2 < 0.1) not bracketed", last_iterate=(a, b),
                                residual=(fa, fb))
+    from scipy import optimize
+
     q2 = optimize.brentq(resid, a, b, xtol=1e-10, maxiter=60)
     s_lo, s_hi = _branch(q2, skip, beta, lo), _branch(q2, skip, beta, BRANCH_ORDERS[1])
     d = 1e-3 * q2
@@ -675,6 +676,8 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
         if hi is None:
             raise ConvergenceError("layer-2 point above q2 = 0.997 (beyond the lattice rule)",
                                    last_iterate=lo, residual=seen[lo][0] - math.log(alpha))
+        from scipy import optimize
+
         q2 = optimize.brentq(f, lo, hi, xtol=1e-7, rtol=1e-10, maxiter=60)
         if q2 not in seen:
             f(q2)

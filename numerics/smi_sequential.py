@@ -41,12 +41,20 @@ from numerics.records import require
 
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
+COARSE_R = 6.0     # radius of the coarse lattices (dz > 0.2, errors >> 1e-8): cut mass 1.5e-8
 _BLOCK = 1 << 15    # elements of one (outer x node) block: 256 kB, stays in cache
 
 
+def lattice_radius(dz: float) -> float:
+    """Radius of the fibre lattice of spacing ``dz``: :data:`TRAP_R`, or :data:`COARSE_R` for the
+    coarse lattices ``dz > 0.2`` (the scan order), whose own error is far above the cut."""
+    return COARSE_R if dz > 0.2 else TRAP_R
+
+
 @lru_cache(maxsize=8)
-def trapezoid_lattice(dz: float, c: float, beta: float, radius: float = TRAP_R) -> dict:
-    """Node features of the half-disc lattice with spacing ``dz`` (see module docstring).
+def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = None) -> dict:
+    """Node features of the half-disc lattice with spacing ``dz`` and radius ``radius`` (default
+    :func:`lattice_radius`; see module docstring).
 
     Returns ``B`` (3, n): ``|A^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``; ``Y`` (4, n): entries of
     ``A^{-1}`` (``omega^T A^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)``); ``logw`` (n,):
@@ -54,6 +62,7 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float = TRAP_R) 
     from numerics import smi
 
     require(0.005 <= dz <= 0.5, "dz", "in [0.005, 0.5]", dz)
+    radius = lattice_radius(dz) if radius is None else radius
     k = int(math.floor(radius / dz))
     g = dz * np.arange(-k, k + 1)
     Z0, Z1 = np.meshgrid(g[g >= 0], g, indexing="ij")
@@ -164,6 +173,39 @@ def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: floa
     return dh * I0, dh * I1, 0.5 * m * dh * dh
 
 
+# The h-lattice error is not uniform over omega_2.  Where |omega_2|_inf < 4.5 sqrt(V) the sign of
+# h is not resolved and the posterior moments carry a tanh(omega^T A^{-1} h / V) whose complex
+# poles sit ~ sqrt(V) from the real h plane: the error falls like exp(-10 / dh) (dh in units of
+# sqrt V).  Elsewhere one sign dominates and the error falls faster, until dh ~ 2 (at q2 = 0.9737,
+# contributions to alpha: far nodes 3e-9 at dh = 1.1, 2e-8 at 1.25, 1e-7 at 1.5, 9e-7 at 1.75,
+# 2e-5 at 2.0, 2.5e-4 at 2.5; near nodes 4e-9 at 0.6, 5e-8 at 0.75, 1.5e-7 at 0.85, 1.5e-6 at 1.1,
+# 1.6e-5 at 1.5, 9e-5 at 1.9, 1.4e-3 at 2.8).  Far nodes, which carry ~85% of the h points at
+# equal spacing, therefore get the coarser spacing :func:`far_spacing`, chosen so that their
+# error stays 5-20x below the near nodes'.  A sharp switch would make the integrand of the omega_2
+# rule jump by the far error (measured: 1.4e-6 in alpha at dh = 1.5, against 5e-8 for tau
+# 0.25 -> 0.15 at uniform spacing), so the two rules are blended by a smooth partition of unity
+# in |omega_2| / sqrt(V) over NEAR_BAND (nodes in the band are evaluated with both).  The reported
+# bar is still the difference of two orders, both refined.
+NEAR_BAND = (6.5, 9.5)
+
+
+def far_spacing(dh: float) -> float:
+    """h-lattice spacing (units of sqrt V) at omega_2 nodes beyond :data:`NEAR_BAND`, with an
+    error 5-20x below that of spacing ``dh`` at the near nodes (measured, see above)."""
+    return min(dh + 0.35, max(dh, 0.5 * dh + 1.0))
+
+
+def near_weight(rho):
+    """Weight of the near rule at ``rho = |omega_2| / sqrt(V)``: 1 below ``NEAR_BAND[0]``, 0 above
+    ``NEAR_BAND[1]``, C-infinity in between (``e^{-1/x}`` blend)."""
+    r0, r1 = NEAR_BAND
+    t = np.clip((np.asarray(rho, dtype=float) - r0) / (r1 - r0), 0.0, 1.0)
+    with np.errstate(divide="ignore"):
+        f0 = np.where(t < 1, np.exp(-1.0 / np.maximum(1.0 - t, 1e-300)), 0.0)
+        f1 = np.where(t > 0, np.exp(-1.0 / np.maximum(t, 1e-300)), 0.0)
+    return f0 / (f0 + f1)
+
+
 OMEGA_KAPPA = 1.0    # sinh-map scale in units of sqrt(V) (the width of the omega features)
 OMEGA_DMAX = 8.5     # range in units of sqrt(q2): cut Gaussian mass < 1e-16
 OMEGA_WCUT = 1e-14   # omega_2 nodes of smaller weight are dropped (bound: branch_stats ``cut``)
@@ -222,7 +264,9 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
     ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = tau``;
     an integer pair selects the graded rule :func:`numerics.smi._omega_rule`) x ``h`` lattice
     (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
-    blurred on the scale sqrt(V), so the rule scales with it) x fibre lattice (spacing ``dz``).
+    blurred on the scale sqrt(V), so the rule scales with it; ``far_spacing(dh) sqrt(V)`` at the
+    omega_2 nodes where the sign of h is resolved, blended by :func:`near_weight`) x fibre
+    lattice (spacing ``dz``).
     ``workers > 1`` spreads the omega_2 nodes over processes."""
     from numerics import smi
 
@@ -237,13 +281,20 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
         O0, O1, W = smi._omega_rule(tuple(n_w), q2)
     # omega_2 nodes of weight < OMEGA_WCUT are dropped; per unit weight the integrands are
     # bounded (mass 1, K2 <= 2/V by Nishimori, mu1 <= 2 (R^2 - 1)^2 on the radius-R lattice),
-    # so the cut is bounded by these times the dropped weight (returned as ``cut``)
+    # so the cut is bounded by these times the dropped weight (returned as ``cut``); the prior
+    # mass exp(-R^2/2) outside the fibre lattice is counted the same way
     keep = W >= OMEGA_WCUT
-    w_cut = float(W[~keep].sum())
+    w_cut = float(W[~keep].sum()) + math.exp(-0.5 * lattice_radius(float(dz)) ** 2)
     key = (float(dz), float(c), float(beta))
-    hs = float(dh) * math.sqrt(v2)
-    jobs = [(float(a), float(b), float(w), v2, float(c), hs, key)
-            for a, b, w in zip(O0[keep], O1[keep], W[keep], strict=True)]
+    sv = math.sqrt(v2)
+    # each node's h rule: spacing dh (weight chi) and far_spacing(dh) (weight 1 - chi)
+    chi = near_weight(np.hypot(O0, O1) / sv) if far_spacing(dh) > dh else np.ones_like(O0)
+    jobs = []
+    for a, b, w, x in zip(O0[keep], O1[keep], W[keep], chi[keep], strict=True):
+        for spacing, part in ((dh, x), (far_spacing(dh), 1.0 - x)):
+            if part > 0:
+                jobs.append((float(a), float(b), float(w * part), v2, float(c),
+                             float(spacing * sv), key))
     # largest h boxes first (load balance over the pool)
     jobs.sort(key=lambda j: -abs(j[0] - j[1]))
     if workers == 1:
@@ -255,7 +306,8 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
             res = pool.map(_omega_task, jobs, chunksize=1)
     mass, mu1, K2, trcov2, psi = np.sum([r[0] for r in res], axis=0)
     npts = int(sum(r[1] for r in res))
-    cut = dict(mass=w_cut, K2=2.0 * w_cut / v2, mu1=2.0 * (TRAP_R**2 - 1) ** 2 * w_cut,
+    r2 = lattice_radius(float(dz)) ** 2
+    cut = dict(mass=w_cut, K2=2.0 * w_cut / v2, mu1=2.0 * (r2 - 1) ** 2 * w_cut,
                omega_nodes=int((~keep).sum()))
     return dict(mass=mass, mu1=mu1, K2=K2, trcov2=trcov2, psi=psi,
                 nishimori=K2 - (2 * mass - trcov2 / v2) / v2, omega_weight=float(W.sum()),
@@ -263,17 +315,20 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
 
 
 # ----------------------------------------------------------------------------- threshold
-# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V), fibre lattice spacing.  Every
-# rule is refined from one rung to the next, dh most: at q2 = 0.97365 refining one rule of
-# (0.2, 1.5, 0.15) at a time moves alpha by 1.3e-5 (dh -> 1.2), 1e-8 (tau -> 0.15), 4e-9
-# (dz -> 0.11); the h lattice error falls like exp(-10.6 / dh) (benchmarks/RESULTS.md)
+# (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V) at the near omega_2 nodes (the far
+# ones get far_spacing(dh)), fibre lattice spacing.  Every rule is refined from one rung to the
+# next.  Measured at q2 = 0.97365 (contributions to alpha, one rule varied at a time): the near
+# h lattice dominates (9e-5 at dh = 1.9, 1.6e-5 at 1.5, 1.5e-6 at 1.1, 1.5e-7 at 0.85, 4e-9 at
+# 0.6; it falls like exp(-10 / dh)); tau 0.5 -> 2e-4, 0.4 -> 2e-5, <= 0.3 -> below 3e-7;
+# dz 0.25 -> 1.5e-6, 0.2 -> 1.5e-7, <= 0.17 -> 1e-8 (benchmarks/RESULTS.md).
 SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
-SEQ_LADDER = ((0.5, 2.8, 0.25), (0.3, 1.9, 0.2), (0.2, 1.5, 0.15), (0.17, 1.1, 0.13),
-              (0.15, 0.85, 0.12), (0.13, 0.7, 0.11))
-SEQ_ORDERS = (SEQ_LADDER[1], SEQ_LADDER[2])
+SEQ_LADDER = ((0.5, 2.8, 0.25), (0.5, 2.2, 0.25), (0.4, 1.9, 0.22), (0.3, 1.5, 0.2),
+              (0.25, 1.1, 0.17), (0.2, 0.85, 0.15), (0.2, 0.7, 0.15), (0.17, 0.6, 0.13),
+              (0.15, 0.5, 0.12))
+SEQ_ORDERS = (SEQ_LADDER[2], SEQ_LADDER[3])
 # digits asked -> ladder index k of the refined order (the coarse one is rung k - 1, whose
-# error the reported bar is): measured bars 2.6e-3, 8e-5, 1.3e-6, 1.4e-7 for k = 1, 2, 4, 5
-SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 2, 5: 4, 6: 4, 7: 5}
+# error is the reported bar): bars measured in benchmarks/RESULTS.md
+SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 6, 8: 7}
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 SEQ_SCAN_START = 0.9
 
@@ -288,14 +343,20 @@ def _resid(q2, c, beta, order, workers):
 def _bracket(skip, beta, scan_order, workers):
     """Lazy scan of :data:`SEQ_SCAN` (upwards from :data:`SEQ_SCAN_START`, then downwards) to
     the first sign change of ``r``, then Illinois regula falsi at ``scan_order`` until the step
-    is below 1% of ``1 - q2``.  Returns the estimate and the last secant slope ``dr/dq``."""
+    is below 1% of ``1 - q2``.  Returns the estimate and every evaluated ``(q2, r, mu1)``."""
     from numerics.records import ConvergenceError
 
     up = [q for q in SEQ_SCAN if q >= SEQ_SCAN_START]
     down = [q for q in reversed(SEQ_SCAN) if q < SEQ_SCAN_START]
-    scan, pair = [], None
+    scan, pair, seen = [], None, []
+
+    def resid(q):
+        r, st = _resid(q, skip, beta, scan_order, workers)
+        seen.append((q, r, st["mu1"]))
+        return r
+
     for qv in up + down:
-        scan.append((qv, _resid(qv, skip, beta, scan_order, workers)[0]))
+        scan.append((qv, resid(qv)))
         pts = sorted(scan)
         for (qa, ra), (qb, rb) in zip(pts[:-1], pts[1:], strict=True):
             if ra * rb <= 0:
@@ -309,7 +370,7 @@ def _bracket(skip, beta, scan_order, workers):
     (qa, ra), (qb, rb) = pair
     q0, side = qa - ra * (qb - qa) / (rb - ra), 0
     for _ in range(12):
-        rm = _resid(q0, skip, beta, scan_order, workers)[0]
+        rm = resid(q0)
         if ra * rm <= 0:
             qb, rb = q0, rm
             if side == -1:
@@ -324,7 +385,7 @@ def _bracket(skip, beta, scan_order, workers):
         done = abs(q1 - q0) < 0.01 * (1 - q1)
         q0 = q1
         if done:
-            return q0
+            return q0, seen
     raise ConvergenceError("regula falsi at the scan order did not settle", last_iterate=q0,
                            residual=[ra, rb])
 
@@ -376,15 +437,15 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats`.
 
     Accuracy: ``digits`` picks the pair (coarse, refined) of consecutive rungs of
-    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (measured on 2 cores: 4 digits in 35-123 s,
-    6 in 5-17 min, depending on the load); ``orders`` gives the pair explicitly instead.  Root search:
-    bracket and regula falsi at ``scan_order``; the root of a parabola through three points at
-    the "root order" (the coarse order, at most rung 2 of the ladder); the coarse and the
-    refined orders are each evaluated once at that root and shifted to their own roots to first
-    order with the root-order slopes.  ``value`` is the refined alpha; ``error = |alpha_refined -
-    alpha_coarse|`` + interpolation (parabola root, second-order remainder of the shifts, slope
-    uncertainty: root-order slope ratio vs the rung below x the shift) + alpha x relative Nishimori
-    residual (refined) + the bound on the dropped omega_2 nodes.  Raises
+    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (timings in benchmarks/RESULTS.md); ``orders``
+    gives the pair explicitly instead.  Root search: bracket and regula falsi at ``scan_order``;
+    the root of a parabola through three points at the "root order" (the coarse order, at most
+    rung 3 of the ladder); the coarse and the refined orders are each evaluated once at that root
+    and shifted to their own roots to first order with the root-order slopes.  ``value`` is the
+    refined alpha; ``error = |alpha_refined - alpha_coarse|`` + interpolation (parabola root,
+    second-order remainder of the shifts, slope uncertainty: root-order slope ratio vs a secant
+    at a cheaper order x the shift) + alpha x relative Nishimori residual (refined) + the bounds
+    on the dropped omega_2 nodes and the fibre lattice's cut.  Raises
     :class:`ConvergenceError` if the root is not bracketed.  ``workers``: processes over the
     omega_2 nodes (default ``min(2, cpu_count)``)."""
     import os
@@ -397,7 +458,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 f"{max(SEQ_DIGITS)}", digits)
         k = SEQ_DIGITS[digits]
         orders = (SEQ_LADDER[k - 1], SEQ_LADDER[k])
-        root_order = SEQ_LADDER[min(k - 1, 2)]
+        root_order = SEQ_LADDER[min(k - 1, 3)]
     else:
         require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz)", orders)
         root_order = orders[0]
@@ -412,18 +473,24 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
         if progress:
             progress(step[0], nsteps, msg)
 
-    q_scan = _bracket(skip, beta, scan_order, workers)
+    q_scan, seen = _bracket(skip, beta, scan_order, workers)
     tick("sequential threshold: bracket")
     root = _parabola_root(q_scan, skip, beta, root_order, workers, tick)
     q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
-    # slope uncertainty: ratio dmu1/dr at the root order vs a secant at the rung below it
-    below = scan_order
-    if tuple(root_order) in SEQ_LADDER and SEQ_LADDER.index(tuple(root_order)) >= 1:
-        below = SEQ_LADDER[SEQ_LADDER.index(tuple(root_order)) - 1]
-    eps = 0.002 * (1 - q_c)
-    ra = _resid(q_c - eps, skip, beta, below, workers)
-    rb = _resid(q_c + eps, skip, beta, below, workers)
-    ratio_scan = (rb[1]["mu1"] - ra[1]["mu1"]) / (rb[0] - ra[0])
+    # slope uncertainty: ratio dmu1/dr at the root order vs a secant at a cheaper order: the rung
+    # below the root order at q_c +- eps, or (root order at most rung 1: low digits, where the
+    # shifts are small against the bar) the two scan-order points nearest the root
+    rung = SEQ_LADDER.index(tuple(root_order)) if tuple(root_order) in SEQ_LADDER else 0
+    if rung >= 2:
+        eps = 0.002 * (1 - q_c)
+        pts = [(q, *_resid(q, skip, beta, SEQ_LADDER[rung - 1], workers)) for q in
+               (q_c - eps, q_c + eps)]
+        (qa, ra, sa), (qb, rb, sb) = pts
+        ma, mb = sa["mu1"], sb["mu1"]
+    else:
+        (qa, ra, ma), (qb, rb, mb) = sorted({p[0]: p for p in seen}.values(),
+                                            key=lambda p: abs(p[0] - q_c))[:2]
+    ratio_scan = (mb - ma) / (rb - ra)
     rel_slope = abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
     out = []
     for order in orders:

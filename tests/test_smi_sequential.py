@@ -96,8 +96,8 @@ def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
 
 
 def test_threshold_digits_pick_the_ladder(monkeypatch):
-    # most digits: refined = rung SEQ_DIGITS[top], coarse the rung below, root found at rung 2;
-    # each expensive order is evaluated exactly once
+    # most digits: refined = rung SEQ_DIGITS[top], coarse the rung below, root found at rung 3
+    # (three points), slope check at rung 2 (two points); each expensive order is evaluated once
     top = max(seq.SEQ_DIGITS)
     k = seq.SEQ_DIGITS[top]
     fine, coarse = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1]
@@ -106,7 +106,7 @@ def test_threshold_digits_pick_the_ladder(monkeypatch):
     r = seq.sequential_threshold(workers=1, digits=top)
     orders = [o for _, o in calls]
     assert k >= 4 and orders.count(fine) == 1 and orders.count(coarse) == 1
-    assert orders.count(seq.SEQ_LADDER[2]) == 3
+    assert orders.count(seq.SEQ_LADDER[3]) == 3 and orders.count(seq.SEQ_LADDER[2]) == 2
     assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
     assert r["orders"] == [list(coarse), list(fine)]
     with pytest.raises(InputError, match="digits"):
@@ -163,3 +163,42 @@ def test_free_entropy_stationarity_on_the_lattice():
     s0 = seq.branch_stats(q, **o, workers=2)
     fd = (sp["psi"] - sm["psi"]) / (2 * h)
     assert abs(fd - s0["K2"] / 2) < 1e-3 * s0["K2"] / 2
+
+
+def test_threshold_low_digits_take_the_slope_check_from_the_scan(monkeypatch):
+    # digits 3: parabola at the coarse rung (three points), the refined rung once, and no
+    # evaluation beyond the scan for the slope check
+    k = seq.SEQ_DIGITS[3]
+    fine, coarse = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1]
+    calls = []
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, fine))
+    r = seq.sequential_threshold(workers=1, digits=3)
+    orders = [o for _, o in calls]
+    assert orders.count(coarse) == 3 and orders.count(fine) == 1
+    assert set(orders) == {seq.SEQ_SCAN_ORDER, coarse, fine}
+    assert abs(r["value"] - 1 / 1.4) < 1e-8 and r["error"] >= r["spread"]
+
+
+def test_near_weight_is_a_smooth_partition():
+    r0, r1 = seq.NEAR_BAND
+    w = seq.near_weight(np.array([0.0, r0, 0.5 * (r0 + r1), r1, 2 * r1]))
+    assert np.allclose(w, [1.0, 1.0, 0.5, 0.0, 0.0], atol=1e-15)
+    x = np.linspace(r0, r1, 2001)
+    d = np.diff(seq.near_weight(x))
+    assert np.all(d <= 0) and abs(d[0]) < 1e-12 and abs(d[-1]) < 1e-12   # flat at both ends
+
+
+def test_far_spacing_only_coarsens_where_the_sign_is_resolved(monkeypatch):
+    # the blended rule (far nodes at far_spacing(dh)) against the uniform rule at the same dh:
+    # mu1 and K2 differ by less than the uniform rule's own error at dh (uniform dh vs dh / 1.5);
+    # the mass (entire integrand: super-geometric convergence on the uniform lattice) moves by
+    # the far rule's error, 8e-8 here
+    q2, o = 0.95, dict(n_w=0.5, dz=0.25)
+    blend = seq.branch_stats(q2, dh=1.5, **o)
+    monkeypatch.setattr(seq, "far_spacing", lambda dh: dh)
+    uni = seq.branch_stats(q2, dh=1.5, **o)
+    fine = seq.branch_stats(q2, dh=1.0, **o)
+    assert blend["outer_points"] < 0.9 * uni["outer_points"]
+    for key in ("mu1", "K2"):
+        assert abs(blend[key] - uni[key]) < abs(uni[key] - fine[key]), key
+    assert abs(blend["mass"] - uni["mass"]) < 1e-6
