@@ -82,9 +82,34 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
 
 
 EXP_FLOOR = -60.0   # exponents below (row max + EXP_FLOOR) are clipped there (no subnormals)
+# h spacings (units of sqrt V) from which the exponentials are taken in float32 (_exp_inplace):
+# mu1, K2, psi then move by ~4e-9 relative (measured at rung (0.4, 1.9, 0.22)), far below the
+# h-lattice error at those spacings (>= 1.5e-7 in alpha at dh >= 0.85)
+SINGLE_MIN_DH = 0.8
 
 
-def _fibre_sums(h0, h1, o0, o1, v2, lat: dict):
+def _exp_inplace(A, single: bool):
+    """``A <- exp(A)`` for exponents in ``[EXP_FLOOR, 0]``.  ``single``: ``exp(a) = exp(a32) (1 +
+    (a - a32))`` with ``a32`` the float32 rounding of ``a`` and its exp taken in float32 (numpy's
+    float64 exp costs ~3x more here); relative error per term ~1e-7 (the float32 exp's; the
+    argument's rounding, up to 60 x 2^-24, is restored by the first-order factor), sums float64."""
+    if single:
+        if _F32.size < A.size:
+            _F32.resize(A.size, refcheck=False)
+        a32 = _F32[: A.size].reshape(A.shape)   # reused buffer: no fresh pages per block
+        np.copyto(a32, A, casting="same_kind")
+        A -= a32
+        A += 1.0
+        np.exp(a32, out=a32)
+        A *= a32
+    else:
+        np.exp(A, out=A)
+
+
+_F32 = np.empty(0, dtype=np.float32)
+
+
+def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     """Raw lattice sums for one cache-sized block of outer points: ``G`` (r, 7) =
     ``sum_z S (1, zz, B)`` and ``Dd`` (r, 4) = ``sum_z D A^{-1}`` with ``S, D = e+ +- e-``,
     ``e+- = exp(logw - |A^{-1} h -+ omega|^2 / (2V) - shift)`` (THEORY 2.3), and the row shift.
@@ -92,16 +117,19 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict):
     The exponents are clipped at ``shift + EXP_FLOOR`` (every clipped term is ``<= e^-60`` of the
     row maximum: relative bias ``<= n e^-60``), and a sign whose row maximum is below that floor is
     not exponentiated at all (same bound): for ``|omega| >> sqrt V`` one sign dominates."""
-    r = h0.size
+    r, n = h0.size, lat["n"]
+    P, X, M, T = (_work(k, r, n) for k in range(4))   # reused buffers: no fresh pages per block
     hh = np.empty((r, 3))
     hh[:, 0], hh[:, 1], hh[:, 2] = h0 * h0, h0 * h1, h1 * h1
     oh = np.empty((r, 4))
     oh[:, 0], oh[:, 1], oh[:, 2], oh[:, 3] = o0 * h0, o0 * h1, o1 * h0, o1 * h1
     # exponent without the per-row constant -|omega|^2 / (2V) (restored in log Z)
-    P = (hh * (-0.5 / v2)) @ lat["B"]
+    hh *= -0.5 / v2
+    np.matmul(hh, lat["B"], out=P)
     P += lat["logw"]
-    X = (oh * (1.0 / v2)) @ lat["Y"]
-    M = P - X                                   # minus sign
+    oh *= 1.0 / v2
+    np.matmul(oh, lat["Y"], out=X)
+    np.subtract(P, X, out=M)                    # minus sign
     P += X                                      # plus sign
     mp, mm = P.max(1), M.max(1)
     shift = np.maximum(mp, mm)
@@ -110,12 +138,16 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict):
         if need.all():
             A -= shift[:, None]
             np.maximum(A, EXP_FLOOR, out=A)
-            np.exp(A, out=A)
+            _exp_inplace(A, single)
         elif need.any():
-            sub = A[need] - shift[need, None]
+            idx = np.flatnonzero(need)
+            sub = T[: idx.size]
+            np.take(A, idx, axis=0, out=sub)
+            sub -= shift[idx, None]
             np.maximum(sub, EXP_FLOOR, out=sub)
+            _exp_inplace(sub, single)
             A[:] = 0.0
-            A[need] = np.exp(sub, out=sub)
+            A[idx] = sub
         else:
             A[:] = 0.0
     np.add(P, M, out=X)                          # S
@@ -123,7 +155,17 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict):
     return X @ lat["F7"], P @ lat["Ai"], shift
 
 
-def fibre_moments(h0, h1, o0, o1, v2, lat: dict):
+_WORK: list[np.ndarray] = [np.empty(0) for _ in range(4)]
+
+
+def _work(k: int, r: int, n: int) -> np.ndarray:
+    """Work buffer ``k`` viewed as (r, n), grown when needed and kept (per process)."""
+    if _WORK[k].size < r * n:
+        _WORK[k] = np.empty(max(r * n, _BLOCK))
+    return _WORK[k][: r * n].reshape(r, n)
+
+
+def fibre_moments(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     """Posterior moments over the fibre for outer points (1D arrays ``h``, ``omega_2``):
     ``(c00, c01, c11, m0, m1, n2, logZ)`` with ``c = Cov[z_1|.] - I`` entries (``E z_1 = 0`` by
     evenness), ``m = E[z_2]``, ``n2 = E|z_2|^2`` and ``log Z`` (Z the fibre integral with the
@@ -134,7 +176,7 @@ def fibre_moments(h0, h1, o0, o1, v2, lat: dict):
     out = np.empty((7, h0.size))
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
-        G, Dd, shift = _fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v2, lat)
+        G, Dd, shift = _fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v2, lat, single)
         out[:, sl] = _moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v2)
     return tuple(out)
 
@@ -243,11 +285,11 @@ def _omega_task(args):
     """Weighted sums (mass, mu1, K2, trcov2, psi) over the h lattice at one omega_2 node; ``lat`` is
     the lattice dict or the key ``(dz, c, beta)`` of the cached :func:`trapezoid_lattice`
     (inherited by forked workers: nothing large is pickled)."""
-    o0, o1, wo, v2, c, dh, lat = args
+    o0, o1, wo, v2, c, dh, lat, single = args
     if isinstance(lat, tuple):
         lat = trapezoid_lattice(*lat)
     H0, H1, Wh = h_lattice(o0, o1, v2, c, dh)
-    c00, c01, c11, m0, m1, n2, logZ = fibre_moments(H0, H1, o0, o1, v2, lat)
+    c00, c01, c11, m0, m1, n2, logZ = fibre_moments(H0, H1, o0, o1, v2, lat, single)
     w = Wh * np.exp(logZ)
     acc = np.array([w.sum(), w @ (c00**2 + 2 * c01**2 + c11**2),
                     w @ (((m0 - o0) ** 2 + (m1 - o1) ** 2) / v2**2), w @ (n2 - m0**2 - m1**2),
@@ -266,7 +308,8 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
     (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
     blurred on the scale sqrt(V), so the rule scales with it; ``far_spacing(dh) sqrt(V)`` at the
     omega_2 nodes where the sign of h is resolved, blended by :func:`near_weight`) x fibre
-    lattice (spacing ``dz``).
+    lattice (spacing ``dz``); exponentials in float32 (:func:`_exp_inplace`) when
+    ``dh >= SINGLE_MIN_DH``.
     ``workers > 1`` spreads the omega_2 nodes over processes."""
     from numerics import smi
 
@@ -294,7 +337,7 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
         for spacing, part in ((dh, x), (far_spacing(dh), 1.0 - x)):
             if part > 0:
                 jobs.append((float(a), float(b), float(w * part), v2, float(c),
-                             float(spacing * sv), key))
+                             float(spacing * sv), key, dh >= SINGLE_MIN_DH))
     # largest h boxes first (load balance over the pool)
     jobs.sort(key=lambda j: -abs(j[0] - j[1]))
     if workers == 1:
@@ -330,7 +373,7 @@ SEQ_ORDERS = (SEQ_LADDER[2], SEQ_LADDER[3])
 # error is the reported bar): bars measured in benchmarks/RESULTS.md
 SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 6, 8: 7}
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
-SEQ_SCAN_START = 0.9
+SEQ_SCAN_START = 0.95
 
 
 def _resid(q2, c, beta, order, workers):
@@ -342,8 +385,9 @@ def _resid(q2, c, beta, order, workers):
 
 def _bracket(skip, beta, scan_order, workers):
     """Lazy scan of :data:`SEQ_SCAN` (upwards from :data:`SEQ_SCAN_START`, then downwards) to
-    the first sign change of ``r``, then Illinois regula falsi at ``scan_order`` until the step
-    is below 1% of ``1 - q2``.  Returns the estimate and every evaluated ``(q2, r, mu1)``."""
+    the first sign change of ``r``, then Illinois regula falsi in ``log(1 - q2)`` at
+    ``scan_order`` until the step is below 1% of ``1 - q2``.  Returns the estimate and every
+    evaluated ``(q2, r, mu1)``."""
     from numerics.records import ConvergenceError
 
     up = [q for q in SEQ_SCAN if q >= SEQ_SCAN_START]
@@ -367,27 +411,30 @@ def _bracket(skip, beta, scan_order, workers):
     if pair is None:
         raise ConvergenceError(f"sequential threshold not bracketed in q2 in {SEQ_SCAN}",
                                last_iterate=[q for q, _ in scan], residual=[r for _, r in scan])
+    # regula falsi in x = log(1 - q2), in which r is close to linear (measured at c = 1: the
+    # secant slopes over the scan differ by 13% in x, by a factor 2.3 in q2)
     (qa, ra), (qb, rb) = pair
-    q0, side = qa - ra * (qb - qa) / (rb - ra), 0
+    xa, xb = math.log1p(-qa), math.log1p(-qb)
+    x0, side = xa - ra * (xb - xa) / (rb - ra), 0
     for _ in range(12):
-        rm = resid(q0)
+        rm = resid(-math.expm1(x0))
         if ra * rm <= 0:
-            qb, rb = q0, rm
+            xb, rb = x0, rm
             if side == -1:
                 ra /= 2
             side = -1
         else:
-            qa, ra = q0, rm
+            xa, ra = x0, rm
             if side == 1:
                 rb /= 2
             side = 1
-        q1 = qa - ra * (qb - qa) / (rb - ra)
-        done = abs(q1 - q0) < 0.01 * (1 - q1)
-        q0 = q1
+        x1 = xa - ra * (xb - xa) / (rb - ra)
+        done = abs(x1 - x0) < 0.01
+        x0 = x1
         if done:
-            return q0, seen
-    raise ConvergenceError("regula falsi at the scan order did not settle", last_iterate=q0,
-                           residual=[ra, rb])
+            return -math.expm1(x0), seen
+    raise ConvergenceError("regula falsi at the scan order did not settle",
+                           last_iterate=-math.expm1(x0), residual=[ra, rb])
 
 
 def _parabola_root(q0, skip, beta, order, workers, tick):
