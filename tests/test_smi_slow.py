@@ -25,7 +25,7 @@ def test_sequential_threshold_lattice(seq):
 
 
 def test_sequential_threshold_more_digits(seq):
-    # digits = 6 refines every rule by one rung: inside the digits = 4 bar, a bar 10x smaller
+    # digits = 6 refines every rule by two rungs: inside the digits = 4 bar, a bar 10x smaller
     r = smi.sequential_threshold(workers=2, digits=6)
     assert abs(r["value"] - seq["value"]) < seq["error"]
     assert r["error"] < 0.1 * seq["error"]
