@@ -468,7 +468,7 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
     """Weak-recovery thresholds ``1/lambda_l`` of each layer at ``Q = 0`` and (unless
     ``sequential=False``) the sequential threshold of layer 1 once layer 2 is learned.  Each dict:
     layer, kind ("weak" or "sequential"), value, error, method, seconds (and, for sequential, q2
-    at the threshold).  ``digits``: accuracy asked of the sequential threshold (1..7, see
+    at the threshold).  ``digits``: accuracy asked of the sequential threshold (1..8, see
     :data:`numerics.smi_sequential.SEQ_DIGITS`)."""
     _check(layers, tokens, skip, beta)
     if order is not None:

@@ -363,7 +363,7 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
 # next.  Measured at q2 = 0.97365 (contributions to alpha, one rule varied at a time): the near
 # h lattice dominates (9e-5 at dh = 1.9, 1.6e-5 at 1.5, 1.5e-6 at 1.1, 1.5e-7 at 0.85, 4e-9 at
 # 0.6; it falls like exp(-10 / dh)); tau 0.5 -> 2e-4, 0.4 -> 2e-5, <= 0.3 -> below 3e-7;
-# dz 0.25 -> 1.5e-6, 0.2 -> 1.5e-7, <= 0.17 -> 1e-8 (benchmarks/RESULTS.md).
+# dz 0.25 -> 2e-6, 0.2 -> 1.5e-7, <= 0.17 -> 1e-8 (benchmarks/RESULTS.md).
 SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
 SEQ_LADDER = ((0.5, 2.8, 0.25), (0.5, 2.2, 0.25), (0.4, 1.9, 0.22), (0.3, 1.5, 0.2),
               (0.25, 1.1, 0.17), (0.2, 0.85, 0.15), (0.2, 0.7, 0.15), (0.17, 0.6, 0.13),
