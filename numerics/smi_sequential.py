@@ -571,8 +571,9 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 root_order=list(root_order), root_value=1.0 / root["mu1"], root_q2=q_c,
                 seconds=time.perf_counter() - t0,
                 method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; "
-                        "2D sinh-trapezoid omega_2 rule x h lattice x fibre trapezoid lattice "
+                        "2D sinh-trapezoid omega_2 rule x h lattice (spacing far_spacing(dh) "
+                        "where |omega_2| >> sqrt V, smooth blend) x fibre trapezoid lattice "
                         "(z_1), orders (tau, dh/sqrt V, dz) "
                         f"{[list(o) for o in orders]}; error = |alpha(refined) - "
                         "alpha(coarse)| + root interpolation + alpha x relative Nishimori "
-                        "residual + omega_2 cut bound"))
+                        "residual + bounds on the omega_2 and fibre-lattice cuts"))
