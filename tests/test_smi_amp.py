@@ -217,7 +217,7 @@ def test_amp_vs_montecarlo_se_alpha_1():
 @pytest.mark.slow
 def test_layer2_point_matches_montecarlo_se():
     # two independent routes for the SE fixed point on the branch Q = diag(0, q2) at alpha = 0.6:
-    # the lattice quadrature (numerics.smi.layer2_point, ~4 min on 2 cores) and the Monte Carlo
+    # the lattice quadrature (numerics.smi.layer2_point, ~20 s on 2 cores) and the Monte Carlo
     # K2 with the GAMP g_out (branch_fixed_point_montecarlo)
     from numerics import smi
 
