@@ -240,7 +240,9 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
     require(3.0 <= radius <= 9.0, "radius", "in [3, 9]", radius)
     v = 1.0 - q3
     lat = fibre_lattice(float(dz), float(skip), float(beta), float(radius))
-    O0, O1, W = omega_rule(float(tau), float(q3))
+    # sinh-map scale min(sqrt V, sqrt q3): the omega_3 features have width sqrt(V) (q3 -> 1),
+    # the Gaussian itself width sqrt(q3) (q3 -> 0)
+    O0, O1, W = omega_rule(float(tau), float(q3), min(1.0, math.sqrt(q3 / v)))
     keep = W >= OMEGA_WCUT
     w_cut = float(W[~keep].sum())
     acc = np.zeros(6)
@@ -278,36 +280,32 @@ def _fibre_jacobian_fd(z, h, skip, beta, eps=1e-5):
     return J
 
 
-def montecarlo_branch_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0,
-                         samples: int = 4000, inner: int = 2000, seed: int = 0) -> dict:
-    """Seeded Monte Carlo at ``Q = diag(0, 0, q3)``, independent of every quadrature rule.
+MC_NAMES = ("mu1", "mu2", "K3", "cross", "trcov3", "nishimori", "resid1", "resid2")
 
-    Outer: teacher ``z_1, z_2, eta ~ N(0, I)``, ``omega_3 ~ N(0, q3 I)``, ``h = M (omega_3 +
-    sqrt(V) eta)``.  Inner: self-normalised importance sampling over ``(z_1, z_2)`` with the
-    mixture 0.2 N(0, I_4) + 0.2 x 4 sign-flipped copies of N(teacher, 2 (I + J^T J / V)^{-1})
-    (``J`` the fibre Jacobian at the teacher).  Squares of posterior moments come from two
-    independent halves (only the O(1/inner) ratio bias remains); control variates with known
-    means reduce the variance.  Returns Estimates (error = standard error) for ``mu1``, ``mu2``,
-    ``K3``, ``cross`` (``E ||E[z_1 z_2^T | .]||_F^2``, zero by symmetry), ``trcov3``, the
-    Nishimori residual and ``resid1``, ``resid2`` (``r_l = mu_l - (1 - q3) K3 / q3``)."""
+
+def _mc_samples(q3: float, skip: float, beta: float, samples: int, inner: int, seed: int):
+    """Per-outer-sample values of :data:`MC_NAMES` after the control-variate adjustment
+    (``samples`` x 8).  The same ``seed`` draws the same standard normals at every ``q3``
+    (common random numbers: differences across ``q3`` have a small variance)."""
     _check_q3(q3)
     _check_channel(skip, beta)
     require(isinstance(samples, int) and samples >= 10, "samples", "an integer >= 10", samples)
     require(isinstance(inner, int) and inner >= 20, "inner", "an integer >= 20", inner)
     f = _fibre3()
-    rng = np.random.default_rng(seed)
+    # outer draws first from their own stream, inner draws from another: the same teachers at
+    # every q3 and every inner size (common random numbers)
+    ro, ri = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
+    Zt, Wt, Et = (ro.standard_normal((samples, k)) for k in (4, 2, 2))
     v = 1.0 - q3
-    names = ("mu1", "mu2", "K3", "cross", "trcov3", "nishimori", "resid1", "resid2")
-    vals = np.zeros((samples, len(names)))
+    vals = np.zeros((samples, len(MC_NAMES)))
     cvs = np.zeros((samples, 3))
     flips = np.array([np.repeat([s1, s2], 2) for s1 in (1, -1) for s2 in (1, -1)], float)
     pis = (0.2, 0.2)
     step = max(1, 400_000 // inner)
     for s0 in range(0, samples, step):
         n = min(step, samples - s0)
-        z = rng.standard_normal((n, 4))
-        om = math.sqrt(q3) * rng.standard_normal((n, 2))
-        eta = rng.standard_normal((n, 2))
+        z, eta = Zt[s0:s0 + n], Et[s0:s0 + n]
+        om = math.sqrt(q3) * Wt[s0:s0 + n]
         (m00, m01, m10, m11), _ = inverse_map(*z.T, skip, beta)
         Mi = np.stack([np.stack([m00, m01], -1), np.stack([m10, m11], -1)], -2)
         z3 = om + math.sqrt(v) * eta
@@ -319,8 +317,8 @@ def montecarlo_branch_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0,
         L = np.linalg.cholesky(S)
         Si = np.linalg.inv(S)
         logdetS = np.linalg.slogdet(S)[1]
-        comp = rng.choice(5, size=(n, inner), p=(pis[0],) + (pis[1],) * 4)
-        x = rng.standard_normal((n, inner, 4))
+        comp = ri.choice(5, size=(n, inner), p=(pis[0],) + (pis[1],) * 4)
+        x = ri.standard_normal((n, inner, 4))
         lx = np.einsum("nab,nkb->nka", L, x)
         fl = flips[np.maximum(comp - 1, 0)]                    # (n, inner, 4)
         y = np.where((comp == 0)[..., None], x, fl * (z[:, None, :] + lx))
@@ -346,7 +344,7 @@ def montecarlo_branch_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0,
         for part in (slice(0, half), slice(half, 2 * half)):
             wp = wt[:, part] / wt[:, part].sum(1, keepdims=True)
             yy = y[:, part]
-            mom = lambda t: (wp * t).sum(1)  # noqa: E731
+            mom = lambda t, wp=wp: (wp * t).sum(1)  # noqa: E731
             c1 = np.stack([mom(yy[..., 0] ** 2) - 1, mom(yy[..., 0] * yy[..., 1]),
                            mom(yy[..., 1] ** 2) - 1], 1)
             c2 = np.stack([mom(yy[..., 2] ** 2) - 1, mom(yy[..., 2] * yy[..., 3]),
@@ -371,11 +369,158 @@ def montecarlo_branch_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0,
     vals[:, 5] = vals[:, 2] - (2.0 - vals[:, 4] / v) / v
     vals[:, 6] = vals[:, 0] - (1 - q3) * vals[:, 2] / q3
     vals[:, 7] = vals[:, 1] - (1 - q3) * vals[:, 2] / q3
+    # control variates (regression coefficients from the same samples: O(1/samples) bias)
     X = cvs - cvs.mean(0)
     coef, *_ = np.linalg.lstsq(X, vals - vals.mean(0), rcond=None)
-    adj = vals - cvs @ coef
+    return vals - cvs @ coef
+
+
+def montecarlo_branch_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0,
+                         samples: int = 4000, inner: int = 2000, seed: int = 0) -> dict:
+    """Seeded Monte Carlo at ``Q = diag(0, 0, q3)``, independent of every quadrature rule.
+
+    Outer: teacher ``z_1, z_2, eta ~ N(0, I)``, ``omega_3 ~ N(0, q3 I)``, ``h = M (omega_3 +
+    sqrt(V) eta)``.  Inner: self-normalised importance sampling over ``(z_1, z_2)`` with the
+    mixture 0.2 N(0, I_4) + 0.2 x 4 sign-flipped copies of N(teacher, 2 (I + J^T J / V)^{-1})
+    (``J`` the fibre Jacobian at the teacher).  Squares of posterior moments come from two
+    independent halves (only the O(1/inner) ratio bias remains); control variates with known
+    means reduce the variance.  Returns Estimates (error = standard error) for ``mu1``, ``mu2``,
+    ``K3``, ``cross`` (``E ||E[z_1 z_2^T | .]||_F^2``, zero by symmetry), ``trcov3``, the
+    Nishimori residual and ``resid1``, ``resid2`` (``r_l = mu_l - (1 - q3) K3 / q3``)."""
+    adj = _mc_samples(q3, skip, beta, samples, inner, seed)
     mean = adj.mean(0)
     se = adj.std(0, ddof=1) / math.sqrt(samples)
     meth = (f"Monte Carlo, {samples} outer x {inner} inner (prior + 4 sign-flipped Laplace "
             f"components, control variates), seed {seed}")
-    return {k: Estimate(float(mean[i]), float(se[i]), meth) for i, k in enumerate(names)}
+    return {k: Estimate(float(mean[i]), float(se[i]), meth) for i, k in enumerate(MC_NAMES)}
+
+
+# ----------------------------------------------------------------------------- thresholds
+SEQ_SCAN = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.993, 0.996)
+
+
+def _fit_root(qs, R, Mu, deg: int, strict: bool = True):
+    """Root of the polynomial fit (degree ``deg``, in ``x = q - mean``) of ``R`` over ``qs``
+    nearest their centre, and ``1 / mu`` there from the same fit of ``Mu``.  ``strict``: the
+    root must lie within the points (else :class:`ConvergenceError`); otherwise the linear fit's
+    root stands in when the quadratic has no real root (jackknife replicates)."""
+    x0 = float(np.mean(qs))
+    x = np.asarray(qs) - x0
+    cr, cm = np.polyfit(x, R, deg), np.polyfit(x, Mu, deg)
+    roots = [z.real for z in np.roots(cr) if abs(z.imag) < 1e-12]
+    if strict:
+        roots = [z for z in roots if x[0] - 1e-9 <= z <= x[-1] + 1e-9]
+        if not roots:
+            raise ConvergenceError("no root of the fitted residual within the refinement points",
+                                   last_iterate=list(qs), residual=list(R))
+    if not roots:
+        return _fit_root(qs, R, Mu, 1, strict=False)
+    xr = min(roots, key=lambda z: abs(z))
+    return x0 + xr, 1.0 / float(np.polyval(cm, xr))
+
+
+def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: int = 8000,
+                             inner: int = 1000, seed: int = 0, scan_samples: int = 2000,
+                             scan=SEQ_SCAN, groups: int = 20, progress=None) -> list[dict]:
+    """Sequential thresholds of layers 1 and 2 on the layer-3 branch (module docstring).
+
+    Route (seeded Monte Carlo, :func:`montecarlo_branch_l3`; the 4D lattice rule of
+    :func:`branch_stats_l3` costs ~1e10 (outer x node) pairs per evaluation near the roots, V ~
+    0.01-0.02, out of reach on a few CPU cores): a scan of ``scan`` with ``scan_samples`` outer
+    draws brackets the sign change of each ``r_l``; four points spanning each bracket (widened
+    by half its width on each side) are then evaluated with ``samples`` x ``inner`` draws and
+    common random numbers (the same teachers at every q3); ``r_l`` and ``mu_l`` are fitted by
+    quadratics, ``q3*`` is the root and ``alpha_seq,l = 1 / mu_l(q3*)``.  Error = delete-a-group
+    jackknife standard error over ``groups`` groups of outer draws (all points together, so
+    their correlation is kept) +
+    ``|alpha(inner) - alpha(inner / 2)|`` (the O(1/inner) ratio bias, same teachers) +
+    ``|quadratic - linear fit|`` (interpolation).  Returns records ``layer, kind="sequential",
+    value, error, q3, q3_error, nishimori, method`` for layers 1 and 2; the smaller value is the
+    next transition after layer 3 (the other is meaningful only as an upper bound)."""
+    _check_channel(skip, beta)
+    require(isinstance(samples, int) and samples >= 20 * groups, "samples",
+            f">= 20 x groups = {20 * groups}", samples)
+    require(isinstance(groups, int) and groups >= 5, "groups", "an integer >= 5", groups)
+    require(len(scan) >= 2 and all(0 < q < 1 for q in scan) and list(scan) == sorted(scan),
+            "scan", "increasing values in (0, 1)", scan)
+    t0, c0 = time.perf_counter(), time.process_time()
+    tick = progress or (lambda *a: None)
+    rs = []
+    for i, q in enumerate(scan):
+        adj = _mc_samples(q, skip, beta, scan_samples, inner, seed + 7919)
+        rs.append(adj[:, 6:8].mean(0))
+        tick(i + 1, len(scan), f"sequential L = 3: scan q3 = {q}")
+    rs = np.array(rs)
+    brackets = {}
+    for l in (1, 2):
+        r = rs[:, l - 1]
+        idx = [i for i in range(len(scan) - 1) if r[i] < 0 <= r[i + 1]]
+        if not idx:
+            raise ConvergenceError(f"sequential threshold of layer {l} not bracketed in q3",
+                                   last_iterate=list(scan), residual=list(r))
+        i = idx[0]
+        qa, qb = scan[i], scan[i + 1]
+        # four points over the bracket widened by half its width on each side (the scan is
+        # noisier than the refined evaluations)
+        w = qb - qa
+        brackets[l] = [qa - 0.5 * w + 2 * w * k / 3 for k in range(4)]
+    vals, half = {}, {}
+    count = [0]
+
+    def ensure(q):
+        q = round(q, 12)
+        require(0 < q < 1, "scan", "brackets whose refinement points stay in (0, 1)", q)
+        if q not in vals:
+            vals[q] = _mc_samples(q, skip, beta, samples, inner, seed)
+            half[q] = _mc_samples(q, skip, beta, samples, max(20, inner // 2), seed)
+            count[0] += 1
+            tick(count[0], 8, f"sequential L = 3: q3 = {q:.5f}")
+        return q
+
+    for l in (1, 2):
+        # the refined residual may change sign outside the (noisier) scan bracket: move the
+        # window of four points by its spacing until it does (at most 3 moves)
+        qs = [ensure(q) for q in brackets[l]]
+        dq = qs[1] - qs[0]
+        for _ in range(3):
+            r = [vals[q][:, 5 + l].mean() for q in qs]
+            if min(r) < 0 <= max(r):
+                break
+            qs = [ensure(q) for q in (qs[1:] + [qs[-1] + dq] if max(r) < 0
+                                      else [qs[0] - dq] + qs[:-1])]
+        brackets[l] = qs
+    gid = np.arange(samples) * groups // samples
+    out = []
+    for l in (1, 2):
+        qs = brackets[l]
+
+        def est(data, mask=None, deg=2, qs=qs, l=l):
+            sel = slice(None) if mask is None else mask
+            R = [data[q][sel, 5 + l].mean() for q in qs]
+            Mu = [data[q][sel, l - 1].mean() for q in qs]
+            return _fit_root(qs, R, Mu, deg, strict=mask is None and deg == 2)
+
+        q_star, a = est(vals)
+        jk = np.array([est(vals, gid != g) for g in range(groups)])
+        se = np.sqrt((groups - 1) / groups * ((jk - jk.mean(0)) ** 2).sum(0))
+        q_h, a_h = est(half)
+        q_l, a_l = est(vals, deg=1)
+        near = min(qs, key=lambda q: abs(q - q_star))
+        nis = vals[near][:, 5]
+        K3 = vals[near][:, 2].mean()
+        err = float(se[1] + abs(a - a_h) + abs(a - a_l))
+        out.append(dict(
+            layer=l, kind="sequential", value=float(a), error=err, q3=float(q_star),
+            q3_error=float(se[0] + abs(q_star - q_h) + abs(q_star - q_l)),
+            stat_error=float(se[1]), bias=float(abs(a - a_h)), interpolation=float(abs(a - a_l)),
+            nishimori=(float(nis.mean() / K3), float(nis.std(ddof=1) / math.sqrt(samples) / K3)),
+            points=[float(q) for q in qs], seconds=time.perf_counter() - t0,
+            cpu_seconds=time.process_time() - c0,
+            method=(f"root in q3 of mu_{l} - (1-q3) K3/q3 on the layer-3 SE branch (Q = diag(0, 0, "
+                    f"q3)); seeded Monte Carlo {samples} outer x {inner} inner at 4 points with "
+                    f"common random numbers, quadratic fit; error = jackknife SE ({groups} groups)"
+                    f" + |inner - inner/2| + |quadratic - linear|")))
+    first = min(out, key=lambda d: d["value"])
+    for d in out:
+        d["first"] = d is first
+    return out
