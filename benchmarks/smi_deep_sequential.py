@@ -2,8 +2,8 @@
 the SE branch where layer 3 is learned, Q = diag(0, 0, q3) (numerics/smi_deep_branch.py).
 
 Usage:
-  python benchmarks/smi_deep_sequential.py thresholds [--skip 1] [--beta 1] [--samples 8000]
-         [--inner 1000] [--seed 0] [--out res.json]
+  python benchmarks/smi_deep_sequential.py thresholds [--skip 1] [--beta 1] [--samples 6000]
+         [--inner 1500] [--seed 0] [--out res.json]
   python benchmarks/smi_deep_sequential.py check Q3 [--orders tau,dh,dz,R ...] [--samples N]
          [--inner N] [--seed 0]      # deterministic lattice (two orders or more) vs Monte Carlo
 
@@ -71,8 +71,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("thresholds")
-    a.add_argument("--samples", type=int, default=8000)
-    a.add_argument("--inner", type=int, default=1000)
+    a.add_argument("--samples", type=int, default=6000)
+    a.add_argument("--inner", type=int, default=1500)
     a.add_argument("--out", default="")
     b = sub.add_parser("check")
     b.add_argument("q3", type=float)

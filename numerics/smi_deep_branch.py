@@ -419,8 +419,8 @@ def _fit_root(qs, R, Mu, deg: int, strict: bool = True):
     return x0 + xr, 1.0 / float(np.polyval(cm, xr))
 
 
-def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: int = 8000,
-                             inner: int = 1000, seed: int = 0, scan_samples: int = 2000,
+def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: int = 6000,
+                             inner: int = 1500, seed: int = 0, scan_samples: int = 2000,
                              scan=SEQ_SCAN, groups: int = 20, progress=None) -> list[dict]:
     """Sequential thresholds of layers 1 and 2 on the layer-3 branch (module docstring).
 
@@ -505,6 +505,7 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
         se = np.sqrt((groups - 1) / groups * ((jk - jk.mean(0)) ** 2).sum(0))
         q_h, a_h = est(half)
         q_l, a_l = est(vals, deg=1)
+        slope = float(np.polyfit(qs, [vals[q][:, 5 + l].mean() for q in qs], 1)[0])
         near = min(qs, key=lambda q: abs(q - q_star))
         nis = vals[near][:, 5]
         K3 = vals[near][:, 2].mean()
@@ -514,7 +515,7 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
             q3_error=float(se[0] + abs(q_star - q_h) + abs(q_star - q_l)),
             stat_error=float(se[1]), bias=float(abs(a - a_h)), interpolation=float(abs(a - a_l)),
             nishimori=(float(nis.mean() / K3), float(nis.std(ddof=1) / math.sqrt(samples) / K3)),
-            points=[float(q) for q in qs], seconds=time.perf_counter() - t0,
+            slope_r=slope, points=[float(q) for q in qs], seconds=time.perf_counter() - t0,
             cpu_seconds=time.process_time() - c0,
             method=(f"root in q3 of mu_{l} - (1-q3) K3/q3 on the layer-3 SE branch (Q = diag(0, 0, "
                     f"q3)); seeded Monte Carlo {samples} outer x {inner} inner at 4 points with "

@@ -69,37 +69,104 @@ def test_h_lattice_covers_the_attention_image():
     assert H1.min() < h[:, 1].min() and h[:, 1].max() < H1.max()
 
 
+def test_monte_carlo_symmetry_and_nishimori():
+    mc = db.montecarlo_branch_l3(0.3, samples=400, inner=300, seed=4)
+    # the cross block E ||E[z_1 z_2^T | .]||^2 vanishes by the sign symmetries (a squared
+    # posterior moment from two independent halves: a nonzero block would show as > 0)
+    assert abs(mc["cross"].value) < 3.5 * mc["cross"].error
+    assert abs(mc["nishimori"].value) < 3.5 * mc["nishimori"].error
+    # same teachers at every inner size (common random numbers): the estimates move little
+    mc2 = db.montecarlo_branch_l3(0.3, samples=400, inner=150, seed=4)
+    assert abs(mc2["K3"].value - mc["K3"].value) < 2 * mc["K3"].error
+
+
+def test_lattice_coarse_mass_and_nishimori():
+    # one coarse order at q3 = 0.3 (V = 0.7); the Nishimori identity K3 = (2 mass -
+    # trcov3 / V) / V is not imposed by the rule
+    st = db.branch_stats_l3(0.3, tau=0.5, dh=2.0, dz=0.6, radius=5.0)
+    assert abs(st["mass"] - 1) < 2e-3
+    assert abs(st["nishimori"]) < 5e-3 * st["K3"]
+    assert st["cross"] == 0.0 and st["cut"]["mass"] < 1e-12
+
+
 @pytest.fixture(scope="module")
 def lattice_q03():
     # two orders of the deterministic rule at q3 = 0.3 (V = 0.7)
     return [db.branch_stats_l3(0.3, tau=t, dh=dh, dz=dz, radius=r)
-            for t, dh, dz, r in ((0.8, 3.0, 0.6, 5.0), (0.6, 2.5, 0.5, 5.5))]
+            for t, dh, dz, r in ((0.5, 2.0, 0.6, 5.0), (0.4, 1.5, 0.5, 5.5))]
 
 
+@pytest.mark.slow
 def test_lattice_mass_nishimori_and_refinement(lattice_q03):
     coarse, fine = lattice_q03
-    assert abs(fine["mass"] - 1) < abs(coarse["mass"] - 1) + 1e-6
-    assert abs(fine["mass"] - 1) < 2e-3
-    # Nishimori: K3 = (2 mass - trcov3 / V) / V, a relation the rule does not impose
-    assert abs(fine["nishimori"]) < 2e-3 * fine["K3"]
+    assert abs(fine["mass"] - 1) < 2e-4
+    assert abs(fine["nishimori"]) < 2e-4 * fine["K3"]
     for k in ("mu1", "mu2", "K3"):
-        assert abs(fine[k] - coarse[k]) < 0.05 * fine[k]
+        assert abs(fine[k] - coarse[k]) < 0.02 * fine[k]
 
 
+@pytest.mark.slow
 def test_lattice_agrees_with_monte_carlo(lattice_q03):
     coarse, fine = lattice_q03
-    mc = db.montecarlo_branch_l3(0.3, samples=600, inner=400, seed=11)
+    mc = db.montecarlo_branch_l3(0.3, samples=4000, inner=1000, seed=11)
     for k in ("mu1", "mu2", "K3"):
         err = abs(fine[k] - coarse[k])
-        assert abs(fine[k] - mc[k].value) < 3.5 * (mc[k].error + err), k
-    # the cross block E ||E[z_1 z_2^T | .]||^2 vanishes by the sign symmetries
-    assert abs(mc["cross"].value) < 3.5 * mc["cross"].error + 1e-3
-    assert abs(mc["nishimori"].value) < 3.5 * mc["nishimori"].error
+        assert abs(fine[k] - mc[k].value) < 3 * (mc[k].error + err), k
 
 
+@pytest.mark.slow
 def test_small_q3_limit_is_the_weak_recovery_coefficient():
     # mu_l(q3 -> 0) -> lambda_l of numerics.smi_deep; linear extrapolation from q3 = 0.01, 0.02
-    st = [db.branch_stats_l3(q, tau=0.8, dh=2.5, dz=0.5, radius=5.5) for q in (0.01, 0.02)]
+    st = [db.branch_stats_l3(q, tau=0.5, dh=2.0, dz=0.5, radius=5.5) for q in (0.01, 0.02)]
     for k, lam, lam_err in (("mu1", LAM1, LAM1_ERR), ("mu2", LAM2, LAM2_ERR)):
         ext = 2 * st[0][k] - st[1][k]
         assert abs(ext - lam) < 3 * lam_err + 0.01 * lam, (k, ext, lam)
+
+
+@pytest.mark.slow
+def test_sequential_roots_are_roots_for_another_seed():
+    res = db.sequential_thresholds_l3(samples=800, inner=600, scan_samples=800, seed=2)
+    assert [d["layer"] for d in res] == [1, 2]
+    first = [d for d in res if d["first"]]
+    assert len(first) == 1 and first[0]["layer"] == 1   # layer 1 is learned before layer 2
+    for d in res:
+        mc = db.montecarlo_branch_l3(d["q3"], samples=3000, inner=1000, seed=9)
+        r = mc[f"resid{d['layer']}"]
+        assert abs(r.value) < 3 * (r.error + abs(d["slope_r"]) * d["q3_error"]), (d, r)
+        assert abs(1 / mc[f"mu{d['layer']}"].value - d["value"]) < 3 * (
+            d["error"] + mc[f"mu{d['layer']}"].error * d["value"] ** 2)
+
+
+def test_cli_l3_reports_sequential_unless_disabled(monkeypatch):
+    # wiring only (the engines are stubbed; their numbers are tested above and in test_smi_deep)
+    import json
+
+    from click.testing import CliRunner
+
+    from aim_sym.cli import cli
+    from numerics import smi_deep
+
+    weak = [dict(layer=l, kind="weak", value=v, error=1e-3, method="stub", seconds=0.0)
+            for l, v in ((1, 5.1), (2, 8.7), (3, 0.2))]
+    seen = {}
+
+    def seq(**kw):
+        seen.update(kw)
+        return [dict(layer=l, kind="sequential", value=v, error=0.01, q3=q, q3_error=1e-3,
+                     first=l == 1, method="stub", seconds=0.0, extra=1)
+                for l, v, q in ((1, 0.97, 0.976), (2, 1.16, 0.989))]
+
+    monkeypatch.setattr(smi_deep, "weak_thresholds", lambda **kw: [dict(d) for d in weak])
+    monkeypatch.setattr(db, "sequential_thresholds_l3", seq)
+    base = ["threshold", "weak", "--model", "smi", "--channel", "deep-attention", "--layers", "3",
+            "--tokens", "2", "--skip", "0.5", "--json"]
+    res = CliRunner().invoke(cli, base)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    kinds = [(t["layer"], t["kind"]) for t in out["thresholds"]]
+    assert kinds == [(1, "weak"), (2, "weak"), (3, "weak"), (1, "sequential"), (2, "sequential")]
+    assert seen["skip"] == 0.5 and "extra" not in out["thresholds"][-1]
+    assert out["thresholds"][3]["q3"] == 0.976 and "sequential" in out["note"]
+    res = CliRunner().invoke(cli, base + ["--no-sequential"])
+    out = json.loads(res.output[res.output.index("{"):])
+    assert [t["kind"] for t in out["thresholds"]] == ["weak"] * 3
