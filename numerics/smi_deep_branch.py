@@ -27,6 +27,16 @@ by a 4D trapezoid lattice of spacing ``dz`` on the ball ``|z| <= R`` restricted 
 from the symbolic fibre :func:`aim_sym.smi.compile_functions`, prior, ``det M``) are computed once;
 the exponent is a bilinear form (outer features) x (node features).  Monte Carlo route:
 :func:`montecarlo_branch_l3`.  Results: benchmarks/RESULTS.md.
+
+Cost, and why the thresholds use the Monte Carlo route: the roots lie at V ~ 0.02 (layer 1)
+and ~ 0.011 (layer 2).  There the h lattice needs ~1e5-2e5 outer points per evaluation (the
+attention image of omega_3 is ~ (1 + c)^2 |omega_3| wide, resolved on the scale sqrt(V)) and
+the 4D fibre lattice ~1e5 nodes already at dz = 0.3 (too coarse for a posterior of width
+~sqrt(V)); at the measured 40-100 ns per pair on a loaded 2-core machine that is > 1000 s per
+evaluation at the coarsest order.  The lattice rule is therefore used where it is affordable
+(q3 <= 0.7: mass, Nishimori, q3 -> 0 limit and the check of the Monte Carlo route), and the
+roots come from the seeded Monte Carlo with common random numbers
+(:func:`sequential_thresholds_l3`).
 """
 
 from __future__ import annotations
