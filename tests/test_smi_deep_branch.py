@@ -121,6 +121,9 @@ def test_small_q3_limit_is_the_weak_recovery_coefficient():
     for k, lam, lam_err in (("mu1", LAM1, LAM1_ERR), ("mu2", LAM2, LAM2_ERR)):
         ext = 2 * st[0][k] - st[1][k]
         assert abs(ext - lam) < 3 * lam_err + 0.01 * lam, (k, ext, lam)
+    # and K3 / q3 -> lambda_3 = 1 / 0.20722 (+- 1e-4): the layer-3 weak-recovery coefficient
+    ext = 2 * st[0]["K3"] / 0.01 - st[1]["K3"] / 0.02
+    assert abs(ext - 1 / 0.20722) < 0.01 / 0.20722, ext
 
 
 @pytest.mark.slow
