@@ -365,9 +365,18 @@ def threshold(kind, small_width, digits, certified, no_sequential, **kw):
             from numerics import smi_deep
 
             res = smi_deep.weak_thresholds(progress=progress_printer, **args)
-            emit({"model": "smi", **args, "thresholds": res,
-                  "note": "L = 3: weak thresholds of each layer at Q = 0; sequential thresholds "
-                          "are computed for L = 2 only"}, kw["as_json"])
+            note = "L = 3: weak thresholds of each layer at Q = 0"
+            if not no_sequential:
+                from numerics import smi_deep_branch
+
+                seq = smi_deep_branch.sequential_thresholds_l3(
+                    skip=args["skip"], beta=args["beta"], progress=progress_printer)
+                res += [{k: d[k] for k in ("layer", "kind", "value", "error", "q3", "q3_error",
+                                           "first", "method", "seconds")} for d in seq]
+                note += ("; sequential: layers 1 and 2 once layer 3 is learned (seeded Monte "
+                         "Carlo, --digits does not apply); the smaller one ('first') is the next "
+                         "transition, the other only an upper bound")
+            emit({"model": "smi", **args, "thresholds": res, "note": note}, kw["as_json"])
             return
         from numerics import smi
 

@@ -1,0 +1,91 @@
+"""Sequential thresholds of deep tied attention with L = 3 (M = 2, P_l = 1): layers 1 and 2 on
+the SE branch where layer 3 is learned, Q = diag(0, 0, q3) (numerics/smi_deep_branch.py).
+
+Usage:
+  python benchmarks/smi_deep_sequential.py thresholds [--skip 1] [--beta 1] [--samples 6000]
+         [--inner 1500] [--seed 0] [--out res.json]
+  python benchmarks/smi_deep_sequential.py check Q3 [--orders tau,dh,dz,R ...] [--samples N]
+         [--inner N] [--seed 0]      # deterministic lattice (two orders or more) vs Monte Carlo
+
+Single process; CPU time by time.process_time; the load average (uptime) is printed, since the
+machine may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def _load() -> str:
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def thresholds(args) -> None:
+    from numerics import smi_deep_branch as db
+
+    print(_load(), flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = db.sequential_thresholds_l3(
+        skip=args.skip, beta=args.beta, samples=args.samples, inner=args.inner, seed=args.seed,
+        progress=lambda i, n, m: print(f"  [{time.process_time() - c0:7.1f} s cpu] {m}",
+                                       flush=True))
+    for d in res:
+        print(f"layer {d['layer']}: alpha_seq = {d['value']:.4f} +- {d['error']:.4f} "
+              f"(stat {d['stat_error']:.4f}, inner bias {d['bias']:.4f}, interp "
+              f"{d['interpolation']:.4f}); q3* = {d['q3']:.5f} +- {d['q3_error']:.5f}; "
+              f"Nishimori (K3 - (2 - trcov3/V)/V)/K3 = {d['nishimori'][0]:+.4f} +- "
+              f"{d['nishimori'][1]:.4f}; first = {d['first']}")
+    print(f"wall {time.perf_counter() - t0:.1f} s, cpu {time.process_time() - c0:.1f} s; "
+          + _load())
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(res, fh, indent=1)
+
+
+def check(args) -> None:
+    from numerics import smi_deep_branch as db
+
+    print(_load(), flush=True)
+    for o in args.orders:
+        tau, dh, dz, R = (float(x) for x in o.split(","))
+        c0 = time.process_time()
+        st = db.branch_stats_l3(args.q3, skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz,
+                                radius=R)
+        print(f"lattice {o}: mass {st['mass']:.7f} mu1 {st['mu1']:.6f} mu2 {st['mu2']:.6f} "
+              f"K3 {st['K3']:.6f} trcov3 {st['trcov3']:.6f} psi {st['psi']:.6f} Nishimori "
+              f"{st['nishimori']:+.2e}; {st['pairs']:.2e} pairs, "
+              f"{time.process_time() - c0:.1f} s cpu", flush=True)
+    c0 = time.process_time()
+    mc = db.montecarlo_branch_l3(args.q3, skip=args.skip, beta=args.beta, samples=args.samples,
+                                 inner=args.inner, seed=args.seed)
+    print("Monte Carlo: " + ", ".join(f"{k} {e.value:.5f} +- {e.error:.5f}"
+                                      for k, e in mc.items())
+          + f"; {time.process_time() - c0:.1f} s cpu")
+    print(_load())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("thresholds")
+    a.add_argument("--samples", type=int, default=6000)
+    a.add_argument("--inner", type=int, default=1500)
+    a.add_argument("--out", default="")
+    b = sub.add_parser("check")
+    b.add_argument("q3", type=float)
+    b.add_argument("--orders", nargs="+", default=["0.5,2.0,0.6,5", "0.4,1.5,0.5,5.5"])
+    b.add_argument("--samples", type=int, default=4000)
+    b.add_argument("--inner", type=int, default=1000)
+    for p in (a, b):
+        p.add_argument("--skip", type=float, default=1.0)
+        p.add_argument("--beta", type=float, default=1.0)
+        p.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    (thresholds if args.cmd == "thresholds" else check)(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""L = 3 deep attention on the layer-3 branch: statistics and sequential thresholds
+(numerics/smi_deep_branch.py)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from numerics import smi
+from numerics import smi_deep_branch as db
+from numerics.records import ConvergenceError, InputError
+
+# Q = 0 stability coefficients of numerics.smi_deep (polar x Gauss-Hermite rule, an independent
+# route; benchmarks/RESULTS.md): lambda_1 = 1/5.124 (+- 0.026), lambda_2 = 1/8.687 (+- 0.002)
+LAM1, LAM1_ERR = 1 / 5.124, 0.026 / 5.124**2
+LAM2, LAM2_ERR = 1 / 8.687, 0.002 / 8.687**2
+
+
+def test_inverse_map_matches_the_product_of_layer_inverses():
+    # symbolic 3-layer fibre vs M^{-1} = A_1^{-1} A_2^{-1} from the one-layer inverse of smi
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((4, 50)) * 2
+    for c, beta in ((1.0, 1.0), (0.4, 2.5)):
+        (a, b, cc, d), jac = db.inverse_map(*z, c, beta)
+        A1i, det1 = smi._attention_inverse(z[0], z[1], c, beta)
+        A1 = np.linalg.inv(np.moveaxis(A1i, (0, 1), (-2, -1)))
+        h2 = np.einsum("nab,bn->na", A1, z[2:])
+        A2i, det2 = smi._attention_inverse(h2[:, 0], h2[:, 1], c, beta)
+        Mi = np.einsum("abn,bcn->nac", A1i, A2i)
+        assert np.allclose(np.stack([a, b, cc, d], -1), Mi.reshape(-1, 4), atol=1e-12)
+        assert np.allclose(jac, 1 / (det1 * det2), rtol=1e-12)
+
+
+def test_bad_input_raises():
+    for kw in (dict(q3=0.0), dict(q3=1.0), dict(q3=-0.2), dict(q3=float("nan"))):
+        with pytest.raises(InputError, match="q3"):
+            db.branch_stats_l3(**kw)
+        with pytest.raises(InputError, match="q3"):
+            db.montecarlo_branch_l3(**kw, samples=20, inner=40)
+    with pytest.raises(InputError, match="skip"):
+        db.branch_stats_l3(0.5, skip=0.0)
+    with pytest.raises(InputError, match="beta"):
+        db.montecarlo_branch_l3(0.5, beta=-1.0)
+    with pytest.raises(InputError, match="skip"):
+        db.sequential_thresholds_l3(skip=-1.0)
+    with pytest.raises(InputError, match="dh"):
+        db.branch_stats_l3(0.5, dh=10.0)
+    with pytest.raises(InputError, match="samples"):
+        db.sequential_thresholds_l3(samples=10)
+
+
+def test_no_bracket_raises_convergence_error():
+    # below q3 = 0.9 both residuals are negative (layer 3 not yet informative enough)
+    with pytest.raises(ConvergenceError, match="not bracketed") as e:
+        db.sequential_thresholds_l3(samples=400, inner=40, scan_samples=40, scan=(0.3, 0.5))
+    assert e.value.residual is not None
+
+
+def test_h_lattice_covers_the_attention_image():
+    rng = np.random.default_rng(0)
+    o = np.array([0.7, -1.3])
+    v, dh = 0.05, 0.3 * math.sqrt(0.05)
+    H0, H1, _ = db.h_lattice_l3(o[0], o[1], v, 1.0, dh)
+    z = rng.standard_normal((4, 4000))
+    (a, b, c, d), _ = db.inverse_map(*z, 1.0, 1.0)
+    Mi = np.stack([np.stack([a, b], -1), np.stack([c, d], -1)], -2)
+    h = np.linalg.solve(Mi, np.broadcast_to(o, (4000, 2))[..., None])[..., 0]
+    assert H0.min() < h[:, 0].min() and h[:, 0].max() < H0.max()
+    assert H1.min() < h[:, 1].min() and h[:, 1].max() < H1.max()
+
+
+def test_monte_carlo_symmetry_and_nishimori():
+    mc = db.montecarlo_branch_l3(0.3, samples=400, inner=300, seed=4)
+    # the cross block E ||E[z_1 z_2^T | .]||^2 vanishes by the sign symmetries (a squared
+    # posterior moment from two independent halves: a nonzero block would show as > 0)
+    assert abs(mc["cross"].value) < 3.5 * mc["cross"].error
+    assert abs(mc["nishimori"].value) < 3.5 * mc["nishimori"].error
+    # same teachers at every inner size (common random numbers): the estimates move little
+    mc2 = db.montecarlo_branch_l3(0.3, samples=400, inner=150, seed=4)
+    assert abs(mc2["K3"].value - mc["K3"].value) < 2 * mc["K3"].error
+
+
+def test_lattice_coarse_mass_and_nishimori():
+    # one coarse order at q3 = 0.3 (V = 0.7); the Nishimori identity K3 = (2 mass -
+    # trcov3 / V) / V is not imposed by the rule
+    st = db.branch_stats_l3(0.3, tau=0.5, dh=2.0, dz=0.6, radius=5.0)
+    assert abs(st["mass"] - 1) < 2e-3
+    assert abs(st["nishimori"]) < 5e-3 * st["K3"]
+    assert st["cross"] == 0.0 and st["cut"]["mass"] < 1e-12
+
+
+@pytest.fixture(scope="module")
+def lattice_q03():
+    # two orders of the deterministic rule at q3 = 0.3 (V = 0.7)
+    return [db.branch_stats_l3(0.3, tau=t, dh=dh, dz=dz, radius=r)
+            for t, dh, dz, r in ((0.5, 2.0, 0.6, 5.0), (0.4, 1.5, 0.5, 5.5))]
+
+
+@pytest.mark.slow
+def test_lattice_mass_nishimori_and_refinement(lattice_q03):
+    coarse, fine = lattice_q03
+    assert abs(fine["mass"] - 1) < 2e-4
+    assert abs(fine["nishimori"]) < 2e-4 * fine["K3"]
+    for k in ("mu1", "mu2", "K3"):
+        assert abs(fine[k] - coarse[k]) < 0.02 * fine[k]
+
+
+@pytest.mark.slow
+def test_lattice_agrees_with_monte_carlo(lattice_q03):
+    coarse, fine = lattice_q03
+    mc = db.montecarlo_branch_l3(0.3, samples=4000, inner=1000, seed=11)
+    for k in ("mu1", "mu2", "K3"):
+        err = abs(fine[k] - coarse[k])
+        assert abs(fine[k] - mc[k].value) < 3 * (mc[k].error + err), k
+
+
+@pytest.mark.slow
+def test_small_q3_limit_is_the_weak_recovery_coefficient():
+    # mu_l(q3 -> 0) -> lambda_l of numerics.smi_deep; linear extrapolation from q3 = 0.01, 0.02
+    st = [db.branch_stats_l3(q, tau=0.5, dh=2.0, dz=0.5, radius=5.5) for q in (0.01, 0.02)]
+    for k, lam, lam_err in (("mu1", LAM1, LAM1_ERR), ("mu2", LAM2, LAM2_ERR)):
+        ext = 2 * st[0][k] - st[1][k]
+        assert abs(ext - lam) < 3 * lam_err + 0.01 * lam, (k, ext, lam)
+    # and K3 / q3 -> lambda_3 = 1 / 0.20722 (+- 1e-4): the layer-3 weak-recovery coefficient
+    ext = 2 * st[0]["K3"] / 0.01 - st[1]["K3"] / 0.02
+    assert abs(ext - 1 / 0.20722) < 0.01 / 0.20722, ext
+
+
+@pytest.mark.slow
+def test_sequential_roots_are_roots_for_another_seed():
+    res = db.sequential_thresholds_l3(samples=800, inner=600, scan_samples=800, seed=2)
+    assert [d["layer"] for d in res] == [1, 2]
+    first = [d for d in res if d["first"]]
+    assert len(first) == 1 and first[0]["layer"] == 1   # layer 1 is learned before layer 2
+    for d in res:
+        mc = db.montecarlo_branch_l3(d["q3"], samples=3000, inner=1000, seed=9)
+        r = mc[f"resid{d['layer']}"]
+        assert abs(r.value) < 3 * (r.error + abs(d["slope_r"]) * d["q3_error"]), (d, r)
+        assert abs(1 / mc[f"mu{d['layer']}"].value - d["value"]) < 3 * (
+            d["error"] + mc[f"mu{d['layer']}"].error * d["value"] ** 2)
+
+
+def test_cli_l3_reports_sequential_unless_disabled(monkeypatch):
+    # wiring only (the engines are stubbed; their numbers are tested above and in test_smi_deep)
+    import json
+
+    from click.testing import CliRunner
+
+    from aim_sym.cli import cli
+    from numerics import smi_deep
+
+    weak = [dict(layer=l, kind="weak", value=v, error=1e-3, method="stub", seconds=0.0)
+            for l, v in ((1, 5.1), (2, 8.7), (3, 0.2))]
+    seen = {}
+
+    def seq(**kw):
+        seen.update(kw)
+        return [dict(layer=l, kind="sequential", value=v, error=0.01, q3=q, q3_error=1e-3,
+                     first=l == 1, method="stub", seconds=0.0, extra=1)
+                for l, v, q in ((1, 0.97, 0.976), (2, 1.16, 0.989))]
+
+    monkeypatch.setattr(smi_deep, "weak_thresholds", lambda **kw: [dict(d) for d in weak])
+    monkeypatch.setattr(db, "sequential_thresholds_l3", seq)
+    base = ["threshold", "weak", "--model", "smi", "--channel", "deep-attention", "--layers", "3",
+            "--tokens", "2", "--skip", "0.5", "--json"]
+    res = CliRunner().invoke(cli, base)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    kinds = [(t["layer"], t["kind"]) for t in out["thresholds"]]
+    assert kinds == [(1, "weak"), (2, "weak"), (3, "weak"), (1, "sequential"), (2, "sequential")]
+    assert seen["skip"] == 0.5 and "extra" not in out["thresholds"][-1]
+    assert out["thresholds"][3]["q3"] == 0.976 and "sequential" in out["note"]
+    res = CliRunner().invoke(cli, base + ["--no-sequential"])
+    out = json.loads(res.output[res.output.index("{"):])
+    assert [t["kind"] for t in out["thresholds"]] == ["weak"] * 3
