@@ -490,8 +490,11 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
         seq = sequential_threshold(skip=skip, beta=beta, digits=digits)
         if progress:
             progress(2, 2, "sequential threshold")
-        out.append(dict(layer=1, kind="sequential", value=seq["value"], error=seq["error"],
-                        method=seq["method"], q2=seq["q2"], seconds=time.perf_counter() - t))
+        rec = dict(layer=1, kind="sequential", value=seq["value"], error=seq["error"],
+                   method=seq["method"], q2=seq["q2"], seconds=time.perf_counter() - t)
+        if seq.get("note"):
+            rec["note"] = seq["note"]
+        out.append(rec)
     return out
 
 

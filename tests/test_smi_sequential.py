@@ -69,13 +69,17 @@ def test_inputs():
 
 
 def _model_resid(calls, q_star, refined):
-    # model residual with known root and mu1; the refined order shifts the root by 1e-5
+    # model residual with known root and mu1; the refined order (and, when ``refined`` is a list,
+    # every order in it) shifts the root by 1e-5 and has mu1 = 1.4 there; the other orders have
+    # mu1 = 1.4002 at their root (a coarse-refined spread of 1e-4 in alpha)
+    refined = refined if isinstance(refined, list) else [refined]
+
     def fake(q, c, beta, order, workers):
         calls.append((q, order))
-        shift = 1e-5 if order == refined else 0.0
+        shift = 1e-5 if order in refined else 0.0
         x = q - q_star - shift
         r = 30.0 * x + 200.0 * x**2
-        mu1 = 1.4 + 25.0 * x + 50.0 * x**2
+        mu1 = 1.4 + 25.0 * x + 50.0 * x**2 + (0.0 if order in refined else 2e-4)
         return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0,
                        cut=dict(mass=0.0, K2=0.0, mu1=0.0))
     return fake
@@ -97,18 +101,21 @@ def test_threshold_root_search_on_a_model_residual(monkeypatch, q_star):
 
 def test_threshold_digits_pick_the_ladder(monkeypatch):
     # most digits: refined = rung SEQ_DIGITS[top], coarse the rung below, root found at rung 3
-    # (three points), slope check at rung 2 (two points); each expensive order is evaluated once
+    # (three points), slope check at rung 2 (two points); each expensive order is evaluated once.
+    # The model's coarse-refined spread (1e-4) is above the target 5e-8, so the pair moves up
+    # one rung, where the model has converged (same root): the bar then meets the target
     top = max(seq.SEQ_DIGITS)
     k = seq.SEQ_DIGITS[top]
-    fine, coarse = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1]
+    fine, coarse, up = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1], seq.SEQ_LADDER[k + 1]
     calls = []
-    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, fine))
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, [fine, up]))
     r = seq.sequential_threshold(workers=1, digits=top)
     orders = [o for _, o in calls]
     assert k >= 4 and orders.count(fine) == 1 and orders.count(coarse) == 1
+    assert orders.count(up) == 1
     assert orders.count(seq.SEQ_LADDER[3]) == 3 and orders.count(seq.SEQ_LADDER[2]) == 2
     assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
-    assert r["orders"] == [list(coarse), list(fine)]
+    assert r["orders"] == [list(fine), list(up)] and r["error"] < 5e-8 and not r["note"]
     with pytest.raises(InputError, match="digits"):
         seq.sequential_threshold(digits=top + 1)
 
@@ -215,3 +222,21 @@ def test_single_precision_exponentials_against_double():
     scale = np.abs(d).max(1, keepdims=True)
     assert np.all(np.abs(s - d) < 2e-8 * scale)      # measured <= 1e-8 relative to the scale
     assert np.any(s != d)
+
+
+def test_threshold_bar_above_target_at_the_top_is_reported(monkeypatch):
+    # every rung disagrees with the next (a model that never converges): the pair climbs to the
+    # top of the ladder and the record says that the target was not met
+    calls = []
+
+    def fake(q, c, beta, order, workers):
+        calls.append((q, order))
+        k = seq.SEQ_LADDER.index(order) if order in seq.SEQ_LADDER else 0
+        x = q - 0.974 - 1e-4 * (k % 2)
+        return 30.0 * x, dict(mu1=1.4 + 25.0 * x + 1e-4 * (k % 2), K2=50.0, nishimori=0.0, mass=1.0, pairs=0,
+                              cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+
+    monkeypatch.setattr(seq, "_resid", fake)
+    r = seq.sequential_threshold(workers=1, digits=6)
+    assert r["orders"][1] == list(seq.SEQ_LADDER[-1])
+    assert r["error"] > 5e-6 and "above the target" in r["note"]
