@@ -48,11 +48,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from numerics import smi_sequential
 from numerics.records import ConvergenceError, Estimate, require
 
 H_PAD = 6.0          # h-box padding in standard deviations of the blur sqrt(V) M eta
 RADIUS = 6.0         # fibre lattice radius (4D); prior mass outside: (1 + R^2/2) exp(-R^2/2)
-EXP_FLOOR = -60.0    # exponents below (row max + EXP_FLOOR) are clipped there
 OMEGA_WCUT = 1e-14   # omega_3 nodes of smaller weight are dropped (bounded in ``cut``)
 _BLOCK = 1 << 15     # elements of one (outer x node) block (at least 2 rows): ~256 kB-1.6 MB
 # blocks stay in cache; measured 35-40 ns per pair against 70-140 ns for 8-64 MB blocks
@@ -129,41 +129,6 @@ def fibre_lattice(dz: float, skip: float, beta: float, radius: float = RADIUS) -
                 tail=tail_mass_4d(radius), z=(z10, z11, z20, z21))
 
 
-def _fibre_sums(h0, h1, o0, o1, v, lat: dict):
-    """Lattice sums for one block of outer points: ``G`` (r, 10) = ``sum S F`` and ``Dd`` (r, 4) =
-    ``sum D M^{-1}``, ``S, D = e+ +- e-``, ``e+- = exp(logw - |M^{-1} h -+ omega|^2 / (2V) -
-    shift)`` without the per-row constant ``-|omega|^2 / (2V)``; exponents clipped at
-    ``shift + EXP_FLOOR`` (relative bias ``<= n e^-60``)."""
-    r = h0.size
-    hh = np.empty((r, 3))
-    hh[:, 0], hh[:, 1], hh[:, 2] = h0 * h0, h0 * h1, h1 * h1
-    oh = np.empty((r, 4))
-    oh[:, 0], oh[:, 1], oh[:, 2], oh[:, 3] = o0 * h0, o0 * h1, o1 * h0, o1 * h1
-    P = (hh * (-0.5 / v)) @ lat["B"]
-    P += lat["logw"]
-    X = (oh * (1.0 / v)) @ lat["Y"]
-    Mi = P - X
-    P += X
-    mp, mm = P.max(1), Mi.max(1)
-    shift = np.maximum(mp, mm)
-    for A, mA in ((P, mp), (Mi, mm)):
-        need = mA > shift + EXP_FLOOR
-        if need.all():
-            A -= shift[:, None]
-            np.maximum(A, EXP_FLOOR, out=A)
-            np.exp(A, out=A)
-        elif need.any():
-            sub = A[need] - shift[need, None]
-            np.maximum(sub, EXP_FLOOR, out=sub)
-            A[:] = 0.0
-            A[need] = np.exp(sub, out=sub)
-        else:
-            A[:] = 0.0
-    np.add(P, Mi, out=X)
-    np.subtract(P, Mi, out=P)
-    return X @ lat["F"], P @ lat["Ai"], shift
-
-
 def fibre_moments(h0, h1, o0, o1, v: float, lat: dict) -> np.ndarray:
     """Posterior moments over the fibre at outer points (1D arrays ``h``, ``omega_3``), rows:
     ``c1 = Cov[z_1|.] - I`` (3 entries), ``c2`` (3), ``E z_3`` (2), ``E |z_3|^2``, ``log Z``
@@ -172,7 +137,7 @@ def fibre_moments(h0, h1, o0, o1, v: float, lat: dict) -> np.ndarray:
     out = np.empty((10, h0.size))
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
-        G, Dd, shift = _fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v, lat)
+        G, Dd, shift = smi_sequential._fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v, lat)
         a0, a1, b0, b1 = h0[sl], h1[sl], o0[sl], o1[sl]
         Z = G[:, 0]
         m = Dd / Z[:, None]
@@ -243,7 +208,6 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
     ``dh`` (h spacing in units of sqrt(V)), ``dz`` (fibre lattice spacing).  The cross block
     ``Cov[z_1, z_2 | .]`` is zero by the sign symmetries the lattice uses (checked by
     :func:`montecarlo_branch_l3`)."""
-    from numerics.smi_sequential import omega_rule
 
     _check_q3(q3)
     _check_channel(skip, beta)
@@ -253,7 +217,7 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
     lat = fibre_lattice(float(dz), float(skip), float(beta), float(radius))
     # sinh-map scale min(sqrt V, sqrt q3): the omega_3 features have width sqrt(V) (q3 -> 1),
     # the Gaussian itself width sqrt(q3) (q3 -> 0)
-    O0, O1, W = omega_rule(float(tau), float(q3), min(1.0, math.sqrt(q3 / v)))
+    O0, O1, W = smi_sequential.omega_rule(float(tau), float(q3), min(1.0, math.sqrt(q3 / v)))
     keep = W >= OMEGA_WCUT
     w_cut = float(W[~keep].sum())
     acc = np.zeros(6)

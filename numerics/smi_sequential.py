@@ -78,7 +78,7 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
     logw = np.log(w) - 0.5 * (Z0**2 + Z1**2) - math.log(2 * math.pi) - np.log(det)
     zz = np.stack([Z0 * Z0, Z0 * Z1, Z1 * Z1], 1)
     F7 = np.concatenate([np.ones((Z0.size, 1)), zz, B.T], 1)
-    return dict(B=B, Y=Y, logw=logw, zz=zz, F7=F7, Ai=Y.T.copy(), n=Z0.size, w=w, z=(Z0, Z1))
+    return dict(B=B, Y=Y, logw=logw, zz=zz, F=F7, Ai=Y.T.copy(), n=Z0.size, w=w, z=(Z0, Z1))
 
 
 EXP_FLOOR = -60.0   # exponents below (row max + EXP_FLOOR) are clipped there (no subnormals)
@@ -110,8 +110,9 @@ _F32 = np.empty(0, dtype=np.float32)
 
 
 def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
-    """Raw lattice sums for one cache-sized block of outer points: ``G`` (r, 7) =
-    ``sum_z S (1, zz, B)`` and ``Dd`` (r, 4) = ``sum_z D A^{-1}`` with ``S, D = e+ +- e-``,
+    """Raw lattice sums for one cache-sized block of outer points: ``G`` (r, k) = ``sum_z S F``
+    (``F`` = ``lat["F"]``, here ``(1, zz, B)``, k = 7) and ``Dd`` (r, 4) = ``sum_z D A^{-1}``
+    (``lat["Ai"]``) with ``S, D = e+ +- e-``,
     ``e+- = exp(logw - |A^{-1} h -+ omega|^2 / (2V) - shift)`` (THEORY 2.3), and the row shift.
 
     The exponents are clipped at ``shift + EXP_FLOOR`` (every clipped term is ``<= e^-60`` of the
@@ -152,7 +153,7 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
             A[:] = 0.0
     np.add(P, M, out=X)                          # S
     np.subtract(P, M, out=P)                     # D
-    return X @ lat["F7"], P @ lat["Ai"], shift
+    return X @ lat["F"], P @ lat["Ai"], shift
 
 
 _WORK: list[np.ndarray] = [np.empty(0) for _ in range(4)]
