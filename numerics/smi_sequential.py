@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics.records import require
+from numerics.records import ConvergenceError, require
 
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
@@ -389,8 +389,6 @@ def _bracket(skip, beta, scan_order, workers):
     the first sign change of ``r``, then Illinois regula falsi in ``log(1 - q2)`` at
     ``scan_order`` until the step is below 1% of ``1 - q2``.  Returns the estimate and every
     evaluated ``(q2, r, mu1)``."""
-    from numerics.records import ConvergenceError
-
     up = [q for q in SEQ_SCAN if q >= SEQ_SCAN_START]
     down = [q for q in reversed(SEQ_SCAN) if q < SEQ_SCAN_START]
     scan, pair, seen = [], None, []
@@ -419,6 +417,8 @@ def _bracket(skip, beta, scan_order, workers):
     x0, side = xa - ra * (xb - xa) / (rb - ra), 0
     for _ in range(12):
         rm = resid(-math.expm1(x0))
+        if rm == 0.0:
+            return -math.expm1(x0), seen
         if ra * rm <= 0:
             xb, rb = x0, rm
             if side == -1:
@@ -443,8 +443,6 @@ def _parabola_root(q0, skip, beta, order, workers, tick):
     secant root, the root of the parabola through the three (interpolation error: its distance
     to the secant-type Newton step from the third point).  Returns the root, ``mu1`` there (from
     the parabola of ``mu1``), the slopes ``dr/dq``, ``dmu1/dq`` and the curvatures."""
-    from numerics.records import ConvergenceError
-
     eps = 0.002 * (1 - q0)
     pts = []
     for q in (q0, q0 + eps):
@@ -527,7 +525,13 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
 
     q_scan, seen = _bracket(skip, beta, scan_order, workers)
     tick("sequential threshold: bracket")
-    root = _parabola_root(q_scan, skip, beta, root_order, workers, tick)
+    try:
+        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick)
+    except ConvergenceError:
+        # the scan order is too coarse here (small c: its root can lie 5% of 1 - q2 or more
+        # from the root order's): bracket again at the root order itself
+        q_scan, seen = _bracket(skip, beta, root_order, workers)
+        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick)
     q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
     # slope uncertainty: ratio dmu1/dr at the root order vs a secant at a cheaper order: the rung
     # below the root order at q_c +- eps, or (root order at most rung 1: low digits, where the

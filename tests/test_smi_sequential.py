@@ -240,3 +240,22 @@ def test_threshold_bar_above_target_at_the_top_is_reported(monkeypatch):
     r = seq.sequential_threshold(workers=1, digits=6)
     assert r["orders"][1] == list(seq.SEQ_LADDER[-1])
     assert r["error"] > 5e-6 and "above the target" in r["note"]
+
+
+def test_threshold_rebrackets_when_the_scan_order_is_far_off(monkeypatch):
+    # the scan order's root lies far from the others' (as at small c): the root order brackets
+    # the root itself instead of failing
+    calls = []
+    model = _model_resid(calls, 0.974, seq.SEQ_ORDERS[1])
+
+    def fake(q, c, beta, order, workers):
+        if order == seq.SEQ_SCAN_ORDER:
+            calls.append((q, order))
+            x = q - 0.953
+            return 30.0 * x, dict(mu1=1.4 + 25.0 * x, K2=50.0, nishimori=0.0, mass=1.0,
+                                  pairs=0, cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+        return model(q, c, beta, order, workers)
+
+    monkeypatch.setattr(seq, "_resid", fake)
+    r = seq.sequential_threshold(workers=1, digits=4)
+    assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
