@@ -981,7 +981,8 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
     """Thresholds against the skip strength c: one row per c with the columns
     :data:`SWEEP_COLUMNS` (NaN where not computed; status "ok", "skipped sequential" or
     "failed: ...").  Each finished point is appended to ``out + '.partial.jsonl'`` (rewritten
-    atomically); points already there are not recomputed, so an interrupted sweep resumes.  At
+    atomically); points already there are not recomputed, except failed ones, so an interrupted
+    sweep resumes.  At
     the end the CSV ``out`` is written atomically.  Returns the rows sorted by c."""
     import json
 
@@ -995,7 +996,8 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
     if layers != 2:
         sequential = False
     state = out + ".partial.jsonl"
-    rows = _read_partial(state)
+    # failed points are computed again on resume (the failure may have been fixed since)
+    rows = [r for r in _read_partial(state) if not str(r.get("status", "")).startswith("failed")]
     done = {r["skip"] for r in rows}
     todo = [c for c in skips if not any(abs(c - d) <= 1e-12 * max(1.0, abs(c)) for d in done)]
     for k, c in enumerate(todo):

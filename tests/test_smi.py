@@ -189,6 +189,27 @@ def test_sweep_resume_and_plot(tmp_path, monkeypatch):
     assert png.stat().st_size > 1000
 
 
+def test_sweep_retries_failed_points_on_resume(tmp_path, monkeypatch):
+    from numerics.records import ConvergenceError
+
+    calls = []
+
+    def fake(*, layers, tokens, skip, beta, sequential):
+        calls.append(skip)
+        if len(calls) == 1:
+            raise ConvergenceError("not bracketed", last_iterate=0.9, residual=0.1)
+        return [dict(layer=1, kind="weak", value=6.0, error=1e-8, method="m"),
+                dict(layer=2, kind="weak", value=0.2, error=1e-9, method="m")]
+
+    monkeypatch.setattr(smi, "weak_thresholds", fake)
+    out = str(tmp_path / "phase.csv")
+    rows = smi.sweep_skip(skips=[1.0], out=out, sequential=False)
+    assert rows[0]["status"].startswith("failed")
+    rows = smi.sweep_skip(skips=[1.0], out=out, sequential=False)
+    assert calls == [1.0, 1.0] and rows[0]["status"] == "skipped sequential"
+    assert len((tmp_path / "phase.csv.partial.jsonl").read_text().splitlines()) == 1
+
+
 def test_sweep_three_layers_columns(tmp_path, monkeypatch):
     from numerics import smi_deep
 
