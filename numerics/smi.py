@@ -1017,6 +1017,9 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
                     row["sequential_q2"] = float(d["q2"])
             row["status"] = ("ok" if sequential else "skipped sequential" if layers == 2
                              else f"ok (weak only: sequential thresholds need L = 2, not {layers})")
+            notes = [d["note"] for d in res if d.get("note")]
+            if notes:
+                row["status"] += "; " + "; ".join(notes)
         except ConvergenceError as e:   # keep the point, say why
             row["status"] = f"failed: {e}"
         row["seconds"] = time.perf_counter() - t
