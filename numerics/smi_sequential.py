@@ -484,9 +484,10 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
 
     Accuracy: ``digits`` picks the pair (coarse, refined) of consecutive rungs of
     :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (timings in benchmarks/RESULTS.md) and, while the
-    bar exceeds ``5 x 10^-digits`` (the ladder is calibrated at c = 1, beta = 1), moves the pair
-    up one rung at a time (``note`` says so if the top rung does not meet it); ``orders`` gives
-    the pair explicitly instead (no stepping).  Root search: bracket and regula falsi at ``scan_order``;
+    bar exceeds ``5 x 10^-digits`` (the ladder is calibrated at c = 1, beta = 1), evaluates an
+    order again at its own shifted root when the shift terms dominate the bar, or else moves the
+    pair up one rung (``note`` says so if the top rung does not meet it); ``orders`` gives the
+    pair explicitly instead (neither).  Root search: bracket and regula falsi at ``scan_order``;
     the root of a parabola through three points at the "root order" (the coarse order, at most
     rung 3 of the ladder); the coarse and the refined orders are each evaluated once at that root
     and shifted to their own roots to first order with the root-order slopes.  ``value`` is the
@@ -548,22 +549,27 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                                             key=lambda p: abs(p[0] - q_c))[:2]
     ratio_scan = (mb - ma) / (rb - ra)
     rel_slope = abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
-    def at(order):
-        """One order at the root q_c, shifted to its own root with the root-order slopes."""
-        if order == root_order:
-            return dict(q=q_c, mu=root["mu1"], nis=root["nishimori"], st=root)
-        r, st = _resid(q_c, skip, beta, order, workers)
+    def at(order, q_at=None):
+        """One order evaluated at ``q_at`` (default the root q_c) and shifted to its own root
+        with the root-order slopes."""
+        q_at = q_c if q_at is None else q_at
+        if order == root_order and q_at == q_c:
+            return dict(order=order, q=q_c, q_eval=q_c, mu=root["mu1"],
+                        nis=root["nishimori"], st=root)
+        r, st = _resid(q_at, skip, beta, order, workers)
         tick("sequential threshold: order " + str(list(order)))
-        q_o = q_c - r / s_r
-        return dict(q=q_o, mu=st["mu1"] + s_mu * (q_o - q_c),
+        q_o = q_at - r / s_r
+        return dict(order=order, q=q_o, q_eval=q_at, mu=st["mu1"] + s_mu * (q_o - q_at),
                     nis=abs(st["nishimori"]) / st["K2"], st=st)
 
     def bar(out):
         """Error of the refined value: spread + interpolation + Nishimori + cut bounds."""
         a_f = 1.0 / out[1]["mu"]
-        interp = abs(s_mu) * root["interp_q"] * a_f**2
+        # the root parabola's error counts while an order leans on the root-order position
+        interp = (abs(s_mu) * root["interp_q"] * a_f**2
+                  if any(o["q_eval"] == q_c for o in out) else 0.0)
         for o in out:
-            dq = o["q"] - q_c
+            dq = o["q"] - o["q_eval"]
             # second-order remainder of the first-order shift, and the slope uncertainty
             interp += ((abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)) * dq**2
                        + rel_slope * abs(s_mu * dq)) * a_f**2
@@ -575,12 +581,25 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     out = [at(o) for o in orders]
     err, interp, cut_alpha = bar(out)
     # the ladder is calibrated at c = 1, beta = 1; elsewhere the rules may converge more slowly,
-    # so with ``digits`` the pair moves up the ladder until the bar meets 5 x 10^-digits
+    # so with ``digits`` the bar is brought below 5 x 10^-digits: where the shifts from q_c
+    # dominate it (small c: the root order's root lies far from the others'), each order is
+    # evaluated again at its own shifted root; otherwise the pair moves up the ladder, the new
+    # order evaluated at the refined root
     target = None if explicit else 5.0 * 10.0 ** (-digits)
-    while target is not None and err > target and tuple(orders[1]) in SEQ_LADDER[:-1]:
-        nxt = SEQ_LADDER[SEQ_LADDER.index(tuple(orders[1])) + 1]
-        nsteps += 1
-        orders, out = (orders[1], nxt), [out[1], at(nxt)]
+    recentred: set = set()
+    while target is not None and err > target:
+        todo = [i for i, o in enumerate(out) if o["order"] not in recentred and o["q"] != o["q_eval"]]
+        if interp > 0.5 * err and todo:
+            for i in todo:
+                nsteps += 1
+                recentred.add(out[i]["order"])
+                out[i] = at(out[i]["order"], out[i]["q"])
+        elif tuple(orders[1]) in SEQ_LADDER[:-1]:
+            nxt = SEQ_LADDER[SEQ_LADDER.index(tuple(orders[1])) + 1]
+            nsteps += 1
+            orders, out = (orders[1], nxt), [out[1], at(nxt, out[1]["q"])]
+        else:
+            break
         err, interp, cut_alpha = bar(out)
     a_c, a_f = 1.0 / out[0]["mu"], 1.0 / out[1]["mu"]
     q_f, st_f = out[1]["q"], out[1]["st"]

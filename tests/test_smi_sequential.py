@@ -259,3 +259,26 @@ def test_threshold_rebrackets_when_the_scan_order_is_far_off(monkeypatch):
     monkeypatch.setattr(seq, "_resid", fake)
     r = seq.sequential_threshold(workers=1, digits=4)
     assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
+
+
+def test_threshold_recentres_an_order_whose_root_is_far(monkeypatch):
+    # the refined order's root lies 3e-3 from the root order's: the first-order shift leaves a
+    # curvature term above the digits-4 target, so the refined order is evaluated again at its
+    # shifted root instead of climbing the ladder
+    k = seq.SEQ_DIGITS[4]
+    fine = seq.SEQ_LADDER[k]
+    calls = []
+
+    def fake(q, c, beta, order, workers):
+        calls.append((q, order))
+        x = q - 0.974 - (3e-3 if order == fine else 0.0)
+        return 30.0 * x + 200.0 * x**2, dict(mu1=1.4 + 25.0 * x + 50.0 * x**2, K2=50.0,
+                                             nishimori=0.0, mass=1.0, pairs=0,
+                                             cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+
+    monkeypatch.setattr(seq, "_resid", fake)
+    r = seq.sequential_threshold(workers=1, digits=4)
+    at_fine = [q for q, o in calls if o == fine]
+    assert len(at_fine) == 2 and abs(at_fine[1] - 0.977) < 1e-4
+    assert r["orders"][1] == list(fine) and r["error"] < 5e-4 and not r["note"]
+    assert abs(r["value"] - 1 / 1.4) < r["error"] and abs(r["q2"] - 0.977) < 1e-6
