@@ -94,9 +94,7 @@ def _exp_inplace(A, single: bool):
     float64 exp costs ~3x more here); relative error per term ~1e-7 (the float32 exp's; the
     argument's rounding, up to 60 x 2^-24, is restored by the first-order factor), sums float64."""
     if single:
-        if _F32.size < A.size:
-            _F32.resize(A.size, refcheck=False)
-        a32 = _F32[: A.size].reshape(A.shape)   # reused buffer: no fresh pages per block
+        a32 = _buffer("f32", A.shape, np.float32)   # reused: no fresh pages per block
         np.copyto(a32, A, casting="same_kind")
         A -= a32
         A += 1.0
@@ -105,8 +103,6 @@ def _exp_inplace(A, single: bool):
     else:
         np.exp(A, out=A)
 
-
-_F32 = np.empty(0, dtype=np.float32)
 
 
 def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
@@ -119,7 +115,7 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     row maximum: relative bias ``<= n e^-60``), and a sign whose row maximum is below that floor is
     not exponentiated at all (same bound): for ``|omega| >> sqrt V`` one sign dominates."""
     r, n = h0.size, lat["n"]
-    P, X, M, T = (_work(k, r, n) for k in range(4))   # reused buffers: no fresh pages per block
+    P, X, M, T = (_buffer(k, (r, n)) for k in range(4))   # reused: no fresh pages per block
     hh = np.empty((r, 3))
     hh[:, 0], hh[:, 1], hh[:, 2] = h0 * h0, h0 * h1, h1 * h1
     oh = np.empty((r, 4))
@@ -156,14 +152,15 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     return X @ lat["F"], P @ lat["Ai"], shift
 
 
-_WORK: list[np.ndarray] = [np.empty(0) for _ in range(4)]
+_BUFFERS: dict = {}
 
 
-def _work(k: int, r: int, n: int) -> np.ndarray:
-    """Work buffer ``k`` viewed as (r, n), grown when needed and kept (per process)."""
-    if _WORK[k].size < r * n:
-        _WORK[k] = np.empty(max(r * n, _BLOCK))
-    return _WORK[k][: r * n].reshape(r, n)
+def _buffer(key, shape: tuple, dtype=np.float64) -> np.ndarray:
+    """Work buffer ``key`` viewed with ``shape``, grown when needed and kept (per process)."""
+    size = math.prod(shape)
+    if key not in _BUFFERS or _BUFFERS[key].size < size:
+        _BUFFERS[key] = np.empty(max(size, _BLOCK), dtype=dtype)
+    return _BUFFERS[key][:size].reshape(shape)
 
 
 def fibre_moments(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
@@ -549,6 +546,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                                             key=lambda p: abs(p[0] - q_c))[:2]
     ratio_scan = (mb - ma) / (rb - ra)
     rel_slope = abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
+
     def at(order, q_at=None):
         """One order evaluated at ``q_at`` (default the root q_c) and shifted to its own root
         with the root-order slopes."""
