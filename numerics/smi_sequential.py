@@ -42,7 +42,7 @@ from numerics.records import ConvergenceError, require
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
 COARSE_R = 6.0     # radius of the coarse lattices (dz > 0.2, errors >> 1e-8): cut mass 1.5e-8
-_BLOCK = 1 << 15    # elements of one (outer x node) block: 256 kB, stays in cache
+_BLOCK = 1 << 16    # elements of one (outer x node) block: 512 kB (measured fastest with 2 processes)
 
 
 def lattice_radius(dz: float) -> float:
@@ -82,27 +82,40 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
 
 
 EXP_FLOOR = -60.0   # exponents below (row max + EXP_FLOOR) are clipped there (no subnormals)
-# h spacings (units of sqrt V) from which the exponentials are taken in float32 (_exp_inplace):
-# mu1, K2, psi then move by ~4e-9 relative (measured at rung (0.4, 1.9, 0.22)), far below the
-# h-lattice error at those spacings (>= 1.5e-7 in alpha at dh >= 0.85)
-SINGLE_MIN_DH = 0.8
+# relative effect of the float32 exponentials (_exp_shifted) on mu1, K2 and psi: measured <= 4e-9
+# at rungs 2 and 6 of SEQ_LADDER against float64 (benchmarks/RESULTS.md); sequential_threshold
+# adds alpha x FLOAT32_REL to its bar
+FLOAT32_REL = 1e-8
 
 
-def _exp_inplace(A, single: bool):
-    """``A <- exp(A)`` for exponents in ``[EXP_FLOOR, 0]``.  ``single``: ``exp(a) = exp(a32) (1 +
-    (a - a32))`` with ``a32`` the float32 rounding of ``a`` and its exp taken in float32 (numpy's
-    float64 exp costs ~3x more here); relative error per term ~1e-7 (the float32 exp's; the
-    argument's rounding, up to 60 x 2^-24, is restored by the first-order factor), sums float64."""
+def _exp_shifted(A, shift, single: bool):
+    """``A <- exp(A - shift)`` row-wise for exponents ``A - shift <= 0``, clipped below at
+    :data:`EXP_FLOOR`.  ``single``: ``exp(a) = exp(a32) (1 + (a - a32))`` with ``a32`` the float32
+    rounding of ``a`` and its exp taken in float32 (numpy's float64 exp costs ~5x more here, and
+    is half the kernel); relative error per term ~1e-7 (the float32 exp's; the argument's
+    rounding, up to 60 x 2^-24, is restored by the first-order factor), sums in float64.  A
+    clipped entry carries ``(1 + a - EXP_FLOOR) e^EXP_FLOOR``: ``|.| <= |a| e^-60`` of the row
+    maximum (which is 1)."""
     if single:
         a32 = _buffer("f32", A.shape, np.float32)   # reused: no fresh pages per block
-        np.copyto(a32, A, casting="same_kind")
-        A -= a32
-        A += 1.0
+        A -= (shift - 1.0)[:, None]                 # A = 1 + a
+        np.subtract(A, 1.0, out=a32, casting="same_kind")
+        np.maximum(a32, EXP_FLOOR, out=a32)
+        A -= a32                                    # 1 + (a - a32)
         np.exp(a32, out=a32)
         A *= a32
     else:
+        A -= shift[:, None]
+        np.maximum(A, EXP_FLOOR, out=A)
         np.exp(A, out=A)
 
+
+def _with_logw(lat: dict) -> np.ndarray:
+    """``(4, n)``: the rows of ``lat["B"]`` and ``lat["logw"]`` (one matrix product gives the
+    exponent's sign-free part), built once per lattice dict."""
+    if "B1" not in lat:
+        lat["B1"] = np.vstack([lat["B"], lat["logw"]])
+    return lat["B1"]
 
 
 def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
@@ -116,14 +129,14 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     not exponentiated at all (same bound): for ``|omega| >> sqrt V`` one sign dominates."""
     r, n = h0.size, lat["n"]
     P, X, M, T = (_buffer(k, (r, n)) for k in range(4))   # reused: no fresh pages per block
-    hh = np.empty((r, 3))
+    hh = np.empty((r, 4))
     hh[:, 0], hh[:, 1], hh[:, 2] = h0 * h0, h0 * h1, h1 * h1
+    hh[:, :3] *= -0.5 / v2
+    hh[:, 3] = 1.0
     oh = np.empty((r, 4))
     oh[:, 0], oh[:, 1], oh[:, 2], oh[:, 3] = o0 * h0, o0 * h1, o1 * h0, o1 * h1
     # exponent without the per-row constant -|omega|^2 / (2V) (restored in log Z)
-    hh *= -0.5 / v2
-    np.matmul(hh, lat["B"], out=P)
-    P += lat["logw"]
+    np.matmul(hh, _with_logw(lat), out=P)
     oh *= 1.0 / v2
     np.matmul(oh, lat["Y"], out=X)
     np.subtract(P, X, out=M)                    # minus sign
@@ -133,16 +146,12 @@ def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     for A, mA in ((P, mp), (M, mm)):
         need = mA > shift + EXP_FLOOR
         if need.all():
-            A -= shift[:, None]
-            np.maximum(A, EXP_FLOOR, out=A)
-            _exp_inplace(A, single)
+            _exp_shifted(A, shift, single)
         elif need.any():
             idx = np.flatnonzero(need)
             sub = T[: idx.size]
             np.take(A, idx, axis=0, out=sub)
-            sub -= shift[idx, None]
-            np.maximum(sub, EXP_FLOOR, out=sub)
-            _exp_inplace(sub, single)
+            _exp_shifted(sub, shift[idx], single)
             A[:] = 0.0
             A[idx] = sub
         else:
@@ -296,7 +305,7 @@ def _omega_task(args):
 
 
 def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
-                 dh: float = 1.5, dz: float = 0.15, workers: int = 1) -> dict:
+                 dh: float = 1.5, dz: float = 0.15, workers: int = 1, single: bool = True) -> dict:
     """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``,
     ``psi = E log Z_out`` (THEORY 2.1 free entropy; Z_out the density of the pair {h, -h} given
     omega_2, as in :mod:`numerics.smi`), the Nishimori residual ``K2 - (2 mass - trcov2/V)/V``
@@ -306,8 +315,8 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
     (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
     blurred on the scale sqrt(V), so the rule scales with it; ``far_spacing(dh) sqrt(V)`` at the
     omega_2 nodes where the sign of h is resolved, blended by :func:`near_weight`) x fibre
-    lattice (spacing ``dz``); exponentials in float32 (:func:`_exp_inplace`) when
-    ``dh >= SINGLE_MIN_DH``.
+    lattice (spacing ``dz``); exponentials in float32 (:func:`_exp_shifted`) unless ``single``
+    is false.
     ``workers > 1`` spreads the omega_2 nodes over processes."""
     from numerics import smi
 
@@ -335,7 +344,7 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
         for spacing, part in ((dh, x), (far_spacing(dh), 1.0 - x)):
             if part > 0:
                 jobs.append((float(a), float(b), float(w * part), v2, float(c),
-                             float(spacing * sv), key, dh >= SINGLE_MIN_DH))
+                             float(spacing * sv), key, bool(single)))
     # largest h boxes first (load balance over the pool)
     jobs.sort(key=lambda j: -abs(j[0] - j[1]))
     if workers == 1:
@@ -357,15 +366,17 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
 
 # ----------------------------------------------------------------------------- threshold
 # (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V) at the near omega_2 nodes (the far
-# ones get far_spacing(dh)), fibre lattice spacing.  Every rule is refined from one rung to the
-# next.  Measured at q2 = 0.97365 (contributions to alpha, one rule varied at a time): the near
-# h lattice dominates (9e-5 at dh = 1.9, 1.6e-5 at 1.5, 1.5e-6 at 1.1, 1.5e-7 at 0.85, 4e-9 at
-# 0.6; it falls like exp(-10 / dh)); tau 0.5 -> 2e-4, 0.4 -> 2e-5, <= 0.3 -> below 3e-7;
-# dz 0.25 -> 2e-6, 0.2 -> 1.5e-7, <= 0.17 -> 1e-8 (benchmarks/RESULTS.md).
+# ones get far_spacing(dh)), fibre lattice spacing.  Measured at q2 = 0.97365 (contributions to
+# alpha, one rule varied at a time): the near h lattice dominates (9e-5 at dh = 1.9, 1.6e-5 at
+# 1.5, 1.5e-6 at 1.1, 1.5e-7 at 0.85, 1.8e-8 at 0.7, 4e-9 at 0.6; it falls like exp(-10 / dh));
+# tau 0.5 -> 2e-4, 0.4 -> 2e-5, 0.3 -> below 3e-7, 0.25 -> 8e-9 (it falls like
+# exp(-pi^2 / (2 tau))); dz 0.25 -> 2e-6, 0.2 -> 1.5e-7, 0.17 -> 1.9e-8, 0.16 -> ~8e-9,
+# 0.15 -> ~3e-9; far spacing 1.25 -> 1.5e-8 (benchmarks/RESULTS.md).  The top rungs (digits 8
+# and above) refine every rule, each to its cheapest setting with an error below ~1e-8.
 SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
 SEQ_LADDER = ((0.5, 2.8, 0.25), (0.5, 2.2, 0.25), (0.4, 1.9, 0.22), (0.3, 1.5, 0.2),
-              (0.25, 1.1, 0.17), (0.2, 0.85, 0.15), (0.2, 0.7, 0.15), (0.17, 0.6, 0.13),
-              (0.15, 0.5, 0.12))
+              (0.25, 1.1, 0.17), (0.2, 0.85, 0.15), (0.25, 0.7, 0.16), (0.2, 0.6, 0.14),
+              (0.17, 0.5, 0.12))
 SEQ_ORDERS = (SEQ_LADDER[2], SEQ_LADDER[3])
 # digits asked -> ladder index k of the refined order (the coarse one is rung k - 1, whose
 # error is the reported bar): bars measured in benchmarks/RESULTS.md
@@ -486,12 +497,13 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     pair up one rung (``note`` says so if the top rung does not meet it); ``orders`` gives the
     pair explicitly instead (neither).  Root search: bracket and regula falsi at ``scan_order``;
     the root of a parabola through three points at the "root order" (the coarse order, at most
-    rung 3 of the ladder); the coarse and the refined orders are each evaluated once at that root
-    and shifted to their own roots to first order with the root-order slopes.  ``value`` is the
-    refined alpha; ``error = |alpha_refined - alpha_coarse|`` + interpolation (parabola root,
-    second-order remainder of the shifts, slope uncertainty: root-order slope ratio vs a secant
-    at a cheaper order x the shift) + alpha x relative Nishimori residual (refined) + the bounds
-    on the dropped omega_2 nodes and the fibre lattice's cut.  Raises
+    rung 3 of the ladder); the coarse order is evaluated once at that root, the refined one once at
+    the coarse order's root, and each is shifted to its own root to first order with the
+    root-order slopes.  ``value`` is the refined alpha; ``error = |alpha_refined -
+    alpha_coarse|`` + interpolation (parabola root, second-order remainder of the shifts, slope
+    uncertainty: root-order slope ratio vs a secant at a cheaper order x the shift) + alpha x
+    (relative Nishimori residual (refined) + :data:`FLOAT32_REL`) + the bounds on the dropped
+    omega_2 nodes and the fibre lattice's cut.  Raises
     :class:`ConvergenceError` if the root is not bracketed.  ``workers``: processes over the
     omega_2 nodes (default ``min(2, cpu_count)``)."""
     import os
@@ -574,9 +586,13 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
         cut, q_f = out[1]["st"]["cut"], out[1]["q"]
         cut_alpha = (cut["mu1"] + (1 - q_f) / q_f * cut["K2"]) * a_f**2
         spread = abs(a_f - 1.0 / out[0]["mu"])
-        return spread + interp + a_f * out[1]["nis"] + cut_alpha, interp, cut_alpha
+        return (spread + interp + a_f * (out[1]["nis"] + FLOAT32_REL) + cut_alpha, interp,
+                cut_alpha)
 
-    out = [at(o) for o in orders]
+    # the refined order at the coarse order's shifted root: its own shift (the coarse-refined
+    # root difference) and the interpolation terms that come with it are then tiny
+    out = [at(orders[0])]
+    out.append(at(orders[1], out[0]["q"]))
     err, interp, cut_alpha = bar(out)
     # the ladder is calibrated at c = 1, beta = 1; elsewhere the rules may converge more slowly,
     # so with ``digits`` the bar is brought below 5 x 10^-digits: where the shifts from q_c
@@ -607,6 +623,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 q2_error=abs(out[1]["q"] - out[0]["q"]) + root["interp_q"],
                 values=[a_c, a_f], q2_values=[out[0]["q"], q_f], nishimori=[out[1]["nis"]],
                 spread=abs(a_f - a_c), interpolation=interp, cut=cut_alpha,
+                float32=a_f * FLOAT32_REL,
                 mass=float(st_f["mass"]), slope_r=s_r, slope_mu=s_mu,
                 pairs=int(st_f["pairs"]), orders=[list(o) for o in orders],
                 root_order=list(root_order), root_value=1.0 / root["mu1"], root_q2=q_c,
@@ -616,5 +633,6 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                         "where |omega_2| >> sqrt V, smooth blend) x fibre trapezoid lattice "
                         "(z_1), orders (tau, dh/sqrt V, dz) "
                         f"{[list(o) for o in orders]}; error = |alpha(refined) - "
-                        "alpha(coarse)| + root interpolation + alpha x relative Nishimori "
-                        "residual + bounds on the omega_2 and fibre-lattice cuts"))
+                        "alpha(coarse)| + root interpolation + alpha x (relative Nishimori "
+                        "residual + float32 exponentials' bound) + bounds on the omega_2 and "
+                        "fibre-lattice cuts"))
