@@ -19,8 +19,6 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-import sympy as sp
-
 
 def cache_dir() -> Path:
     env = os.environ.get("AIM_SYM_CACHE_DIR")
@@ -55,13 +53,25 @@ def usable_dir() -> Path | None:
     return d
 
 
+def _sympy_version() -> str:
+    """sympy's version without importing it (the warm SMI path never needs sympy itself)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sympy")
+    except PackageNotFoundError:
+        import sympy
+
+        return sympy.__version__
+
+
 @lru_cache(maxsize=1)
 def engine_hash() -> str:
     """Hash of the engine's source and versions: a change invalidates every entry."""
     here = Path(__file__).parent
-    h = hashlib.sha256(sp.__version__.encode())
+    h = hashlib.sha256(_sympy_version().encode())
     for name in ("channels.py", "output.py", "special.py", "symbols.py", "cache.py", "compiled.py",
-                 "smi.py"):
+                 "smi.py", "lambdified.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 

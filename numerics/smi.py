@@ -93,9 +93,9 @@ def _grid2(n: int, scale: float, half: bool):
 
 @lru_cache(maxsize=8)
 def _compiled():
-    from aim_sym import smi as sym
+    from aim_sym.lambdified import smi_functions
 
-    return sym.compile_functions(2, "numpy")
+    return smi_functions(2, "numpy")
 
 
 def _attention_inverse(z0, z1, c, beta):
@@ -866,9 +866,9 @@ def zout_mp(h, om, v, nodes, *, c=1.0, beta=1.0):
 
 @lru_cache(maxsize=2)
 def _compiled_mp():
-    from aim_sym import smi as sym
+    from aim_sym.lambdified import smi_functions
 
-    return sym.compile_functions(2, "mpmath")
+    return smi_functions(2, "mpmath")
 
 
 def _check_gout_fd(*, skip, beta, dps=50) -> float:

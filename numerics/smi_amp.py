@@ -91,9 +91,9 @@ SUPPORTED = dict(layers=(2,), tokens=(2,))
 # ----------------------------------------------------------------------------- compiled channel
 @lru_cache(maxsize=4)
 def _compiled():
-    from aim_sym import smi as sym
+    from aim_sym.lambdified import smi_functions
 
-    return sym.compile_functions(2, "numpy")
+    return smi_functions(2, "numpy")
 
 
 def _check(layers, tokens, skip, beta):

@@ -64,9 +64,9 @@ def norm_bound(skip: float) -> float:
 
 @lru_cache(maxsize=4)
 def _fibre(layers: int):
-    from aim_sym import smi as sym
+    from aim_sym.lambdified import smi_functions
 
-    return sym.compile_functions(layers, "numpy")["fibre"]
+    return smi_functions(layers, "numpy")["fibre"]
 
 
 def _inner_grid(n: int, dims: int):
@@ -223,9 +223,9 @@ def montecarlo_lambdas(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
     the free rows (self-normalised importance weights N(M^{-1} h) / det M). Returns, per layer,
     (mean, standard error) over the outer samples. The ratio estimator has an O(1/inner) bias."""
     _check(layers, 2, skip, beta)
-    from aim_sym import smi as sym
+    from aim_sym.lambdified import smi_functions
 
-    fwd = sym.compile_functions(layers, "numpy")["forward"]
+    fwd = smi_functions(layers, "numpy")["forward"]
     rng = np.random.default_rng(seed)
     vals = np.zeros((samples, layers))
     for s in range(samples):

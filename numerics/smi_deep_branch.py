@@ -72,9 +72,9 @@ def _check_q3(q3: float) -> None:
 
 @lru_cache(maxsize=2)
 def _fibre3():
-    from aim_sym import smi as sym
+    from aim_sym.lambdified import smi_functions
 
-    return sym.compile_functions(3, "numpy")["fibre"]
+    return smi_functions(3, "numpy")["fibre"]
 
 
 def inverse_map(z10, z11, z20, z21, skip: float, beta: float):
