@@ -446,14 +446,18 @@ def _bracket(skip, beta, scan_order, workers):
                            last_iterate=-math.expm1(x0), residual=[ra, rb])
 
 
-def _parabola_root(q0, skip, beta, order, workers, tick):
+def _parabola_root(q0, skip, beta, order, workers, tick, known=()):
     """Root of ``r`` at one order: secant through ``q0, q0 + eps``, a third evaluation at the
     secant root, the root of the parabola through the three (interpolation error: its distance
-    to the secant-type Newton step from the third point).  Returns the root, ``mu1`` there (from
-    the parabola of ``mu1``), the slopes ``dr/dq``, ``dmu1/dq`` and the curvatures."""
+    to the secant-type Newton step from the third point).  ``known``: points ``(q, r, mu1)``
+    already evaluated at this order (the bracket's, when it ran at this order); those within
+    ``0.05 (1 - q0)`` of ``q0`` replace the first two evaluations.  Returns the root, ``mu1``
+    there (from the parabola of ``mu1``), the slopes ``dr/dq``, ``dmu1/dq`` and the curvatures."""
     eps = 0.002 * (1 - q0)
-    pts = []
-    for q in (q0, q0 + eps):
+    near = sorted({p[0]: p for p in known if abs(p[0] - q0) < 0.05 * (1 - q0)}.values(),
+                  key=lambda p: abs(p[0] - q0))
+    pts = near[:2]
+    for q in (q0, q0 + eps)[len(pts):]:
         r, st = _resid(q, skip, beta, order, workers)
         pts.append((q, r, st["mu1"]))
         tick("sequential threshold: root order")
@@ -533,19 +537,29 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
         if progress:
             progress(step[0], nsteps, msg)
 
+    # a root order at most rung 1 costs about as much as the scan order (the h boxes' padding
+    # dominates both): bracket at the root order itself and reuse its points near the root
+    low = (not explicit and scan_order == SEQ_SCAN_ORDER
+           and SEQ_LADDER.index(tuple(root_order)) <= 1)
+    if low:
+        scan_order = root_order
     q_scan, seen = _bracket(skip, beta, scan_order, workers)
     tick("sequential threshold: bracket")
     try:
-        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick)
+        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick,
+                              known=seen if scan_order == root_order else ())
     except ConvergenceError:
+        if scan_order == root_order:
+            raise
         # the scan order is too coarse here (small c: its root can lie 5% of 1 - q2 or more
         # from the root order's): bracket again at the root order itself
         q_scan, seen = _bracket(skip, beta, root_order, workers)
-        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick)
+        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick, known=seen)
     q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
     # slope uncertainty: ratio dmu1/dr at the root order vs a secant at a cheaper order: the rung
     # below the root order at q_c +- eps, or (root order at most rung 1: low digits, where the
-    # shifts are small against the bar) the two scan-order points nearest the root
+    # shifts are ~1e-3 of the bar) the two bracket points nearest the root (of the root order
+    # itself when it bracketed: then the check sees the curvature between them only)
     rung = SEQ_LADDER.index(tuple(root_order)) if tuple(root_order) in SEQ_LADDER else 0
     if rung >= 2:
         eps = 0.002 * (1 - q_c)

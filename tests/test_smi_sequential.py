@@ -172,17 +172,20 @@ def test_free_entropy_stationarity_on_the_lattice():
     assert abs(fd - s0["K2"] / 2) < 1e-3 * s0["K2"] / 2
 
 
-def test_threshold_low_digits_take_the_slope_check_from_the_scan(monkeypatch):
-    # digits 3: parabola at the coarse rung (three points), the refined rung once, and no
-    # evaluation beyond the scan for the slope check
+def test_threshold_low_digits_bracket_at_the_root_order(monkeypatch):
+    # digits 3: the coarse rung (the root order, rung 1) brackets the root itself and its bracket
+    # points near the root serve the parabola and the slope check: 4 coarse evaluations (scan
+    # 0.95, 0.975, one regula falsi step, the parabola's third point) and the refined rung once,
+    # against 3 scan + 3 coarse + 1 refined with a separate scan order
     k = seq.SEQ_DIGITS[3]
     fine, coarse = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1]
     calls = []
     monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, fine))
     r = seq.sequential_threshold(workers=1, digits=3)
     orders = [o for _, o in calls]
-    assert orders.count(coarse) == 3 and orders.count(fine) == 1
-    assert set(orders) == {seq.SEQ_SCAN_ORDER, coarse, fine}
+    assert orders.count(coarse) == 4 and orders.count(fine) == 1
+    assert set(orders) == {coarse, fine}
+    assert abs(r["root_q2"] - 0.974) < 1e-9      # the model residual is a parabola: found exactly
     assert abs(r["value"] - 1 / 1.4) < 1e-8 and r["error"] >= r["spread"]
 
 
