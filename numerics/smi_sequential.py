@@ -375,7 +375,7 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
 # and above) refine every rule, each to its cheapest setting with an error below ~1e-8.
 SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
 SEQ_LADDER = ((0.5, 2.8, 0.25), (0.5, 2.2, 0.25), (0.4, 1.9, 0.22), (0.3, 1.5, 0.2),
-              (0.25, 1.1, 0.17), (0.2, 0.85, 0.15), (0.25, 0.7, 0.16), (0.2, 0.6, 0.14),
+              (0.25, 1.1, 0.17), (0.28, 0.85, 0.17), (0.25, 0.7, 0.16), (0.2, 0.6, 0.14),
               (0.17, 0.5, 0.12))
 SEQ_ORDERS = (SEQ_LADDER[2], SEQ_LADDER[3])
 # digits asked -> ladder index k of the refined order (the coarse one is rung k - 1, whose
