@@ -227,6 +227,15 @@ def test_single_precision_exponentials_against_double():
     assert np.any(s != d)
 
 
+def test_float32_bound_covers_a_full_evaluation():
+    # the bar's FLOAT32_REL against the float64 exponentials at one full evaluation near q2*
+    # (measured: mu1, K2 and the mass move by ~4e-9 relative, numpy's float32 exp bias)
+    o = dict(n_w=0.4, dh=1.9, dz=0.22, workers=2)
+    s, d = seq.branch_stats(0.9736, **o), seq.branch_stats(0.9736, single=False, **o)
+    for key in ("mu1", "K2", "mass"):
+        assert 0 < abs(s[key] / d[key] - 1) < seq.FLOAT32_REL, key
+
+
 def test_threshold_bar_above_target_at_the_top_is_reported(monkeypatch):
     # every rung disagrees with the next (a model that never converges): the pair climbs to the
     # top of the ladder and the record says that the target was not met

@@ -36,6 +36,17 @@ def test_sequential_threshold_more_digits(seq):
     assert r["error"] < 0.1 * seq["error"]
 
 
+def test_sequential_threshold_eight_digits(seq):
+    # digits = 8: the top pair refines every rule (tau, dh and dz); inside the digits-4 bar, and
+    # its own bar below the target 5e-8 without stepping up the ladder (measured 3.5e-8)
+    from numerics.smi_sequential import SEQ_DIGITS, SEQ_LADDER
+
+    r = smi.sequential_threshold(workers=2, digits=8)
+    assert abs(r["value"] - seq["value"]) < seq["error"]
+    assert r["error"] < 5e-8 and not r["note"]
+    assert r["orders"] == [list(SEQ_LADDER[SEQ_DIGITS[8] - 1]), list(SEQ_LADDER[SEQ_DIGITS[8]])]
+
+
 def test_sequential_threshold_montecarlo_route(seq):
     # independent route: seeded Monte Carlo of mu1 and of the residual at the lattice root
     mc = smi.montecarlo_branch(seq["q2"], samples=8000, inner=1600, seed=5)
