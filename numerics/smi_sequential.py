@@ -19,9 +19,10 @@ prior, ``det A``) is computed once and the exponent is a bilinear form in (outer
 (node features): one matrix product per block, then ``exp``.  Exponents are ``<= log w`` and
 each row is shifted by its maximum before ``exp``: no overflow, no all-zero rows.  Blocks are
 cache-sized (:data:`_BLOCK`; numpy on 32 MB blocks was memory-bound at ~150 ns per pair, now
-~20-30 ns, two ``exp`` per pair at most), exponents below ``max - 60`` are clipped (no
-subnormals), and a sign whose whole row is below that is not exponentiated; omega_2 nodes of
-weight < :data:`OMEGA_WCUT` are dropped with a bound on what they carry.
+~17-20 ns with two processes, two float32 ``exp`` per pair at most: :func:`_exp_shifted`),
+exponents below ``max - 60`` are clipped (no subnormals), and a sign whose whole row is below
+that is not exponentiated; omega_2 nodes of weight < :data:`OMEGA_WCUT` are dropped with a
+bound on what they carry.
 
 Outer rules: the average over (true z_1, eta) given omega_2 is an integral over h weighted by
 the fibre integral Z(h) itself (:func:`h_lattice`: trapezoid lattice in h, spacing ~ sqrt(V));
