@@ -381,15 +381,25 @@ SEQ_LADDER = ((0.5, 2.8, 0.25), (0.5, 2.2, 0.25), (0.4, 1.9, 0.22), (0.3, 1.5, 0
 SEQ_ORDERS = (SEQ_LADDER[2], SEQ_LADDER[3])
 # digits asked -> ladder index k of the refined order (the coarse one is rung k - 1, whose
 # error is the reported bar): bars measured in benchmarks/RESULTS.md
-SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 6, 8: 7}
+SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 6, 8: 7, 9: 8}
+# from this many digits the pair takes float64 exponentials (an order tagged "float64": the
+# float32 bound alpha x FLOAT32_REL = 7e-9 would nearly fill a 1e-8 bar) and the root order is
+# rung 4 (the shift terms from rung 3's root are ~8e-9 at digits 8)
+FLOAT64_DIGITS = 9
 SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 SEQ_SCAN_START = 0.95
 
 
+def _float64(order) -> bool:
+    """An order ``(tau, dh, dz, "float64")`` takes float64 exponentials."""
+    return tuple(order[3:]) == ("float64",)
+
+
 def _resid(q2, c, beta, order, workers):
     """``r = mu1 - (1 - q2) K2 / q2`` (zero at the sequential threshold) and the statistics."""
-    n_w, dh, dz = order
-    st = branch_stats(q2, c=c, beta=beta, n_w=n_w, dh=dh, dz=dz, workers=workers)
+    n_w, dh, dz = order[:3]
+    st = branch_stats(q2, c=c, beta=beta, n_w=n_w, dh=dh, dz=dz, workers=workers,
+                      single=not _float64(order))
     return st["mu1"] - (1 - q2) * st["K2"] / q2, st
 
 
@@ -499,16 +509,18 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (timings in benchmarks/RESULTS.md) and, while the
     bar exceeds ``5 x 10^-digits`` (the ladder is calibrated at c = 1, beta = 1), evaluates an
     order again at its own shifted root when the shift terms dominate the bar, or else moves the
-    pair up one rung (``note`` says so if the top rung does not meet it); ``orders`` gives the
-    pair explicitly instead (neither).  Root search: bracket and regula falsi at ``scan_order``;
-    the root of a parabola through three points at the "root order" (the coarse order, at most
-    rung 3 of the ladder); the coarse order is evaluated once at that root, the refined one once at
+    pair up one rung (``note`` says so if the top rung does not meet it); from
+    :data:`FLOAT64_DIGITS` digits the pair takes float64 exponentials (orders tagged
+    ``"float64"``); ``orders`` gives the pair explicitly instead (neither).  Root search:
+    bracket and regula falsi at ``scan_order``; the root of a parabola through three points at
+    the "root order" (the coarse order, at most rung 3 of the ladder, rung 4 from
+    FLOAT64_DIGITS); the coarse order is evaluated once at that root, the refined one once at
     the coarse order's root, and each is shifted to its own root to first order with the
     root-order slopes.  ``value`` is the refined alpha; ``error = |alpha_refined -
     alpha_coarse|`` + interpolation (parabola root, second-order remainder of the shifts, slope
     uncertainty: root-order slope ratio vs a secant at a cheaper order x the shift) + alpha x
-    (relative Nishimori residual (refined) + :data:`FLOAT32_REL`) + the bounds on the dropped
-    omega_2 nodes and the fibre lattice's cut.  Raises
+    (relative Nishimori residual (refined) + :data:`FLOAT32_REL` for float32 exponentials) + the
+    bounds on the dropped omega_2 nodes and the fibre lattice's cut.  Raises
     :class:`ConvergenceError` if the root is not bracketed.  ``workers``: processes over the
     omega_2 nodes (default ``min(2, cpu_count)``)."""
     import os
@@ -521,11 +533,14 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 f"{max(SEQ_DIGITS)}", digits)
         k = SEQ_DIGITS[digits]
         orders = (SEQ_LADDER[k - 1], SEQ_LADDER[k])
-        root_order = SEQ_LADDER[min(k - 1, 3)]
+        root_order = SEQ_LADDER[min(k - 1, 3 if digits < FLOAT64_DIGITS else 4)]
+        if digits >= FLOAT64_DIGITS:
+            orders = tuple((*o, "float64") for o in orders)
         explicit = False
     else:
         explicit = True
-        require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz)", orders)
+        require(len(orders) == 2, "orders", "a pair (coarse, refined) of (n_w, dh, dz) or "
+                "(n_w, dh, dz, 'float64')", orders)
         root_order = orders[0]
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
@@ -601,8 +616,8 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
         cut, q_f = out[1]["st"]["cut"], out[1]["q"]
         cut_alpha = (cut["mu1"] + (1 - q_f) / q_f * cut["K2"]) * a_f**2
         spread = abs(a_f - 1.0 / out[0]["mu"])
-        return (spread + interp + a_f * (out[1]["nis"] + FLOAT32_REL) + cut_alpha, interp,
-                cut_alpha)
+        f32 = 0.0 if _float64(out[1]["order"]) else FLOAT32_REL
+        return (spread + interp + a_f * (out[1]["nis"] + f32) + cut_alpha, interp, cut_alpha)
 
     # the refined order at the coarse order's shifted root: its own shift (the coarse-refined
     # root difference) and the interpolation terms that come with it are then tiny
@@ -638,7 +653,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 q2_error=abs(out[1]["q"] - out[0]["q"]) + root["interp_q"],
                 values=[a_c, a_f], q2_values=[out[0]["q"], q_f], nishimori=[out[1]["nis"]],
                 spread=abs(a_f - a_c), interpolation=interp, cut=cut_alpha,
-                float32=a_f * FLOAT32_REL,
+                float32=0.0 if _float64(orders[1]) else a_f * FLOAT32_REL,
                 mass=float(st_f["mass"]), slope_r=s_r, slope_mu=s_mu,
                 pairs=int(st_f["pairs"]), orders=[list(o) for o in orders],
                 root_order=list(root_order), root_value=1.0 / root["mu1"], root_q2=q_c,

@@ -104,7 +104,7 @@ def test_threshold_digits_pick_the_ladder(monkeypatch):
     # (three points), slope check at rung 2 (two points); each expensive order is evaluated once.
     # The model's coarse-refined spread (1e-4) is above the target 5e-8, so the pair moves up
     # one rung, where the model has converged (same root): the bar then meets the target
-    top = max(seq.SEQ_DIGITS)
+    top = seq.FLOAT64_DIGITS - 1
     k = seq.SEQ_DIGITS[top]
     fine, coarse, up = seq.SEQ_LADDER[k], seq.SEQ_LADDER[k - 1], seq.SEQ_LADDER[k + 1]
     calls = []
@@ -117,7 +117,38 @@ def test_threshold_digits_pick_the_ladder(monkeypatch):
     assert abs(r["value"] - 1 / 1.4) < 1e-8 and abs(r["q2"] - (0.974 + 1e-5)) < 1e-9
     assert r["orders"] == [list(fine), list(up)] and r["error"] < 5e-8 and not r["note"]
     with pytest.raises(InputError, match="digits"):
-        seq.sequential_threshold(digits=top + 1)
+        seq.sequential_threshold(digits=max(seq.SEQ_DIGITS) + 1)
+
+
+def test_threshold_float64_digits(monkeypatch):
+    # from FLOAT64_DIGITS: the pair is tagged "float64", the root is found at rung 4 (three
+    # points) with the slope check at rung 3 (two), and the bar carries no float32 term
+    d = seq.FLOAT64_DIGITS
+    k = seq.SEQ_DIGITS[d]
+    fine, coarse = (*seq.SEQ_LADDER[k], "float64"), (*seq.SEQ_LADDER[k - 1], "float64")
+    calls = []
+    # every order of the run shares the model's root (no shifts): the bar meets 5e-9
+    same = [fine, coarse, seq.SEQ_LADDER[4], seq.SEQ_LADDER[3], seq.SEQ_SCAN_ORDER]
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, same))
+    r = seq.sequential_threshold(workers=1, digits=d)
+    orders = [o for _, o in calls]
+    assert orders.count(fine) == 1 and orders.count(coarse) == 1
+    assert orders.count(seq.SEQ_LADDER[4]) == 3 and orders.count(seq.SEQ_LADDER[3]) == 2
+    assert r["root_order"] == list(seq.SEQ_LADDER[4]) and r["float32"] == 0.0
+    assert r["error"] < 5.0 * 10.0 ** -d and not r["note"]
+
+
+def test_float64_tag_reaches_the_kernel(monkeypatch):
+    seen = []
+
+    def fake(q2, **kw):
+        seen.append(kw["single"])
+        return dict(mu1=1.4, K2=50.0)
+
+    monkeypatch.setattr(seq, "branch_stats", fake)
+    seq._resid(0.97, 1.0, 1.0, (0.5, 2.8, 0.25, "float64"), 1)
+    seq._resid(0.97, 1.0, 1.0, (0.5, 2.8, 0.25), 1)
+    assert seen == [False, True]
 
 
 def test_omega_rule_even_moments():
