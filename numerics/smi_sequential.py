@@ -83,9 +83,10 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
 
 
 EXP_FLOOR = -60.0   # exponents below (row max + EXP_FLOOR) are clipped there (no subnormals)
-# relative effect of the float32 exponentials (_exp_shifted) on mu1, K2 and psi: measured <= 4e-9
-# at rungs 2 and 6 of SEQ_LADDER against float64 (benchmarks/RESULTS.md); sequential_threshold
-# adds alpha x FLOAT32_REL to its bar
+# relative effect of the float32 exponentials (_exp_shifted) on mu1, K2, psi and the mass:
+# measured <= 4.3e-9 at orders (0.4, 1.9, 0.22) and (0.2, 0.7, 0.15) against float64 (numpy's
+# float32 exp has a relative bias of -4.7e-9; benchmarks/RESULTS.md); sequential_threshold adds
+# alpha x FLOAT32_REL to its bar
 FLOAT32_REL = 1e-8
 
 
