@@ -497,6 +497,65 @@ def _parabola_root(q0, skip, beta, order, workers, tick, known=()):
                 mass=float(st["mass"]), pairs=int(st["pairs"]), cut=st["cut"])
 
 
+def _root_and_slope_check(skip, beta, root_order, scan_order, explicit, workers, tick):
+    """The root at the root order (:func:`_bracket`, then :func:`_parabola_root`) and the
+    relative uncertainty of its slope ratio ``dmu1/dr`` (see :func:`sequential_threshold`)."""
+    # a root order at most rung 1 costs about as much as the scan order (the h boxes' padding
+    # dominates both): bracket at the root order itself and reuse its points near the root
+    if (not explicit and scan_order == SEQ_SCAN_ORDER
+            and SEQ_LADDER.index(tuple(root_order)) <= 1):
+        scan_order = root_order
+    q_scan, seen = _bracket(skip, beta, scan_order, workers)
+    tick("sequential threshold: bracket")
+    try:
+        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick,
+                              known=seen if scan_order == root_order else ())
+    except ConvergenceError:
+        if scan_order == root_order:
+            raise
+        # the scan order is too coarse here (small c: its root can lie 5% of 1 - q2 or more
+        # from the root order's): bracket again at the root order itself
+        q_scan, seen = _bracket(skip, beta, root_order, workers)
+        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick, known=seen)
+    q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
+    # slope uncertainty: ratio dmu1/dr at the root order vs a secant at a cheaper order: the rung
+    # below the root order at q_c +- eps, or (root order at most rung 1: low digits, where the
+    # shifts are ~1e-3 of the bar) the two bracket points nearest the root (of the root order
+    # itself when it bracketed: then the check sees the curvature between them only)
+    rung = SEQ_LADDER.index(tuple(root_order)) if tuple(root_order) in SEQ_LADDER else 0
+    if rung >= 2:
+        eps = 0.002 * (1 - q_c)
+        pts = [(q, *_resid(q, skip, beta, SEQ_LADDER[rung - 1], workers)) for q in
+               (q_c - eps, q_c + eps)]
+        (qa, ra, sa), (qb, rb, sb) = pts
+        ma, mb = sa["mu1"], sb["mu1"]
+    else:
+        (qa, ra, ma), (qb, rb, mb) = sorted({p[0]: p for p in seen}.values(),
+                                            key=lambda p: abs(p[0] - q_c))[:2]
+    ratio_scan = (mb - ma) / (rb - ra)
+    return root, abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
+
+
+def _bar(out, root, rel_slope):
+    """Error of the refined value ``1 / out[1]["mu"]``: spread + interpolation + Nishimori +
+    float32 bound + cut bounds; returns ``(error, interpolation, cut)``."""
+    q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
+    a_f = 1.0 / out[1]["mu"]
+    # the root parabola's error counts while an order leans on the root-order position
+    interp = (abs(s_mu) * root["interp_q"] * a_f**2
+              if any(o["q_eval"] == q_c for o in out) else 0.0)
+    for o in out:
+        dq = o["q"] - o["q_eval"]
+        # second-order remainder of the first-order shift, and the slope uncertainty
+        interp += ((abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)) * dq**2
+                   + rel_slope * abs(s_mu * dq)) * a_f**2
+    cut, q_f = out[1]["st"]["cut"], out[1]["q"]
+    cut_alpha = (cut["mu1"] + (1 - q_f) / q_f * cut["K2"]) * a_f**2
+    spread = abs(a_f - 1.0 / out[0]["mu"])
+    f32 = 0.0 if _float64(out[1]["order"]) else FLOAT32_REL
+    return spread + interp + a_f * (out[1]["nis"] + f32) + cut_alpha, interp, cut_alpha
+
+
 def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 4,
                          orders=None, scan_order=SEQ_SCAN_ORDER, workers: int | None = None,
                          progress=None) -> dict:
@@ -554,41 +613,9 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
         if progress:
             progress(step[0], nsteps, msg)
 
-    # a root order at most rung 1 costs about as much as the scan order (the h boxes' padding
-    # dominates both): bracket at the root order itself and reuse its points near the root
-    low = (not explicit and scan_order == SEQ_SCAN_ORDER
-           and SEQ_LADDER.index(tuple(root_order)) <= 1)
-    if low:
-        scan_order = root_order
-    q_scan, seen = _bracket(skip, beta, scan_order, workers)
-    tick("sequential threshold: bracket")
-    try:
-        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick,
-                              known=seen if scan_order == root_order else ())
-    except ConvergenceError:
-        if scan_order == root_order:
-            raise
-        # the scan order is too coarse here (small c: its root can lie 5% of 1 - q2 or more
-        # from the root order's): bracket again at the root order itself
-        q_scan, seen = _bracket(skip, beta, root_order, workers)
-        root = _parabola_root(q_scan, skip, beta, root_order, workers, tick, known=seen)
+    root, rel_slope = _root_and_slope_check(skip, beta, root_order, scan_order,
+                                            explicit, workers, tick)
     q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
-    # slope uncertainty: ratio dmu1/dr at the root order vs a secant at a cheaper order: the rung
-    # below the root order at q_c +- eps, or (root order at most rung 1: low digits, where the
-    # shifts are ~1e-3 of the bar) the two bracket points nearest the root (of the root order
-    # itself when it bracketed: then the check sees the curvature between them only)
-    rung = SEQ_LADDER.index(tuple(root_order)) if tuple(root_order) in SEQ_LADDER else 0
-    if rung >= 2:
-        eps = 0.002 * (1 - q_c)
-        pts = [(q, *_resid(q, skip, beta, SEQ_LADDER[rung - 1], workers)) for q in
-               (q_c - eps, q_c + eps)]
-        (qa, ra, sa), (qb, rb, sb) = pts
-        ma, mb = sa["mu1"], sb["mu1"]
-    else:
-        (qa, ra, ma), (qb, rb, mb) = sorted({p[0]: p for p in seen}.values(),
-                                            key=lambda p: abs(p[0] - q_c))[:2]
-    ratio_scan = (mb - ma) / (rb - ra)
-    rel_slope = abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
 
     def at(order, q_at=None):
         """One order evaluated at ``q_at`` (default the root q_c) and shifted to its own root
@@ -603,28 +630,11 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
         return dict(order=order, q=q_o, q_eval=q_at, mu=st["mu1"] + s_mu * (q_o - q_at),
                     nis=abs(st["nishimori"]) / st["K2"], st=st)
 
-    def bar(out):
-        """Error of the refined value: spread + interpolation + Nishimori + cut bounds."""
-        a_f = 1.0 / out[1]["mu"]
-        # the root parabola's error counts while an order leans on the root-order position
-        interp = (abs(s_mu) * root["interp_q"] * a_f**2
-                  if any(o["q_eval"] == q_c for o in out) else 0.0)
-        for o in out:
-            dq = o["q"] - o["q_eval"]
-            # second-order remainder of the first-order shift, and the slope uncertainty
-            interp += ((abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)) * dq**2
-                       + rel_slope * abs(s_mu * dq)) * a_f**2
-        cut, q_f = out[1]["st"]["cut"], out[1]["q"]
-        cut_alpha = (cut["mu1"] + (1 - q_f) / q_f * cut["K2"]) * a_f**2
-        spread = abs(a_f - 1.0 / out[0]["mu"])
-        f32 = 0.0 if _float64(out[1]["order"]) else FLOAT32_REL
-        return (spread + interp + a_f * (out[1]["nis"] + f32) + cut_alpha, interp, cut_alpha)
-
     # the refined order at the coarse order's shifted root: its own shift (the coarse-refined
     # root difference) and the interpolation terms that come with it are then tiny
     out = [at(orders[0])]
     out.append(at(orders[1], out[0]["q"]))
-    err, interp, cut_alpha = bar(out)
+    err, interp, cut_alpha = _bar(out, root, rel_slope)
     # the ladder is calibrated at c = 1, beta = 1; elsewhere the rules may converge more slowly,
     # so with ``digits`` the bar is brought below 5 x 10^-digits: where the shifts from q_c
     # dominate it (small c: the root order's root lies far from the others'), each order is
@@ -645,7 +655,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
             orders, out = (orders[1], nxt), [out[1], at(nxt, out[1]["q"])]
         else:
             break
-        err, interp, cut_alpha = bar(out)
+        err, interp, cut_alpha = _bar(out, root, rel_slope)
     a_c, a_f = 1.0 / out[0]["mu"], 1.0 / out[1]["mu"]
     q_f, st_f = out[1]["q"], out[1]["st"]
     note = ("" if target is None or err <= target else
