@@ -66,7 +66,7 @@ def test_check_command_passes_for_softmax():
         (["threshold", "weak", "--small-width", "--digits", "0"], "--digits"),
         (["se", "--alpha", "0.1", "--layers", "2"], "--layers"),
         (["threshold", "weak", "--model", "smi", "--rho", "0.5"], "--rho"),
-        (["threshold", "weak", "--model", "smi", "--digits", "9"], "--digits"),
+        (["threshold", "weak", "--model", "smi", "--digits", "10"], "--digits"),
         (["se", "--alpha", "0.1", "--channel", "nope"], "--channel"),
         (["curve", "--alphas", "0:1"], "--alphas"),
     ],
