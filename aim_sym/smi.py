@@ -21,7 +21,8 @@ The fibre of ``y`` is parametrised by ``z_1, ..., z_{L-1}``:
 ``z_L = (A_{L-1} ... A_1)^{-1} (+-h)`` with Jacobian ``1 / |det(A_{L-1} ... A_1)|``
 (:func:`fibre`).  Everything is derived here symbolically and compiled with
 :func:`compile_functions` (explicit ``modules=`` to numpy or mpmath); the numeric layer only
-calls the compiled functions.
+calls the compiled functions, through :mod:`aim_sym.lambdified` (the same functions rebuilt
+from lambdify's cached source, so that a warm process does not import sympy).
 """
 
 from __future__ import annotations
