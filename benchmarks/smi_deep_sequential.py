@@ -84,10 +84,12 @@ def lattice(args) -> None:
         tau, dh, dz1, dz2, R = _order(o)
         t0 = time.perf_counter()
         st = db.branch_stats_l3(args.q3, skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz1,
-                                dz2=dz2, radius=R, single=not args.double, workers=args.workers)
+                                dz2=dz2, radius=R, single=not args.double, workers=args.workers,
+                                wcut=args.wcut)
         r = [st[f"mu{l}"] - (1 - args.q3) * st["K3"] / args.q3 for l in (1, 2)]
         print(f"lattice {o}: mass {st['mass']:.8f} mu1 {st['mu1']:.7f} mu2 {st['mu2']:.7f} "
-              f"K3 {st['K3']:.6f} r1 {r[0]:+.7f} r2 {r[1]:+.7f} Nishimori/K3 "
+              f"K3 {st['K3']:.6f} cut(mu) {st['cut']['mu'] + st['cut']['mu_tail']:.1e} "
+              f"r1 {r[0]:+.7f} r2 {r[1]:+.7f} Nishimori/K3 "
               f"{st['nishimori'] / st['K3']:+.2e}; {st['outer_points']} h x {st['nodes']} nodes"
               f" = {st['pairs']:.2e} pairs, {time.perf_counter() - t0:.1f} s wall; " + _load(),
               flush=True)
@@ -133,6 +135,7 @@ def main() -> None:
     c = sub.add_parser("lattice")
     c.add_argument("q3", type=float)
     c.add_argument("--orders", nargs="+", required=True)
+    c.add_argument("--wcut", type=float, default=1e-8, help="omega_3 weight cut")
     d = sub.add_parser("lattice-thresholds")
     d.add_argument("--orders", nargs=2, default=None)
     d.add_argument("--scan", nargs="+", type=float, default=None)

@@ -239,13 +239,15 @@ def _omega_task(args):
 
 def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: float = 0.5,
                     dh: float = 2.8, dz: float = 0.3, radius: float = RADIUS,
-                    dz2: float | None = None, single: bool = False, workers: int = 1) -> dict:
+                    dz2: float | None = None, single: bool = False, workers: int = 1,
+                    wcut: float = OMEGA_WCUT) -> dict:
     """Statistics at ``Q = diag(0, 0, q3)`` by the deterministic rule of the module docstring:
     ``mass`` (1), ``mu1``, ``mu2``, ``K3``, ``trcov3 = E tr Cov[z_3|.]``, ``psi = E log Z``, the
     Nishimori residual ``K3 - (2 mass - trcov3 / V) / V`` and ``cut`` (bounds on what the dropped
     omega_3 nodes and the lattice radius carry).  Orders: ``tau`` (omega_3 sinh-trapezoid step),
     ``dh`` (h spacing in units of sqrt(V)), ``dz`` (fibre lattice spacing in ``z_1``), ``dz2``
-    (in ``z_2``, default ``dz``), ``radius``.  ``single``: float32 exponentials (relative bias
+    (in ``z_2``, default ``dz``), ``radius``; omega_3 nodes of weight below ``wcut`` are dropped
+    (bounded in ``cut``).  ``single``: float32 exponentials (relative bias
     <= :data:`numerics.smi_sequential.FLOAT32_REL`); ``workers > 1`` spreads the omega_3 nodes
     over forked processes.  The cross block ``Cov[z_1, z_2 | .]`` is zero by the sign symmetries
     the lattice uses (checked by :func:`montecarlo_branch_l3`)."""
@@ -255,6 +257,7 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
     require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q3))", dh)
     require(3.0 <= radius <= 9.0, "radius", "in [3, 9]", radius)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
+    require(0 <= wcut <= 1e-6, "wcut", "in [0, 1e-6]", wcut)
     v = 1.0 - q3
     key = (float(dz), float(skip), float(beta), float(radius),
            float(dz if dz2 is None else dz2))
@@ -262,7 +265,7 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
     # sinh-map scale min(sqrt V, sqrt q3): the omega_3 features have width sqrt(V) (q3 -> 1),
     # the Gaussian itself width sqrt(q3) (q3 -> 0)
     O0, O1, W = smi_sequential.omega_rule(float(tau), float(q3), min(1.0, math.sqrt(q3 / v)))
-    keep = W >= OMEGA_WCUT
+    keep = W >= wcut
     w_cut = float(W[~keep].sum())
     jobs = [(float(a), float(b), float(w), v, float(skip), float(dh) * math.sqrt(v), key,
              bool(single)) for a, b, w in zip(O0[keep], O1[keep], W[keep], strict=True)]
@@ -559,6 +562,10 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
 # (module docstring, benchmarks/RESULTS.md).
 LATTICE_ORDERS = ((0.5, 2.8, 0.6, 0.3, 6.0), (0.4, 2.2, 0.5, 0.25, 6.0))
 LATTICE_SCAN = (0.975, 0.98, 0.985, 0.99)
+# omega_3 nodes below this weight are dropped at the roots: at q3 = 0.98, tau = 0.5 it removes
+# 18 of 99 nodes, which hold 47% of the h points and 5e-9 of the weight (bound on mu_l:
+# 2 (R^2 - 1)^2 x 5e-9 = 1.3e-5 at R = 6, in the bar)
+LATTICE_WCUT = 1e-8
 
 
 def _check_order(order) -> tuple:
@@ -573,12 +580,12 @@ def _check_order(order) -> tuple:
     return tau, dh, dz1, dz2, rad
 
 
-def _lattice_point(q3, order, skip, beta, single, workers) -> dict:
+def _lattice_point(q3, order, skip, beta, single, workers, wcut=LATTICE_WCUT) -> dict:
     """Statistics of one order at ``q3`` with the residuals ``r_l = mu_l - (1 - q3) K3 / q3``."""
     tau, dh, dz1, dz2, rad = order
     t0 = time.perf_counter()
     st = branch_stats_l3(q3, skip=skip, beta=beta, tau=tau, dh=dh, dz=dz1, dz2=dz2, radius=rad,
-                         single=single, workers=workers)
+                         single=single, workers=workers, wcut=wcut)
     st["r"] = [st[f"mu{l}"] - (1 - q3) * st["K3"] / q3 for l in (1, 2)]
     st["q3"], st["seconds"] = q3, time.perf_counter() - t0
     return st
@@ -605,8 +612,8 @@ def _quad_root(pts, l: int, lo: float, hi: float):
 
 def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
                                      orders=LATTICE_ORDERS, scan=LATTICE_SCAN,
-                                     single: bool = True, workers: int | None = None,
-                                     progress=None) -> list[dict]:
+                                     single: bool = True, split: bool = True,
+                                     workers: int | None = None, progress=None) -> list[dict]:
     """Sequential thresholds of layers 1 and 2 on the layer-3 branch by the deterministic rule
     :func:`branch_stats_l3` (anisotropic fibre lattice, float32 exponentials), an independent
     route next to the Monte Carlo :func:`sequential_thresholds_l3`.
@@ -617,7 +624,9 @@ def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
     gives the root ``x_l``; the coarse order is evaluated at ``x_l`` and shifted to its own root
     to first order with the parabola's slopes (``x_c``), the refined order ``orders[1]`` is
     evaluated at ``x_c`` and shifted likewise.  ``value = 1 / mu_l`` of the refined order;
-    ``error = |alpha_refined - alpha_coarse|`` + interpolation (second-order remainder of both
+    ``error = |alpha_refined - alpha_coarse|`` (``split``: the order with the refined outer rules
+    ``tau, dh`` and the coarse fibre lattice is evaluated too, and the moduli of the two steps are
+    added, since the rules' errors may cancel) + interpolation (second-order remainder of both
     shifts from the parabolas' curvatures + the slope uncertainty: parabola slope ratio
     ``dmu/dr`` vs the bracket's secant, times the shifts) + ``alpha`` x (relative Nishimori
     residual of the refined order + FLOAT32_REL if ``single``) + the cut bounds (omega_3 nodes
@@ -637,6 +646,7 @@ def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
             and list(scan) == sorted(set(scan)), "scan", "at least 3 increasing values in (0, 1)",
             scan)
     require(isinstance(single, bool), "single", "a bool", single)
+    require(isinstance(split, bool), "split", "a bool", split)
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
@@ -663,20 +673,19 @@ def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
         ev(q, coarse)
     brackets = {}
     for l in (1, 2):
-        for _ in range(3):
+        for attempt in range(3):
             pts = sorted((q, ev(q, coarse)) for q in grid)
             r = [st["r"][l - 1] for _, st in pts]
             idx = [i for i in range(len(pts) - 1) if r[i] * r[i + 1] <= 0]
             if idx:
                 brackets[l] = idx[0]
                 break
+            if attempt == 2:
+                raise ConvergenceError(f"layer-{l} sequential root not bracketed by the lattice "
+                                       "scan", last_iterate=[q for q, _ in pts], residual=r)
             # both residuals rise with q3 near the roots: all negative -> go up in q3
             xn = math.log1p(-pts[-1][0]) + dx if r[-1] < 0 else math.log1p(-pts[0][0]) - dx
             grid.append(-math.expm1(xn))
-            ev(grid[-1], coarse)
-        else:
-            raise ConvergenceError(f"layer-{l} sequential root not bracketed by the lattice scan",
-                                   last_iterate=[q for q, _ in pts], residual=r)
     out = []
     for l in (1, 2):
         pts = sorted((q, ev(q, coarse)) for q in grid)
@@ -701,22 +710,28 @@ def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
                         nis=abs(st["nishimori"]) / st["K3"])
 
         c = shifted(coarse, xr)
-        f = shifted(fine, c["x"])
-        a_c, a_f = 1.0 / c["mu"], 1.0 / f["mu"]
+        # split refinement: the outer rules (tau, dh) first, then the fibre lattice; the errors
+        # of the two may have opposite signs, so the bar adds the two steps' moduli
+        evs = [c] + [shifted(o, c["x"]) for o in ((fine[:2] + coarse[2:]) if split else (),
+                                                  fine) if o]
+        f = evs[-1]
+        a_f = 1.0 / f["mu"]
+        steps = [abs(1.0 / e1["mu"] - 1.0 / e0["mu"]) for e0, e1 in zip(evs[:-1], evs[1:])]
         interp = sum((curv * (o["x"] - o["x_eval"]) ** 2
-                      + rel_slope * abs(s_mu * (o["x"] - o["x_eval"]))) for o in (c, f)) * a_f**2
+                      + rel_slope * abs(s_mu * (o["x"] - o["x_eval"]))) for o in evs) * a_f**2
         cut, q_f = f["st"]["cut"], -math.expm1(f["x"])
         cut_alpha = (cut["mu"] + cut["mu_tail"]
                      + (1 - q_f) / q_f * (cut["K3"] + cut["K3_tail"])) * a_f**2
         f32 = a_f * smi_sequential.FLOAT32_REL if single else 0.0
-        spread = abs(a_f - a_c)
+        spread = sum(steps)
         err = spread + interp + a_f * f["nis"] + f32 + cut_alpha
         q_c = -math.expm1(c["x"])
         out.append(dict(
             layer=l, kind="sequential", value=a_f, error=err, q3=q_f,
             q3_error=abs(q_f - q_c) + (1 - q_f) * abs(cr[0] / s_r) * sum(
                 (o["x"] - o["x_eval"]) ** 2 for o in (c, f)),
-            values=[a_c, a_f], q3_values=[q_c, q_f], spread=spread,
+            values=[1.0 / e["mu"] for e in evs], q3_values=[-math.expm1(e["x"]) for e in evs],
+            spread=spread, steps=steps,
             interpolation=interp, nishimori=f["nis"], float32=f32, cut=cut_alpha,
             slope_r=s_r, slope_mu=s_mu, mass=f["st"]["mass"], pairs=int(f["st"]["pairs"]),
             orders=[list(o) for o in orders],
@@ -727,7 +742,9 @@ def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
                     "trapezoid lattice (anisotropic: dz1 in z_1, dz2 in z_2), orders (tau, "
                     f"dh/sqrt V, dz1, dz2, R) {[list(o) for o in orders]}"
                     + (", float32 exponentials" if single else "")
-                    + "; error = |alpha(refined) - alpha(coarse)| + root interpolation + alpha x "
+                    + "; error = |alpha(refined) - alpha(coarse)|"
+                    + (" (outer rules and fibre lattice refined in turn, moduli added)" if split
+                       else "") + " + root interpolation + alpha x "
                     "(relative Nishimori residual + float32 bound) + cut bounds")))
     secs = time.perf_counter() - t0
     first = min(out, key=lambda d: d["value"])
