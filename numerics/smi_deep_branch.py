@@ -22,21 +22,35 @@ Deterministic route (:func:`branch_stats_l3`): ``omega_3`` by the rotated sinh-t
 :func:`numerics.smi_sequential.omega_rule`; ``h`` given ``omega_3`` by a trapezoid lattice of
 spacing ``dh sqrt(V)`` on the attention image box of ``omega_3`` padded by ``H_PAD`` standard
 deviations of the blur ``sqrt(V) M eta`` (:func:`h_lattice_l3`); the fibre over ``(z_1, z_2)``
-by a 4D trapezoid lattice of spacing ``dz`` on the ball ``|z| <= R`` restricted to
-``z_1,0 >= 0, z_2,0 >= 0`` (weights x 4 by the two sign symmetries).  Node features (``M^{-1}``
-from the symbolic fibre :func:`aim_sym.smi.compile_functions`, prior, ``det M``) are computed once;
-the exponent is a bilinear form (outer features) x (node features).  Monte Carlo route:
-:func:`montecarlo_branch_l3`.  Results: benchmarks/RESULTS.md.
+by a 4D trapezoid lattice of spacings ``dz1`` (in ``z_1``) and ``dz2`` (in ``z_2``) on the ball
+``|z| <= R`` restricted to ``z_1,0 >= 0, z_2,0 >= 0`` (weights x 4 by the two sign symmetries).
+Node features (``M^{-1}`` from the symbolic fibre :func:`aim_sym.smi.compile_functions`, prior,
+``det M``) are computed once; the exponent is a bilinear form (outer features) x (node
+features), evaluated in cache-sized blocks of 8 outer points x 8192 nodes (each node chunk with
+its own row shift) with float32 exponentials, and the omega_3 nodes are spread over forked
+workers.  Monte Carlo route: :func:`montecarlo_branch_l3`.  Results: benchmarks/RESULTS.md.
 
-Cost, and why the thresholds use the Monte Carlo route: the roots lie at V ~ 0.02 (layer 1)
-and ~ 0.011 (layer 2).  There the h lattice needs ~1e5-2e5 outer points per evaluation (the
-attention image of omega_3 is ~ (1 + c)^2 |omega_3| wide, resolved on the scale sqrt(V)) and
-the 4D fibre lattice ~1e5 nodes already at dz = 0.3 (too coarse for a posterior of width
-~sqrt(V)); at the measured 40-100 ns per pair on a loaded 2-core machine that is > 1000 s per
-evaluation at the coarsest order.  The lattice rule is therefore used where it is affordable
-(q3 <= 0.7: mass, Nishimori, q3 -> 0 limit and the check of the Monte Carlo route), and the
-roots come from the seeded Monte Carlo with common random numbers
-(:func:`sequential_thresholds_l3`).
+Thresholds, two independent routes: the seeded Monte Carlo :func:`sequential_thresholds_l3`
+(alpha_seq,1 = 0.979 +- 0.017, alpha_seq,2 = 1.134 +- 0.014, mean of two seeds) and the
+deterministic :func:`sequential_thresholds_l3_lattice`: 0.9771 +- 0.0021 (q3* = 0.97828) and
+1.1358 +- 0.0044 (q3* = 0.98714) at the orders (tau, dh, dz1, dz2, R) = (0.5, 2.8, 0.6, 0.4, 6)
+-> (0.4, 2.2, 0.5, 0.3, 6), 0.1 combined SE from the Monte Carlo values, 10 evaluations in 21 min
+on 2 cores (the refined order at the layer-2 root: 2.7e10 (outer x node) pairs, 7 min).
+What made the lattice affordable at the roots (V = 0.022 and 0.013), measured at q3 = 0.98
+(benchmarks/RESULTS.md):
+
+- anisotropic lattice: ``mu_l`` is set by the ``z_2`` spacing, ``K3`` more by the ``z_1`` one;
+  error of ``r_1`` (one spacing varied, the other at 0.3): dz2 0.5 / 0.4 / 0.3 / 0.25 -> 3.7e-3 /
+  1.9e-3 / 6e-4 / 4e-4 (at dz1 = 0.5), dz1 0.6 / 0.5 / 0.4 -> 6.7e-4 / 2.6e-4 / 3e-5; the
+  refined (0.5, 0.3) has 79k nodes, the isotropic lattice of the same error (~0.3) 214k;
+- blocks of 8 rows x 8192 nodes instead of 2 rows x all nodes (a 1-row block turns the
+  products into matrix-vector ones: 140-280 ns per pair) and float32 exponentials: 29-39 ->
+  19-31 ns per pair and process; two forked workers: ~2x;
+- dropping omega_3 nodes of weight < 1e-8 (:data:`LATTICE_WCUT`; 18 of 99 nodes at q3 = 0.98,
+  47% of the h points; bound 1.3e-5 on ``mu_l``, in the bar).
+
+The earlier estimate (10-40 min per evaluation, "dz = 0.3 too coarse") assumed an isotropic
+lattice of 1e5-2e5 nodes, all omega_3 nodes, and 30-90 ns per pair in one process.
 """
 
 from __future__ import annotations
@@ -453,9 +467,9 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
                              scan=SEQ_SCAN, groups: int = 20, progress=None) -> list[dict]:
     """Sequential thresholds of layers 1 and 2 on the layer-3 branch (module docstring).
 
-    Route (seeded Monte Carlo, :func:`montecarlo_branch_l3`; the 4D lattice rule of
-    :func:`branch_stats_l3` costs ~1e10 (outer x node) pairs per evaluation near the roots, V ~
-    0.01-0.02, out of reach on a few CPU cores): a scan of ``scan`` with ``scan_samples`` outer
+    Route (seeded Monte Carlo, :func:`montecarlo_branch_l3`; the deterministic route is
+    :func:`sequential_thresholds_l3_lattice`, ~1e10 (outer x node) pairs per evaluation near
+    the roots): a scan of ``scan`` with ``scan_samples`` outer
     draws brackets the sign change of each ``r_l``; four points spanning each bracket (widened
     by half its width on each side) are then evaluated with ``samples`` x ``inner`` draws and
     common random numbers (the same teachers at every q3); ``r_l`` and ``mu_l`` are fitted by

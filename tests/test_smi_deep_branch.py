@@ -200,17 +200,18 @@ def test_node_chunks_and_float32_agree_with_the_plain_kernel(monkeypatch):
 
 def test_anisotropic_lattice_and_workers():
     # q3 = 0.5: the isotropic lattice dz = 0.6 and the anisotropic one (dz1, dz2) = (0.8, 0.6)
-    # against the finer isotropic 0.45: the coarser z_1 spacing costs no more than the error of
-    # the isotropic rule it replaces; two forked workers give the same sums
+    # (58% of the nodes) against the finer isotropic 0.5: the coarser z_1 spacing costs no more
+    # than the error of the isotropic rule it replaces (measured: mu1 6.3e-4 vs 7.3e-4, K3 1.8e-4
+    # vs 3.0e-4); two forked workers give the same sums
     kw = dict(tau=0.7, dh=2.5, radius=5.0)
     iso = db.branch_stats_l3(0.5, dz=0.6, **kw)
     ani = db.branch_stats_l3(0.5, dz=0.8, dz2=0.6, workers=2, **kw)
     ani1 = db.branch_stats_l3(0.5, dz=0.8, dz2=0.6, **kw)
-    ref = db.branch_stats_l3(0.5, dz=0.45, **kw)
+    ref = db.branch_stats_l3(0.5, dz=0.5, **kw)
     assert ani["nodes"] < 0.6 * iso["nodes"]
     for k in ("mu1", "mu2", "K3"):
         assert abs(ani[k] - ani1[k]) < 1e-12 * abs(ani1[k])
-        assert abs(ani[k] - ref[k]) < 2 * abs(iso[k] - ref[k]) + 1e-4 * abs(ref[k]), k
+        assert abs(ani[k] - ref[k]) < 1.5 * abs(iso[k] - ref[k]) + 2e-5 * abs(ref[k]), k
 
 
 def _synthetic_point(shift):
