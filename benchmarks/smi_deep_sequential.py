@@ -10,6 +10,8 @@ Usage:
          [--double]                  # lattice statistics and cost, one order per line
   python benchmarks/smi_deep_sequential.py lattice-thresholds [--orders C R] [--scan q ...]
          [--workers 2] [--out res.json]   # deterministic thresholds (two orders)
+  python benchmarks/smi_deep_sequential.py kernel-speed [Q3] [--order tau,dh,dz1,dz2,R]
+                                     # lattice kernel variants: blocks, float32, workers
 
 ``thresholds`` and ``check`` run in one process (CPU time by time.process_time), ``lattice`` and
 ``lattice-thresholds`` over ``--workers`` forked processes (wall time); the load average
@@ -120,6 +122,26 @@ def lattice_thresholds(args) -> None:
             json.dump(res, fh, indent=1)
 
 
+def kernel_speed(args) -> None:
+    from numerics import smi_deep_branch as db
+
+    print(_load(), flush=True)
+    tau, dh, dz1, dz2, R = _order(args.order)
+    kw = dict(skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz1, dz2=dz2, radius=R,
+              wcut=1e-8)
+    for name, rows, chunk, single, workers in (
+            ("old blocks (2 rows x all nodes), float64, 1 process", 2, 1 << 30, False, 1),
+            ("blocks 8 x 8192, float64, 1 process", 8, 8192, False, 1),
+            ("blocks 8 x 8192, float32, 1 process", 8, 8192, True, 1),
+            ("blocks 8 x 8192, float32, 2 processes", 8, 8192, True, 2)):
+        db._ROWS, db._CHUNK = rows, chunk
+        t = time.perf_counter()
+        st = db.branch_stats_l3(args.q3, single=single, workers=workers, **kw)
+        dt = time.perf_counter() - t
+        print(f"{name}: {dt:.1f} s wall, {dt / st['pairs'] * 1e9:.1f} ns/pair; mu1 "
+              f"{st['mu1']:.10f} K3 {st['K3']:.8f}; " + _load(), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -140,16 +162,19 @@ def main() -> None:
     d.add_argument("--orders", nargs=2, default=None)
     d.add_argument("--scan", nargs="+", type=float, default=None)
     d.add_argument("--out", default="")
+    e = sub.add_parser("kernel-speed")
+    e.add_argument("q3", type=float, nargs="?", default=0.98)
+    e.add_argument("--order", default="1.0,2.8,0.5,0.3,6")
     for p in (c, d):
         p.add_argument("--workers", type=int, default=2)
         p.add_argument("--double", action="store_true", help="float64 exponentials")
-    for p in (a, b, c, d):
+    for p in (a, b, c, d, e):
         p.add_argument("--skip", type=float, default=1.0)
         p.add_argument("--beta", type=float, default=1.0)
         p.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     {"thresholds": thresholds, "check": check, "lattice": lattice,
-     "lattice-thresholds": lattice_thresholds}[args.cmd](args)
+     "lattice-thresholds": lattice_thresholds, "kernel-speed": kernel_speed}[args.cmd](args)
 
 
 if __name__ == "__main__":

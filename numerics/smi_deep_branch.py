@@ -40,12 +40,12 @@ What made the lattice affordable at the roots (V = 0.022 and 0.013), measured at
 (benchmarks/RESULTS.md):
 
 - anisotropic lattice: ``mu_l`` is set by the ``z_2`` spacing, ``K3`` more by the ``z_1`` one;
-  error of ``r_1`` (one spacing varied, the other at 0.3): dz2 0.5 / 0.4 / 0.3 / 0.25 -> 3.7e-3 /
-  1.9e-3 / 6e-4 / 4e-4 (at dz1 = 0.5), dz1 0.6 / 0.5 / 0.4 -> 6.7e-4 / 2.6e-4 / 3e-5; the
-  refined (0.5, 0.3) has 79k nodes, the isotropic lattice of the same error (~0.3) 214k;
+  error of ``r_1`` against the reference 0.08939: dz2 0.5 / 0.4 / 0.3 / 0.25 -> 3.7e-3 / 1.9e-3 /
+  6.2e-4 / 3.9e-4 (dz1 = 0.5), dz1 0.6 / 0.5 / 0.4 -> 1.0e-3 / 6.2e-4 / 3.3e-4 (dz2 = 0.3); the
+  isotropic lattice 0.3 (3.5e-4) has 214k nodes, (0.5, 0.25) 113k, the refined (0.5, 0.3) 79k;
 - blocks of 8 rows x 8192 nodes instead of 2 rows x all nodes (a 1-row block turns the
-  products into matrix-vector ones: 140-280 ns per pair) and float32 exponentials: 29-39 ->
-  19-31 ns per pair and process; two forked workers: ~2x;
+  products into matrix-vector ones: 140-280 ns per pair): 31.2 -> 19.4 ns per pair in one
+  process, float32 exponentials -> 14.1, two forked workers -> 7.9 ns per pair of wall time;
 - dropping omega_3 nodes of weight < 1e-8 (:data:`LATTICE_WCUT`; 18 of 99 nodes at q3 = 0.98,
   47% of the h points; bound 1.3e-5 on ``mu_l``, in the bar).
 
@@ -573,8 +573,11 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
 # ----------------------------------------------------------------------------- lattice thresholds
 # (tau, dh, dz1, dz2, R): omega_3 sinh-trapezoid step, h spacing / sqrt(V), fibre lattice spacings
 # in z_1 and z_2, lattice radius.  Chosen from the one-rule-at-a-time errors measured at q3 = 0.98
-# (module docstring, benchmarks/RESULTS.md).
-LATTICE_ORDERS = ((0.5, 2.8, 0.6, 0.3, 6.0), (0.4, 2.2, 0.5, 0.25, 6.0))
+# (module docstring, benchmarks/RESULTS.md): changes of r_1 from coarse to refined, one rule at a
+# time: dh 2.8 -> 2.2 1.5e-3, tau 0.5 -> 0.4 1e-4 to 1.6e-4, fibre (0.6, 0.4) -> (0.5, 0.3)
+# 1.6e-3; the refined fibre lattice is 6e-4 from the reference (0.5, 0.2) + (0.4, 0.3), radius 6
+# vs 6.5: 1e-5.  Measured cost: 21 min on 2 cores (machine shared) for both layers.
+LATTICE_ORDERS = ((0.5, 2.8, 0.6, 0.4, 6.0), (0.4, 2.2, 0.5, 0.3, 6.0))
 LATTICE_SCAN = (0.975, 0.98, 0.985, 0.99)
 # omega_3 nodes below this weight are dropped at the roots: at q3 = 0.98, tau = 0.5 it removes
 # 18 of 99 nodes, which hold 47% of the h points and 5e-9 of the weight (bound on mu_l:
