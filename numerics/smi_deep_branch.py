@@ -742,11 +742,11 @@ def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
         f32 = a_f * smi_sequential.FLOAT32_REL if single else 0.0
         spread = sum(steps)
         err = spread + interp + a_f * f["nis"] + f32 + cut_alpha
-        q_c = -math.expm1(c["x"])
         out.append(dict(
             layer=l, kind="sequential", value=a_f, error=err, q3=q_f,
-            q3_error=abs(q_f - q_c) + (1 - q_f) * abs(cr[0] / s_r) * sum(
-                (o["x"] - o["x_eval"]) ** 2 for o in (c, f)),
+            q3_error=sum(abs(math.expm1(e1["x"]) - math.expm1(e0["x"]))
+                         for e0, e1 in zip(evs[:-1], evs[1:]))
+            + (1 - q_f) * abs(cr[0] / s_r) * sum((o["x"] - o["x_eval"]) ** 2 for o in evs),
             values=[1.0 / e["mu"] for e in evs], q3_values=[-math.expm1(e["x"]) for e in evs],
             spread=spread, steps=steps,
             interpolation=interp, nishimori=f["nis"], float32=f32, cut=cut_alpha,
