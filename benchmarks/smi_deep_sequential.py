@@ -6,9 +6,16 @@ Usage:
          [--inner 1500] [--seed 0] [--out res.json]
   python benchmarks/smi_deep_sequential.py check Q3 [--orders tau,dh,dz,R ...] [--samples N]
          [--inner N] [--seed 0]      # deterministic lattice (two orders or more) vs Monte Carlo
+  python benchmarks/smi_deep_sequential.py lattice Q3 --orders tau,dh,dz1,dz2,R ... [--workers 2]
+         [--double]                  # lattice statistics and cost, one order per line
+  python benchmarks/smi_deep_sequential.py lattice-thresholds [--orders C R] [--scan q ...]
+         [--workers 2] [--out res.json]   # deterministic thresholds (two orders)
+  python benchmarks/smi_deep_sequential.py kernel-speed [Q3] [--order tau,dh,dz1,dz2,R]
+                                     # lattice kernel variants: blocks, float32, workers
 
-Single process; CPU time by time.process_time; the load average (uptime) is printed, since the
-machine may be shared.
+``thresholds`` and ``check`` run in one process (CPU time by time.process_time), ``lattice`` and
+``lattice-thresholds`` over ``--workers`` forked processes (wall time); the load average
+(uptime) is printed, since the machine may be shared.
 """
 
 from __future__ import annotations
@@ -67,6 +74,74 @@ def check(args) -> None:
     print(_load())
 
 
+def _order(text: str) -> tuple:
+    return tuple(float(x) for x in text.split(","))
+
+
+def lattice(args) -> None:
+    from numerics import smi_deep_branch as db
+
+    print(_load(), flush=True)
+    for o in args.orders:
+        tau, dh, dz1, dz2, R = _order(o)
+        t0 = time.perf_counter()
+        st = db.branch_stats_l3(args.q3, skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz1,
+                                dz2=dz2, radius=R, single=not args.double, workers=args.workers,
+                                wcut=args.wcut)
+        r = [st[f"mu{l}"] - (1 - args.q3) * st["K3"] / args.q3 for l in (1, 2)]
+        print(f"lattice {o}: mass {st['mass']:.8f} mu1 {st['mu1']:.7f} mu2 {st['mu2']:.7f} "
+              f"K3 {st['K3']:.6f} cut(mu) {st['cut']['mu'] + st['cut']['mu_tail']:.1e} "
+              f"r1 {r[0]:+.7f} r2 {r[1]:+.7f} Nishimori/K3 "
+              f"{st['nishimori'] / st['K3']:+.2e}; {st['outer_points']} h x {st['nodes']} nodes"
+              f" = {st['pairs']:.2e} pairs, {time.perf_counter() - t0:.1f} s wall; " + _load(),
+              flush=True)
+
+
+def lattice_thresholds(args) -> None:
+    from numerics import smi_deep_branch as db
+
+    print(_load(), flush=True)
+    t0 = time.perf_counter()
+    kw = {}
+    if args.orders:
+        kw["orders"] = tuple(_order(o) for o in args.orders)
+    if args.scan:
+        kw["scan"] = tuple(args.scan)
+    res = db.sequential_thresholds_l3_lattice(
+        skip=args.skip, beta=args.beta, workers=args.workers, single=not args.double,
+        progress=lambda i, n, m: print(f"  [{time.perf_counter() - t0:7.1f} s] {m}",
+                                       flush=True), **kw)
+    for d in res:
+        print(f"layer {d['layer']}: alpha_seq = {d['value']:.5f} +- {d['error']:.5f} (spread "
+              f"{d['spread']:.1e}, interp {d['interpolation']:.1e}, Nishimori {d['nishimori']:.1e}"
+              f", cut {d['cut']:.1e}); coarse {d['values'][0]:.5f}; q3* = {d['q3']:.6f} +- "
+              f"{d['q3_error']:.6f}; mass {d['mass']:.7f}; first = {d['first']}")
+    print(f"wall {time.perf_counter() - t0:.1f} s; " + _load())
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(res, fh, indent=1)
+
+
+def kernel_speed(args) -> None:
+    from numerics import smi_deep_branch as db
+
+    print(_load(), flush=True)
+    tau, dh, dz1, dz2, R = _order(args.order)
+    kw = dict(skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz1, dz2=dz2, radius=R,
+              wcut=1e-8)
+    for name, rows, chunk, single, workers in (
+            ("old blocks (2 rows x all nodes), float64, 1 process", 2, 1 << 30, False, 1),
+            ("blocks 8 x 8192, float64, 1 process", 8, 8192, False, 1),
+            ("blocks 8 x 8192, float32, 1 process", 8, 8192, True, 1),
+            ("blocks 8 x 8192, float32, 2 processes", 8, 8192, True, 2)):
+        db._ROWS, db._CHUNK = rows, chunk
+        t = time.perf_counter()
+        st = db.branch_stats_l3(args.q3, single=single, workers=workers, **kw)
+        dt = time.perf_counter() - t
+        print(f"{name}: {dt:.1f} s wall, {dt / st['pairs'] * 1e9:.1f} ns/pair; mu1 "
+              f"{st['mu1']:.10f} K3 {st['K3']:.8f}; " + _load(), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -79,12 +154,27 @@ def main() -> None:
     b.add_argument("--orders", nargs="+", default=["0.5,2.0,0.6,5", "0.4,1.5,0.5,5.5"])
     b.add_argument("--samples", type=int, default=4000)
     b.add_argument("--inner", type=int, default=1000)
-    for p in (a, b):
+    c = sub.add_parser("lattice")
+    c.add_argument("q3", type=float)
+    c.add_argument("--orders", nargs="+", required=True)
+    c.add_argument("--wcut", type=float, default=1e-8, help="omega_3 weight cut")
+    d = sub.add_parser("lattice-thresholds")
+    d.add_argument("--orders", nargs=2, default=None)
+    d.add_argument("--scan", nargs="+", type=float, default=None)
+    d.add_argument("--out", default="")
+    e = sub.add_parser("kernel-speed")
+    e.add_argument("q3", type=float, nargs="?", default=0.98)
+    e.add_argument("--order", default="1.0,2.8,0.5,0.3,6")
+    for p in (c, d):
+        p.add_argument("--workers", type=int, default=2)
+        p.add_argument("--double", action="store_true", help="float64 exponentials")
+    for p in (a, b, c, d, e):
         p.add_argument("--skip", type=float, default=1.0)
         p.add_argument("--beta", type=float, default=1.0)
         p.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    (thresholds if args.cmd == "thresholds" else check)(args)
+    {"thresholds": thresholds, "check": check, "lattice": lattice,
+     "lattice-thresholds": lattice_thresholds, "kernel-speed": kernel_speed}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -173,3 +173,104 @@ def test_cli_l3_reports_sequential_unless_disabled(monkeypatch):
     res = CliRunner().invoke(cli, base + ["--no-sequential"])
     out = json.loads(res.output[res.output.index("{"):])
     assert [t["kind"] for t in out["thresholds"]] == ["weak"] * 3
+
+
+# ----------------------------------------------------------------------------- lattice route
+def test_node_chunks_and_float32_agree_with_the_plain_kernel(monkeypatch):
+    # a root-like q3 (V = 0.02) on a small anisotropic lattice: node chunks with their own
+    # shifts reproduce the one-chunk sums; float32 exponentials stay within FLOAT32_REL
+    from numerics import smi_sequential
+
+    v = 0.02
+    lat = db.fibre_lattice(0.9, 1.0, 1.0, 4.0, 0.45)
+    H0, H1, _ = db.h_lattice_l3(0.3, -0.5, v, 1.0, 2.8 * math.sqrt(v))
+    sel = slice(0, None, max(1, H0.size // 40))
+    h0, h1 = H0[sel], H1[sel]
+    o0, o1 = np.full_like(h0, 0.3), np.full_like(h0, -0.5)
+    monkeypatch.setattr(db, "_CHUNK", 1 << 22)
+    one = db.fibre_moments(h0, h1, o0, o1, v, lat)
+    monkeypatch.setattr(db, "_CHUNK", 700)
+    assert len(db._node_chunks(lat, 700)) > 3
+    many = db.fibre_moments(h0, h1, o0, o1, v, lat)
+    f32 = db.fibre_moments(h0, h1, o0, o1, v, lat, single=True)
+    scale = 1 + np.abs(one)
+    assert np.abs(many - one).max(initial=0) < 1e-11 * scale.max()
+    assert np.all(np.abs(f32 - one) <= 10 * smi_sequential.FLOAT32_REL * scale)
+
+
+def test_anisotropic_lattice_and_workers():
+    # q3 = 0.5: the isotropic lattice dz = 0.6 and the anisotropic one (dz1, dz2) = (0.8, 0.6)
+    # (58% of the nodes) against the finer isotropic 0.5: the coarser z_1 spacing costs no more
+    # than the error of the isotropic rule it replaces (measured: mu1 6.3e-4 vs 7.3e-4, K3 1.8e-4
+    # vs 3.0e-4); two forked workers give the same sums
+    kw = dict(tau=0.7, dh=2.5, radius=5.0)
+    iso = db.branch_stats_l3(0.5, dz=0.6, **kw)
+    ani = db.branch_stats_l3(0.5, dz=0.8, dz2=0.6, workers=2, **kw)
+    ani1 = db.branch_stats_l3(0.5, dz=0.8, dz2=0.6, **kw)
+    ref = db.branch_stats_l3(0.5, dz=0.5, **kw)
+    assert ani["nodes"] < 0.6 * iso["nodes"]
+    for k in ("mu1", "mu2", "K3"):
+        assert abs(ani[k] - ani1[k]) < 1e-12 * abs(ani1[k])
+        assert abs(ani[k] - ref[k]) < 1.5 * abs(iso[k] - ref[k]) + 2e-5 * abs(ref[k]), k
+
+
+def _synthetic_point(shift):
+    # r_l, mu_l smooth in x = log(1 - q3) with known roots x_l* (+ an order-dependent shift)
+    xs = {1: math.log(0.022), 2: math.log(0.013)}
+
+    def point(q3, order, skip, beta, single, workers):
+        x = math.log1p(-q3)
+        d = shift if order[0] < 0.45 else 0.0
+        st = dict(K3=1.0, nishimori=1e-6, mass=1.0, pairs=1, seconds=0.0, q3=q3,
+                  cut=dict(mu=0.0, mu_tail=1e-6, K3=0.0, K3_tail=0.0))
+        st["r"] = [0.8 * (xs[l] + d - x) + 0.3 * (xs[l] + d - x) ** 2 for l in (1, 2)]
+        for l in (1, 2):
+            st[f"mu{l}"] = 1.0 / (0.98 + 0.15 * (l - 1)) + 0.2 * (x - xs[l] - d)
+        return st
+    return point
+
+
+def test_lattice_thresholds_root_search_on_a_synthetic_branch(monkeypatch):
+    monkeypatch.setattr(db, "_lattice_point", _synthetic_point(0.01))
+    res = db.sequential_thresholds_l3_lattice(scan=(0.96, 0.97, 0.975, 0.98))  # extended twice
+    assert [d["layer"] for d in res] == [1, 2] and res[0]["first"]
+    for d, a, v in ((res[0], 0.98, 0.022), (res[1], 1.13, 0.013)):
+        # the refined order's root lies 0.01 (in x) from the coarse one's: the first-order shift
+        # leaves a second-order remainder, which the interpolation term bounds
+        assert abs(d["value"] - a) < d["interpolation"] < 1e-3
+        assert abs(d["q3"] - (1 - v * math.exp(0.01))) < d["q3_error"] < 1e-3
+        assert d["spread"] < d["error"] and d["values"][0] != d["values"][1]
+        assert d["evaluations"] == 12 and len(d["steps"]) == 2 and "deterministic" in d["method"]
+
+
+def test_lattice_thresholds_bad_input_and_no_bracket(monkeypatch):
+    for kw, name in ((dict(orders=((0.5, 2.8, 0.6, 0.3),) * 2), "orders"),
+                     (dict(orders=((0.5, 2.8, 0.6, 0.3, 6.0),)), "orders"),
+                     (dict(orders=((0.5, 9.0, 0.6, 0.3, 6.0),) * 2), "dh"),
+                     (dict(orders=((0.5, 2.8, 0.01, 0.3, 6.0),) * 2), "dz"),
+                     (dict(scan=(0.98, 0.97, 0.99)), "scan"), (dict(scan=(0.98,)), "scan"),
+                     (dict(workers=0), "workers"), (dict(skip=0.0), "skip"),
+                     (dict(single=1), "single")):
+        with pytest.raises(InputError, match=name):
+            db.sequential_thresholds_l3_lattice(**kw)
+    monkeypatch.setattr(db, "_lattice_point", _synthetic_point(0.0))
+    with pytest.raises(ConvergenceError, match="not bracketed"):
+        db.sequential_thresholds_l3_lattice(scan=(0.5, 0.52, 0.54))
+
+
+# Monte Carlo thresholds (benchmarks/RESULTS.md, mean of seeds 0 and 1): value, error
+MC_SEQ = {1: (0.979, 0.017), 2: (1.134, 0.014)}
+CHEAP_ORDERS = ((0.5, 2.8, 0.6, 0.6, 6.0), (0.4, 2.2, 0.6, 0.4, 6.0))
+
+
+@pytest.mark.slow
+def test_lattice_thresholds_agree_with_monte_carlo():
+    # the deterministic route at its cheapest pair of orders (~6 min on 2 cores) against the
+    # seeded Monte Carlo thresholds: within the combined bars
+    res = db.sequential_thresholds_l3_lattice(orders=CHEAP_ORDERS)
+    assert [d["layer"] for d in res] == [1, 2] and res[0]["first"]
+    for d in res:
+        mc, mc_err = MC_SEQ[d["layer"]]
+        assert abs(d["value"] - mc) < 2 * math.hypot(d["error"], mc_err), (d, mc)
+        assert d["error"] < 0.01 and abs(d["mass"] - 1) < 1e-3
+        assert d["spread"] >= abs(d["values"][-1] - d["values"][0])
