@@ -344,7 +344,11 @@ def plot_rows(path: str, rows: list[dict], ycols: list[str], title: str) -> None
 @click.option("--certified", is_flag=True, help="add an interval enclosure (python-flint)")
 @click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only (seconds, not "
               "minutes)")
-def threshold(kind, small_width, digits, certified, no_sequential, **kw):
+@click.option("--sequential-route", type=click.Choice(["lattice", "montecarlo"]),
+              default="lattice", show_default=True, help="smi --layers 3: the sequential "
+              "thresholds by the deterministic fibre lattice (error bar by refinement, ~10-20 "
+              "min on 2 cores) or by seeded Monte Carlo (standard error, ~11 min)")
+def threshold(kind, small_width, digits, certified, no_sequential, sequential_route, **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists)."""
     model = check_model(kw)
     if not 1 <= digits <= 1000:
@@ -369,17 +373,24 @@ def threshold(kind, small_width, digits, certified, no_sequential, **kw):
             if not no_sequential:
                 from numerics import smi_deep_branch
 
-                seq = smi_deep_branch.sequential_thresholds_l3(
-                    skip=args["skip"], beta=args["beta"], progress=progress_printer)
+                route = (smi_deep_branch.sequential_thresholds_l3_lattice
+                         if sequential_route == "lattice"
+                         else smi_deep_branch.sequential_thresholds_l3)
+                seq = route(skip=args["skip"], beta=args["beta"], progress=progress_printer)
                 res += [{k: d[k] for k in ("layer", "kind", "value", "error", "q3", "q3_error",
                                            "first", "method", "seconds")} for d in seq]
-                note += ("; sequential: layers 1 and 2 once layer 3 is learned (seeded Monte "
-                         "Carlo, --digits does not apply); the smaller one ('first') is the next "
-                         "transition, the other only an upper bound")
+                how = ("deterministic fibre lattice, error bar by refinement"
+                       if sequential_route == "lattice" else "seeded Monte Carlo")
+                note += (f"; sequential: layers 1 and 2 once layer 3 is learned ({how}, --digits "
+                         "does not apply); the smaller one ('first') is the next transition, the "
+                         "other only an upper bound")
             emit({"model": "smi", **args, "thresholds": res, "note": note}, kw["as_json"])
             return
         from numerics import smi
 
+        if click.get_current_context().get_parameter_source("sequential_route") != \
+                click.core.ParameterSource.DEFAULT:
+            fail("--sequential-route", "used only with --layers 3", sequential_route)
         res = smi.weak_thresholds(progress=progress_printer, sequential=not no_sequential,
                                   digits=seq_digits, **args)
         emit({"model": "smi", **args, "thresholds": res}, kw["as_json"])

@@ -67,6 +67,8 @@ def test_check_command_passes_for_softmax():
         (["se", "--alpha", "0.1", "--layers", "2"], "--layers"),
         (["threshold", "weak", "--model", "smi", "--rho", "0.5"], "--rho"),
         (["threshold", "weak", "--model", "smi", "--digits", "10"], "--digits"),
+        (["threshold", "weak", "--model", "smi", "--sequential-route", "montecarlo"],
+         "--sequential-route"),
         (["se", "--alpha", "0.1", "--channel", "nope"], "--channel"),
         (["curve", "--alphas", "0:1"], "--alphas"),
     ],

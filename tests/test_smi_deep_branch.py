@@ -159,17 +159,27 @@ def test_cli_l3_reports_sequential_unless_disabled(monkeypatch):
                      first=l == 1, method="stub", seconds=0.0, extra=1)
                 for l, v, q in ((1, 0.97, 0.976), (2, 1.16, 0.989))]
 
+    def not_called(**kw):
+        raise AssertionError("the other route was called")
+
     monkeypatch.setattr(smi_deep, "weak_thresholds", lambda **kw: [dict(d) for d in weak])
-    monkeypatch.setattr(db, "sequential_thresholds_l3", seq)
     base = ["threshold", "weak", "--model", "smi", "--channel", "deep-attention", "--layers", "3",
             "--tokens", "2", "--skip", "0.5", "--json"]
-    res = CliRunner().invoke(cli, base)
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output[res.output.index("{"):])
-    kinds = [(t["layer"], t["kind"]) for t in out["thresholds"]]
-    assert kinds == [(1, "weak"), (2, "weak"), (3, "weak"), (1, "sequential"), (2, "sequential")]
-    assert seen["skip"] == 0.5 and "extra" not in out["thresholds"][-1]
-    assert out["thresholds"][3]["q3"] == 0.976 and "sequential" in out["note"]
+    for route, args in (("lattice", []), ("montecarlo", ["--sequential-route", "montecarlo"])):
+        seen.clear()
+        monkeypatch.setattr(db, "sequential_thresholds_l3_lattice",
+                            seq if route == "lattice" else not_called)
+        monkeypatch.setattr(db, "sequential_thresholds_l3",
+                            seq if route == "montecarlo" else not_called)
+        res = CliRunner().invoke(cli, base + args)
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output[res.output.index("{"):])
+        kinds = [(t["layer"], t["kind"]) for t in out["thresholds"]]
+        assert kinds == [(1, "weak"), (2, "weak"), (3, "weak"), (1, "sequential"),
+                         (2, "sequential")]
+        assert seen["skip"] == 0.5 and "extra" not in out["thresholds"][-1]
+        assert out["thresholds"][3]["q3"] == 0.976 and "sequential" in out["note"]
+        assert ("lattice" in out["note"]) == (route == "lattice")
     res = CliRunner().invoke(cli, base + ["--no-sequential"])
     out = json.loads(res.output[res.output.index("{"):])
     assert [t["kind"] for t in out["thresholds"]] == ["weak"] * 3
