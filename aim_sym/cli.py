@@ -399,6 +399,9 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
 
     if no_sequential:
         fail("--no-sequential", "used only with --model smi", True)
+    if click.get_current_context().get_parameter_source("sequential_route") != \
+            click.core.ParameterSource.DEFAULT:
+        fail("--sequential-route", "used only with --model smi --layers 3", sequential_route)
     ch, cc, params = aim_channel(kw)
     if kind == "weak":
         if not small_width:

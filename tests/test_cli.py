@@ -69,6 +69,8 @@ def test_check_command_passes_for_softmax():
         (["threshold", "weak", "--model", "smi", "--digits", "10"], "--digits"),
         (["threshold", "weak", "--model", "smi", "--sequential-route", "montecarlo"],
          "--sequential-route"),
+        (["threshold", "weak", "--small-width", "--sequential-route", "lattice"],
+         "--sequential-route"),
         (["se", "--alpha", "0.1", "--channel", "nope"], "--channel"),
         (["curve", "--alphas", "0:1"], "--alphas"),
     ],
