@@ -1,7 +1,36 @@
 """aim-sym: derive, compile and solve Bayes-optimal learning of attention models.
 
-The symbolic layer: output channels as data, Z_out, g_out and its Jacobian, free entropy,
-state-evolution (SE) maps, stability, and code generation. Equations refer to THEORY.md.
+Layers (docs/api.md, "Layers"): the symbolic layer (sympy: channels as data, derivations),
+the compiled layer (lambdify to numpy and mpmath), the numeric layer :mod:`aim_sym.numerics`
+(quadrature, priors, SE solvers; never touches sympy trees) and, on top, the public API and the
+presentation (CLI, sweeps, tables, plots). Equations refer to THEORY.md.
 """
 
+from __future__ import annotations
+
+import importlib.util as _ilu
+import sys as _sys
+from pathlib import Path as _Path
+
 __version__ = "0.1.0"
+
+
+def _numerics_from_source_checkout() -> None:
+    """Installed, the numeric layer is the subpackage ``aim_sym/numerics`` (pyproject's
+    package-dir). In a source checkout its folder ``numerics/`` sits beside ``aim_sym/``: load
+    that folder as ``aim_sym.numerics`` so that both import the same way."""
+    here = _Path(__file__).resolve().parent
+    name = __name__ + ".numerics"
+    if (here / "numerics").is_dir() or name in _sys.modules:
+        return
+    init = here.parent / "numerics" / "__init__.py"
+    if not init.is_file():
+        return
+    spec = _ilu.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
+    module = _ilu.module_from_spec(spec)
+    _sys.modules[name] = module
+    spec.loader.exec_module(module)
+    globals()["numerics"] = module
+
+
+_numerics_from_source_checkout()

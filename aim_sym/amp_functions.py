@@ -2,7 +2,7 @@
 same derivation the state evolution uses.
 
 :func:`amp_functions` takes a channel (:mod:`aim_sym.channels`) and parameter values and returns
-an :class:`AmpFunctions`: plain numpy callables that :mod:`numerics.amp` consumes without touching
+an :class:`AmpFunctions`: plain numpy callables that :mod:`aim_sym.numerics.amp` consumes without touching
 sympy.
 
 * ``g_dg(obs, omega, V)``: g_out = d log Z_out / d omega (one column per pair a <= b) and the

@@ -6,7 +6,7 @@ evaluated in ball arithmetic; the result is a ball guaranteed to contain the exa
 ``aim-sym[certified]``. Certified: closed forms (small-width weak recovery of discrete and
 Gaussian channels, perfect recovery). Not certified here: anything computed by quadrature (SE
 fixed points, SMI thresholds); mmse(Delta) of the Wishart prior has its own certified route,
-:mod:`numerics.certified_prior`.
+:mod:`aim_sym.numerics.certified_prior`.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def check_stationarity(ch: Channel, *, params: dict | None = None):
         return [_record("free-entropy stationarity reproduces the SE map (symbolic)",
                         0 if ok else 1, 0.5,
                         "4 alpha dPsi_out/dq - q_hat simplifies to 0" if ok else f"residual {r}")]
-    from numerics.aim_se import output_moments
+    from .numerics.aim_se import output_moments
 
     cc = compile_channel(ch, params)
     worst = 0.0

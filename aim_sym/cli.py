@@ -16,7 +16,7 @@ from collections.abc import Callable
 import click
 import numpy as np
 
-from numerics.records import ConvergenceError, InputError, atomic_write
+from .numerics.records import ConvergenceError, InputError, atomic_write
 
 MODELS = ("aim", "smi")
 
@@ -202,7 +202,7 @@ def se(alpha, small_width, digits, **kw):
     if not alpha >= 0:
         fail("--alpha", ">= 0", alpha)
     if model == "smi":
-        from numerics import smi
+        from .numerics import smi
 
         if small_width:
             fail("--small-width", "used only with --model aim", True)
@@ -211,7 +211,7 @@ def se(alpha, small_width, digits, **kw):
         res = smi.fixed_point(alpha=alpha, **smi_args(kw))
         emit(res, kw["as_json"])
         return
-    from numerics import aim_se
+    from .numerics import aim_se
 
     ch, cc, _ = aim_channel(kw)
     if small_width:
@@ -266,7 +266,7 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
     if np.any(grid < 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
     if model == "smi":
-        from numerics import smi
+        from .numerics import smi
 
         rows = smi.se_curve(alphas=grid, progress=progress_printer, **smi_args(kw))
         flat = []
@@ -282,7 +282,7 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
         ycols = [k for k in rows[0] if k.startswith("Q_")] + ["e_gen"]
         title = f"SMI deep attention L={smi_args(kw)['layers']}, c={smi_args(kw)['skip']}"
     else:
-        from numerics import aim_se
+        from .numerics import aim_se
 
         ch, cc, _ = aim_channel(kw)
         rho = 0.5 if kw.get("rho") is None else kw["rho"]
@@ -366,12 +366,12 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
         if not 1 <= seq_digits <= 9:
             fail("--digits", "in 1..9 for --model smi (sequential threshold)", digits)
         if args["layers"] == 3:
-            from numerics import smi_deep
+            from .numerics import smi_deep
 
             res = smi_deep.weak_thresholds(progress=progress_printer, **args)
             note = "L = 3: weak thresholds of each layer at Q = 0"
             if not no_sequential:
-                from numerics import smi_deep_branch
+                from .numerics import smi_deep_branch
 
                 route = (smi_deep_branch.sequential_thresholds_l3_lattice
                          if sequential_route == "lattice"
@@ -386,7 +386,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
                          "other only an upper bound")
             emit({"model": "smi", **args, "thresholds": res, "note": note}, kw["as_json"])
             return
-        from numerics import smi
+        from .numerics import smi
 
         if click.get_current_context().get_parameter_source("sequential_route") != \
                 click.core.ParameterSource.DEFAULT:
@@ -437,7 +437,7 @@ def check(**kw):
     """Run the identity checks on a channel; exit 1 if any fails."""
     model = check_model(kw)
     if model == "smi":
-        from numerics import smi
+        from .numerics import smi
 
         results = smi.run_checks(**smi_args(kw))
     else:
@@ -489,7 +489,7 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
             fail("--seeds", "in 1..1000", seeds)
         if not 0 <= damping < 1:
             fail("--damping", "in [0, 1)", damping)
-        from numerics import smi_amp
+        from .numerics import smi_amp
 
         r = smi_amp.run_smi_amp(alpha=alpha, dim=dim, seeds=seeds, max_iter=max_iter,
                                 damping=damping, rng_seed=rng_seed, progress=progress_printer,
@@ -516,8 +516,8 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
         fail("--damping", "in [0, 1) or 'auto'", damping)
     if max_iter < 1:
         fail("--max-iter", ">= 1", max_iter)
-    from numerics import aim_se
-    from numerics import amp as amp_mod
+    from .numerics import aim_se
+    from .numerics import amp as amp_mod
 
     ch, cc, params = aim_channel(kw)
     rho = 0.5 if kw.get("rho") is None else kw["rho"]
@@ -579,7 +579,7 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, skips, layers, out_
                scheduler, as_json):
     """SE over a grid of (alpha, rho, T, beta) for the AIM or (alpha, c, beta) for the SMI:
     one tidy CSV row per point."""
-    from numerics.sweep import aim_point, grid, run_sweep, smi_point
+    from .numerics.sweep import aim_point, grid, run_sweep, smi_point
 
     if model not in MODELS:
         fail("--model", "one of aim, smi", model)
@@ -636,7 +636,7 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, skips, layers, out_
 def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, as_json):
     """SMI deep attention: weak and sequential thresholds against the skip strength c
     (L = 3: the weak thresholds of the three layers)."""
-    from numerics import smi
+    from .numerics import smi
 
     args = smi_args({"channel": None, "layers": layers, "skip": 1.0, "beta": beta,
                      "tokens": tokens})
@@ -723,7 +723,7 @@ def mmse(rho, delta, digits, certified, as_json):
     if digits is not None and not 5 <= digits <= 200:
         fail("--digits", "in 5..200", digits)
     if certified:
-        from numerics.certified_prior import mmse_enclosure
+        from .numerics.certified_prior import mmse_enclosure
 
         enc = mmse_enclosure(rho=rho, delta=delta, digits=20 if digits is None else digits)
         out = {"rho": rho, "delta": delta, "value": enc.value, "error": enc.error,
@@ -736,7 +736,7 @@ def mmse(rho, delta, digits, certified, as_json):
             f"(width {o['width']:.1e}, certified)\nmethod: {o['method']}\n"
             f"certified: {o['what_is_certified']}"))
         return
-    from numerics import wishart
+    from .numerics import wishart
 
     est = wishart.mmse_estimate(delta, rho=rho, dps=digits)
     if digits is None:

@@ -1,7 +1,7 @@
 """Compile an output derivation into plain callables for the numeric layer (THEORY 1.1).
 
 :func:`compile_channel` substitutes parameter values exactly (as Rationals), lambdifies with
-explicit modules, and returns a :class:`CompiledChannel` that :mod:`numerics.aim_se` consumes
+explicit modules, and returns a :class:`CompiledChannel` that :mod:`aim_sym.numerics.aim_se` consumes
 without touching sympy.
 """
 

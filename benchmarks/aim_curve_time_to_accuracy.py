@@ -26,10 +26,10 @@ import time
 
 import numpy as np
 from aim_se_vs_montecarlo import mc_fixed_point  # benchmarks/ is on sys.path when run
+from aim_sym.numerics import aim_se, gauss, wishart
 
 from aim_sym.channels import hardmax
 from aim_sym.compiled import compile_channel
-from numerics import aim_se, gauss, wishart
 
 
 def _cold() -> None:

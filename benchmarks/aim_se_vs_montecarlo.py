@@ -15,10 +15,10 @@ import json
 import time
 
 import numpy as np
+from aim_sym.numerics import aim_se, wishart
 
 from aim_sym.channels import hardmax
 from aim_sym.compiled import compile_channel
-from numerics import aim_se, wishart
 
 
 def mc_q_hat(cc, *, q: float, V: float, alpha: float, n: int, rng) -> tuple[float, float]:

@@ -24,10 +24,11 @@ import numpy as np  # noqa: E402
 
 def _job(args):
     name, alpha, damping, dim, seeds, max_iter = args
+    from aim_sym.numerics import amp
+
     from aim_sym.amp_functions import amp_functions
     from aim_sym.channels import hardmax, softmax
     from aim_sym.compiled import compile_channel
-    from numerics import amp
 
     ch = dict(softmax=softmax, hardmax=hardmax)[name](2)
     cc, fns = compile_channel(ch), amp_functions(ch)

@@ -26,11 +26,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+from aim_sym.numerics import aim_se  # noqa: E402
+from aim_sym.numerics.amp import plot_amp_vs_se, run_amp  # noqa: E402
 
 from aim_sym.channels import builtin  # noqa: E402
 from aim_sym.compiled import compile_channel  # noqa: E402
-from numerics import aim_se  # noqa: E402
-from numerics.amp import plot_amp_vs_se, run_amp  # noqa: E402
 
 
 def read_reference(path: str) -> list[dict]:

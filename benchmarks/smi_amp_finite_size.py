@@ -24,8 +24,7 @@ import multiprocessing as mp  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-from numerics import smi_amp  # noqa: E402
+from aim_sym.numerics import smi_amp  # noqa: E402
 
 KEEP = ("iter", "Q", "Q_raw", "Q12", "self", "A", "A_raw", "V", "step", "resid_var",
         "mixture_fraction", "ess_min")

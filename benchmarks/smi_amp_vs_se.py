@@ -19,7 +19,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from numerics.smi_amp import run_smi_amp, se_montecarlo  # noqa: E402
+from aim_sym.numerics.smi_amp import run_smi_amp, se_montecarlo  # noqa: E402
 
 
 def main(argv=None):

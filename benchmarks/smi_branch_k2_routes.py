@@ -36,7 +36,7 @@ QUAD_Q = (0.45, 0.5, 0.55, 0.91, 0.92, 0.93)
 
 def mc_gout(q2, *, samples, order=24, seed=0):
     """Monte Carlo outer, GAMP fibre rule inner: K2 = E sum_m g_2m^2 and E -sum_m dg_22."""
-    from numerics import smi_amp
+    from aim_sym.numerics import smi_amp
 
     rng = np.random.default_rng([seed, int(round(q2 * 1e4))])
     om = np.zeros((samples, 2, 2))
@@ -56,7 +56,7 @@ def mc_gout(q2, *, samples, order=24, seed=0):
 def _job(args):
     kind, q2, kw = args
     t = time.perf_counter()
-    from numerics import smi
+    from aim_sym.numerics import smi
 
     if kind == "mc_gout":
         out = mc_gout(q2, **kw)
@@ -76,7 +76,7 @@ def _job(args):
     elif kind == "fixed_point":
         out = smi.fixed_point(alpha=q2)
     elif kind == "amp":
-        from numerics import smi_amp
+        from aim_sym.numerics import smi_amp
 
         rng = np.random.default_rng([0, kw["seed"]])
         data = smi_amp.generate(alpha=kw["alpha"], dim=kw["dim"], rng=rng)

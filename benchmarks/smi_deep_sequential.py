@@ -31,7 +31,7 @@ def _load() -> str:
 
 
 def thresholds(args) -> None:
-    from numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_deep_branch as db
 
     print(_load(), flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -53,7 +53,7 @@ def thresholds(args) -> None:
 
 
 def check(args) -> None:
-    from numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_deep_branch as db
 
     print(_load(), flush=True)
     for o in args.orders:
@@ -79,7 +79,7 @@ def _order(text: str) -> tuple:
 
 
 def lattice(args) -> None:
-    from numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_deep_branch as db
 
     print(_load(), flush=True)
     for o in args.orders:
@@ -98,7 +98,7 @@ def lattice(args) -> None:
 
 
 def lattice_thresholds(args) -> None:
-    from numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_deep_branch as db
 
     print(_load(), flush=True)
     t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def lattice_thresholds(args) -> None:
 
 
 def kernel_speed(args) -> None:
-    from numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_deep_branch as db
 
     print(_load(), flush=True)
     tau, dh, dz1, dz2, R = _order(args.order)

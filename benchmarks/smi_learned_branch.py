@@ -18,9 +18,8 @@ import os
 import time
 
 import numpy as np
-
-from numerics import smi_learned
-from numerics.records import atomic_write
+from aim_sym.numerics import smi_learned
+from aim_sym.numerics.records import atomic_write
 
 
 def onset(points: list[dict]) -> dict:

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from numerics import smi_sequential as S
+from aim_sym.numerics import smi_sequential as S
 
 q2 = float(sys.argv[1]) if len(sys.argv) > 1 else 0.974376
 workers = int(sys.argv[2]) if len(sys.argv) > 2 else 1

@@ -24,7 +24,7 @@ import json
 import os
 import time
 
-from numerics import smi, smi_sequential
+from aim_sym.numerics import smi, smi_sequential
 
 
 def _load() -> str:

@@ -9,7 +9,7 @@ No assertions on time.  Run: python benchmarks/smi_vs_montecarlo.py [--no-branch
 import sys
 import time
 
-from numerics import smi
+from aim_sym.numerics import smi
 
 
 def weak_part():

@@ -7,7 +7,7 @@ V = mmse(Delta), the fixed-point condition q_hat = 2 alpha E(Q0 - V, V) reads
 
 so the fixed points at alpha are the roots of alpha(Delta) = alpha. As mmse increases with
 Delta, sign(mmse(1/q_hat(V)) - V) = sign(alpha(Delta) - alpha): a sign change on a grid in
-t = ln Delta brackets a fixed point exactly as the V scan of :func:`numerics.aim_se.fixed_points`
+t = ln Delta brackets a fixed point exactly as the V scan of :func:`aim_sym.numerics.aim_se.fixed_points`
 does, but one grid serves all alphas. At a fixed point the SE map's slope is
 1 + d ln alpha / d ln Delta and Phi = V / (4 Delta) - I(Delta) + alpha Psi_out (THEORY 1.1).
 
@@ -22,7 +22,7 @@ trace is built to max(tol, 1e-4); roots it cannot give to ``tol`` are polished t
 Newton's method on ln alpha(t) = ln alpha (:func:`polish`):
 one compiled call per step for all of them, then the next quadrature level at the converged
 point gives the error. Where Newton fails the root falls back to
-:func:`numerics.aim_se.solve_fixed_point` (Brent's method on the SE map).
+:func:`aim_sym.numerics.aim_se.solve_fixed_point` (Brent's method on the SE map).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def output_moments_many(cc, *, q, V, level: int, tail_sd: float = TAIL_SD
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """E(q_i, V_i), Psi_out(q_i, V_i) and tail bounds for many points in one compiled call.
 
-    The rule of :func:`numerics.aim_se.output_moments` (THEORY 1.1), vectorised over points,
+    The rule of :func:`aim_sym.numerics.aim_se.output_moments` (THEORY 1.1), vectorised over points,
     on the box |m_k| <= tail_sd sd_k: the mass cut off times the integrand's sup on the nodes
     is returned as the tail bound.
     """
@@ -141,7 +141,7 @@ def _prior(rho: float, t: np.ndarray, phase: np.ndarray | None = None
 
 def _prior_error(rho: float, t: np.ndarray, V: np.ndarray) -> np.ndarray:
     """|V - coarse order| of the prior's mmse at Delta = exp(t), V its fine order from
-    :func:`_prior` (as :func:`numerics.wishart.mmse_estimate`)."""
+    :func:`_prior` (as :func:`aim_sym.numerics.wishart.mmse_estimate`)."""
     from . import wishart
 
     coarse = wishart.integrals_many(np.exp(t), rho=rho, coarse=True)
@@ -439,7 +439,7 @@ def polish(cc, tr: _Trace, *, rho: float, items: list[tuple[float, _Root]], tol:
     at the converged t moves each root by the linearised shift, which is its quadrature error.
     The level is raised for roots where that shift exceeds tol / 2. Reported: the finer
     level's root; error = level shift + last Newton step + prior error / |1 - slope|.
-    Roots where Newton fails fall back to :func:`numerics.aim_se.solve_fixed_point`."""
+    Roots where Newton fails fall back to :func:`aim_sym.numerics.aim_se.solve_fixed_point`."""
     Q0 = 1.0 + rho
     n = len(items)
     out: list[aim_se.FixedPoint | None] = [None] * n

@@ -1,7 +1,7 @@
 """State evolution of the attention-indexed model (THEORY 1.1, 1.2).
 
 Consumes a compiled channel (:class:`aim_sym.compiled.CompiledChannel`, duck-typed: this module
-never imports sympy) and the Wishart prior of :mod:`numerics.wishart`.
+never imports sympy) and the Wishart prior of :mod:`aim_sym.numerics.wishart`.
 
 * output side: E(q, V) = E[sum_ab (1 + delta_ab) g_ab^2] and Psi_out(q, V);
 * the SE map on the error V = Q0 - q: V -> mmse(1 / q_hat), q_hat = 2 alpha E(Q0 - V, V);
@@ -268,7 +268,7 @@ def curve(cc, *, alphas, rho: float, tol: float = 1e-13, progress: Callable | No
     """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha).
 
     ``method="traced"`` (default): alpha(Delta) traced once for all alphas
-    (:func:`numerics.aim_curve.curve`); ``"per-alpha"``: :func:`fixed_points` at each alpha
+    (:func:`aim_sym.numerics.aim_curve.curve`); ``"per-alpha"``: :func:`fixed_points` at each alpha
     (a V scan per alpha), the independent route the traced one is tested against.
     """
     require(method in ("traced", "per-alpha"), "method", "'traced' or 'per-alpha'", method)

@@ -19,7 +19,7 @@ S_ij (i <= j) and using ||Z_ab||_F^2 ~ (1 + delta_ab) D / 2 (entrywise Z_ab,ij^2
 with div xi = sum_k xi'(l_k) + (1/2) sum_{k != l} (xi(l_k) - xi(l_l)) / (l_k - l_l) over the
 eigenvalues l of R^t (the divergence with respect to the D(D+1)/2 free entries), S_hat^0 =
 sqrt(rho) I (the prior mean), V^0 = 1 (the prior variance), g^{-1} = 0. GOE here has
-off-diagonal variance 1/D (semicircle of variance 1), as in :mod:`numerics.wishart`. The
+off-diagonal variance 1/D (semicircle of variance 1), as in :mod:`aim_sym.numerics.wishart`. The
 pairs-by-pairs structure V C, C = diag(1 + delta_ab), is the SE's; so g_out is the same derived
 function the SE integrates (:mod:`aim_sym.amp_functions`).
 
@@ -282,7 +282,7 @@ def se_trajectory(cc, *, alpha: float, rho: float, n_iter: int, damping: float =
 def se_prediction(cc, *, alpha: float, rho: float, max_iter: int = 20000,
                   tol: float = 1e-13) -> dict:
     """The SE fixed point reached from V = 1 (the one AMP tracks), matched to
-    :func:`numerics.aim_se.fixed_points` for its error; plus the Bayes-optimal one."""
+    :func:`aim_sym.numerics.aim_se.fixed_points` for its error; plus the Bayes-optimal one."""
     se = _aim_se()
     V = 1.0
     for _ in range(max_iter):
@@ -457,7 +457,7 @@ def plot_amp_vs_se(points, curve, path: str, *, reference=None, title: str | Non
     """AMP points with error bars over the SE curve (matplotlib Agg), written to ``path``.
 
     ``points``: run_amp results (dicts with alpha, mean, stderr; ``dim`` used in the label);
-    ``curve``: rows with alpha and mmse (as :func:`numerics.aim_se.curve` returns), or a pair
+    ``curve``: rows with alpha and mmse (as :func:`aim_sym.numerics.aim_se.curve` returns), or a pair
     (alphas, mmse); ``reference``: optional rows (alpha, mmse, mmse_std) drawn as other points
     (e.g. published AMP measurements).
     """

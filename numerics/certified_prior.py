@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from numerics.records import ConvergenceError, require
+from .records import ConvergenceError, require
 
 __all__ = ["Enclosure", "mmse_enclosure", "moment_enclosure"]
 

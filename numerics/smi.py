@@ -21,7 +21,7 @@ Errors are ``|value(order n) - value(order n')|`` for two sets of orders.  The s
 ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer grid, and make
 ``E[z | y] = 0`` exactly in the rule (so ``Q = 0`` is a fixed point, THEORY 2.2).
 
-The sequential threshold itself is computed by :mod:`numerics.smi_sequential` (trapezoid
+The sequential threshold itself is computed by :mod:`aim_sym.numerics.smi_sequential` (trapezoid
 lattices for the fibre and for h, geometric convergence); the Laplace-mixture engine below is
 kept as the independent route :func:`sequential_threshold_mixture`.
 
@@ -52,7 +52,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics.records import ConvergenceError, Estimate, atomic_write, require
+from .records import ConvergenceError, Estimate, atomic_write, require
 
 SIGMA_H = 2.7
 _CHUNK = 3_000_000  # elements per (outer x inner) block
@@ -114,7 +114,7 @@ def _stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIG
     Returns a dict with ``K1 = E sum_m g_1m^2``, ``K2 = E sum_m g_2m^2``,
     ``K12 = E sum_m g_1m g_2m`` (only meaningful at q1 = 0: its integrand is odd under
     ``omega_2 -> -omega_2``, which the halved omega_2 and h grids assume even; the exact K12 is 0,
-    see :func:`numerics.smi_learned.learned_stats`),
+    see :func:`aim_sym.numerics.smi_learned.learned_stats`),
     ``mu1 = E ||Cov[z_1 | y, omega] - I||_F^2`` (meaningful at q1 = 0: the sequential stability
     coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
     """
@@ -384,10 +384,10 @@ def _root3(qs, rs):
 
 def sequential_threshold(*, skip=1.0, beta=1.0, progress=None, **kw) -> dict:
     """Sequential threshold of layer 1 (layer 2 learned): see
-    :func:`numerics.smi_sequential.sequential_threshold` (lattice rules, the default engine).
+    :func:`aim_sym.numerics.smi_sequential.sequential_threshold` (lattice rules, the default engine).
     The earlier Laplace-mixture engine stays available as :func:`sequential_threshold_mixture`
     (an independent route)."""
-    from numerics.smi_sequential import sequential_threshold as seq
+    from .smi_sequential import sequential_threshold as seq
 
     return seq(skip=skip, beta=beta, progress=progress, **kw)
 
@@ -469,7 +469,7 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
     ``sequential=False``) the sequential threshold of layer 1 once layer 2 is learned.  Each dict:
     layer, kind ("weak" or "sequential"), value, error, method, seconds (and, for sequential, q2
     at the threshold).  ``digits``: accuracy asked of the sequential threshold (1..8, see
-    :data:`numerics.smi_sequential.SEQ_DIGITS`)."""
+    :data:`aim_sym.numerics.smi_sequential.SEQ_DIGITS`)."""
     _check(layers, tokens, skip, beta)
     if order is not None:
         require(isinstance(order, (int, np.integer)) and 8 <= order <= 400 and order % 2 == 0,
@@ -550,11 +550,11 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
                 layer2=True, progress=None) -> dict:
     """Bayes-optimal SE fixed point (THEORY 2.1) over the whole alpha range.
 
-    * ``alpha >= 1``: perfect recovery ``Q = I`` (:func:`numerics.smi_branches.recovery_point`;
+    * ``alpha >= 1``: perfect recovery ``Q = I`` (:func:`aim_sym.numerics.smi_branches.recovery_point`;
       stable iff alpha > 1 by the small-V analysis);
     * else the layer-2 branch ``Q = diag(0, q2)`` (:func:`layer2_point`; ``Q = 0`` below the
       layer-2 weak threshold); if its layer-1 direction is unstable, the both-learned branch
-      (:func:`numerics.smi_branches.learned_point`, Newton from ``init`` = (q1, q2), default a
+      (:func:`aim_sym.numerics.smi_branches.learned_point`, Newton from ``init`` = (q1, q2), default a
       guess) and the stable point of largest ``phi`` is returned.  ``layer2=False`` skips the
       layer-2 point (for a caller that knows it is unstable: :func:`se_curve` above the first
       both-learned point).
@@ -564,7 +564,7 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     "both learned", "perfect recovery"), stable, eigenvalue (the critical eigenvalue of the SE
     map's Jacobian: layer-1 direction on the layer-2 branch, largest |.| otherwise), note (why
     a value is NaN: phi at alpha = 1 exactly)."""
-    from numerics import smi_branches
+    from . import smi_branches
 
     _check(layers, tokens, skip, beta, alpha)
     if init is not None:
@@ -594,7 +594,7 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
 def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
     """Layer-2 point with q2 < 0.1 (posterior broad): Brent with the Gauss-Hermite branch rule
     :func:`_stats_branch`, error ``|q2 - T_refined(q2)| / (1 - slope)`` from the refined order."""
-    from numerics import smi_branches
+    from . import smi_branches
 
     lo = BRANCH_ORDERS[0]
 
@@ -639,14 +639,14 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
 
     On the branch ``alpha(q2) = q2 / ((1 - q2) K2(q2))`` rises from ``1/lambda_2`` (THEORY 2.1);
     ``q2`` solves ``alpha(q2) = alpha`` (scan, then Brent's method) with the lattice quadrature of
-    :mod:`numerics.smi_sequential` (trapezoid lattices in the fibre and in h, sinh rule in
+    :mod:`aim_sym.numerics.smi_sequential` (trapezoid lattices in the fibre and in h, sinh rule in
     omega_2; every rule refined between the two orders). ``q2 = 0`` below the layer-2 weak
     threshold; roots below q2 = 0.1 use :func:`_layer2_point_small`. Error on q2: the shift of
     the root to the refined order (one evaluation, linearised with the secant slope of
     alpha(q2)) plus the Nishimori residual propagated the same way. The layer-1 direction is
     stable iff ``alpha mu1(q2) < 1`` (``eigenvalue``).
     Same record as :func:`fixed_point`."""
-    from numerics import smi_branches, smi_sequential
+    from . import smi_branches, smi_sequential
 
     def stats(q, o):
         return smi_sequential.branch_stats(q, c=skip, beta=beta, n_w=o[0], dh=o[1], dz=o[2],
@@ -986,7 +986,7 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
     the end the CSV ``out`` is written atomically.  Returns the rows sorted by c."""
     import json
 
-    from numerics import smi_deep
+    from . import smi_deep
 
     skips = [float(c) for c in skips]
     require(len(skips) > 0, "skips", "a non-empty list of c > 0", skips)

@@ -5,7 +5,7 @@ Model (L = 2 layers, one row per layer, M = 2 tokens, noiseless): x_mu in R^{D x
 W in R^{P x D} iid N(0, 1) (P = L = 2), z_mu = W x_mu / sqrt(D) in R^{P x M},
 h = A(z_1) z_2 with A(z_1) = softmax_rows(beta z_1 z_1^T) + c I, y = softmax_rows(beta h h^T).
 
-Output channel (the same density as the SE of :mod:`numerics.smi`, up to the omega-independent
+Output channel (the same density as the SE of :mod:`aim_sym.numerics.smi`, up to the omega-independent
 Jacobian |dh/dy|): y fixes h up to sign (compiled ``h_from_y``), and
 
     Z_out(y; omega, V) = sum_{s = +-1} int_{R^2} dz_1 prod_m N((z_1m, z_2m); omega_m, V) / det A(z_1),
@@ -38,7 +38,7 @@ Q_hat (I + Q_hat)^{-1}, C -> I - Q. ``a_update="gg"`` uses the Nishimori form
 A = (1/D) sum_mu sum_m g g^T instead of -dg (equal in expectation; THEORY 1.2).
 
 Damping (``damping`` = delta, default 0.3): g^t <- (1 - delta) g^t + delta g^{t-1} and
-A^t <- (1 - delta) A^t + delta A^{t-1} (the AIM GAMP of :mod:`numerics.amp` does the same).
+A^t <- (1 - delta) A^t + delta A^{t-1} (the AIM GAMP of :mod:`aim_sym.numerics.amp` does the same).
 
 Initialisation: Q = 0 is a fixed point (sign symmetries W_l -> -W_l), so W_hat^0 =
 q0 W + sqrt(q0 (1 - q0)) G (G iid N(0, 1)), C^0 = (1 - q0) I, g^{-1} = 0: the Bayes-consistent
@@ -83,7 +83,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics.records import require
+from .records import require
 
 SUPPORTED = dict(layers=(2,), tokens=(2,))
 
@@ -468,7 +468,7 @@ def branch_fixed_point_montecarlo(*, alpha, bracket, skip=1.0, beta=1.0, samples
     the interpolation error |quadratic root - linear root| (keep the bracket narrow, ~0.02).
     Returns value, error, method, the K2 estimates and F; raises ConvergenceError when F does
     not change sign on the bracket."""
-    from numerics.records import ConvergenceError
+    from .records import ConvergenceError
 
     a, b = (float(x) for x in bracket)
     require(0 < a < b < 1, "bracket", "0 < q_lo < q_hi < 1", bracket)
@@ -503,7 +503,7 @@ def branch_fixed_point_montecarlo(*, alpha, bracket, skip=1.0, beta=1.0, samples
 
 def _se_prediction(alpha, layers, tokens, skip, beta):
     try:
-        from numerics.smi import fixed_point
+        from .smi import fixed_point
     except Exception:  # pragma: no cover - the SE module is optional here
         return None
     try:
@@ -525,7 +525,7 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
     over its last 10 iterations, which smooths the O(D^{-1/2}) oscillation of the iterates),
     Q_raw_mean ((W_hat W^T / D)_ll), self_mean, mse_mean, per_iteration (mean Q_ll per
     iteration; runs that stopped early are carried at their last value), se_prediction (from
-    :func:`numerics.smi.fixed_point`, or None), per_seed (history per seed), settings, seconds.
+    :func:`aim_sym.numerics.smi.fixed_point`, or None), per_seed (history per seed), settings, seconds.
     """
     _check(layers, tokens, skip, beta)
     require(np.isfinite(alpha) and alpha > 0, "alpha", "> 0", alpha)
@@ -581,7 +581,7 @@ def se_montecarlo(*, alpha, skip=1.0, beta=1.0, samples=2000, iters=40, init=(0.
     random numbers across iterations) and g_out by the same fibre quadrature as GAMP:
     omega_m = Q^{1/2} xi_m, z_m = omega_m + (I - Q)^{1/2} eta_m, Q_hat = alpha E[sum_m g g^T]
     (``a_update="dg"``: alpha E[-sum_m dg]), Q = Q_hat (I + Q_hat)^{-1}, full 2 x 2 Q.
-    Unlike :func:`numerics.smi.fixed_point` it is not restricted to the branch Q = diag(0, q2),
+    Unlike :func:`aim_sym.numerics.smi.fixed_point` it is not restricted to the branch Q = diag(0, q2),
     so it gives the SE prediction above the sequential threshold (layer 1 learned). Error bar:
     the standard error of Q_hat over the samples, propagated to Q (diagonal only), at the last
     iterate. Returns Q (2 x 2), Q_diag, Q_err, history."""

@@ -2,7 +2,7 @@
 (THEORY 2.1, 2.2).
 
 * Both layers learned (``q1 > 0``, alpha in ``(alpha_seq, 1)``): :func:`learned_point` wraps
-  :func:`numerics.smi_learned.solve_branch` (fibre trapezoid lattice in the layer-1 prior's
+  :func:`aim_sym.numerics.smi_learned.solve_branch` (fibre trapezoid lattice in the layer-1 prior's
   coordinates x scrambled Sobol' teacher outer with common random numbers; Newton on the 2x2 SE
   map ``T_l(Q) = alpha K_l / (1 + alpha K_l)``) and adds ``phi`` and ``e_gen``.  An earlier rule
   here (Gauss-Hermite in omega_2, Laplace-mixture fibre) overestimated K2 by ~5% and was
@@ -25,13 +25,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics.records import require
-from numerics.smi import _attention_inverse, _check, _fibre_jacobian, _laplace_proposal, _omega_rule
+from .records import require
+from .smi import _attention_inverse, _check, _fibre_jacobian, _laplace_proposal, _omega_rule
 
 
 @lru_cache(maxsize=64)
 def omega2_rule(ns: int, nd: int, q2: float):
-    """Rule for ``omega_2 ~ N(0, q2 I)``: the graded rule :func:`numerics.smi._omega_rule`
+    """Rule for ``omega_2 ~ N(0, q2 I)``: the graded rule :func:`aim_sym.numerics.smi._omega_rule`
     (Gauss-Hermite in ``s = (w0 + w1)/sqrt 2``, Gauss-Legendre in ``u`` with ``d = sqrt(q2) D
     u^2`` on ``d > 0``, weight doubled), with its weights renormalised to total mass 1 (the
     Legendre rule alone misses ~1e-3 at nd = 8)."""
@@ -108,7 +108,7 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
     0.35 N(+-z_1, 2 P^{-1})`` (``P = I/V1 + J^T J/V2`` at the true ``z_1``); both signs of ``h``
     are summed at every draw.  Products of posterior means come from two independent inner
     halves (no variance bias).  Returns Estimates (error = standard error over outer samples)."""
-    from numerics.records import Estimate
+    from .records import Estimate
 
     _check(2, 2, skip, beta)
     require(0 <= q1 < 1 and 0 <= q2 < 1, "Q", "diag(q1, q2) with q1, q2 in [0, 1)", (q1, q2))
@@ -175,9 +175,9 @@ PSI0_ORDERS = ((24, 32), (32, 40))   # (n_h, n_z) of route A at Q = 0
 
 @lru_cache(maxsize=16)
 def psi_zero(skip: float, beta: float) -> tuple[float, float]:
-    """``E log Z_out`` at ``Q = 0`` (route A, :func:`numerics.smi._stats`): value and the
+    """``E log Z_out`` at ``Q = 0`` (route A, :func:`aim_sym.numerics.smi._stats`): value and the
     difference of two orders."""
-    from numerics import smi
+    from . import smi
 
     v = [smi._stats(0.0, 0.0, c=skip, beta=beta, n_w1=2, n_w2=2, n_h=a, n_z=b,
                     want_psi=True)["psi"] for a, b in PSI0_ORDERS]
@@ -198,7 +198,7 @@ def _egen_replicates(q1: float, q2: float, g: np.ndarray, *, skip: float, beta: 
     """Per-replicate means of ``||y(z) - y(omega)||_F^2`` (THEORY 2.4, plug-in estimator) over
     normals ``g`` (R, n, 8): ``z = g[..., :4]`` (z_1, z_2 per token), ``omega_l = q_l z_l +
     sqrt(q_l V_l) g[..., 4:]`` (so Cov(z, omega) = [[1, q], [q, q]] per entry)."""
-    from numerics import smi
+    from . import smi
 
     fwd = smi._compiled()["forward"]
     qs = (q1, q1, q2, q2)
@@ -214,12 +214,12 @@ def _egen_replicates(q1: float, q2: float, g: np.ndarray, *, skip: float, beta: 
 def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.0),
                   rule: dict | None = None):
     """e_gen (THEORY 2.4, plug-in estimator) by independently scrambled Sobol' replicates
-    (:func:`numerics.smi_learned.normals`, :data:`EGEN_RULE`): value = their mean, error = 2
+    (:func:`aim_sym.numerics.smi_learned.normals`, :data:`EGEN_RULE`): value = their mean, error = 2
     standard errors + ``|de/dq| dq`` (central differences on the same points).  The integrand
     is bounded but has sharp softmax saturation fronts, so the former 8D Gauss-Hermite rule
     (5 vs 6 nodes) had errors of 0.01-0.03 that its order difference did not always bound
     (0.1049 +- 0.011 against 0.0923 +- 0.0004 at Q = diag(0, 0.9237))."""
-    from numerics import smi_learned
+    from . import smi_learned
 
     require(0 <= q1 <= 1 and 0 <= q2 <= 1, "q", "overlaps in [0, 1]", (q1, q2))
     g = smi_learned.normals(**(rule or EGEN_RULE))
@@ -240,12 +240,12 @@ def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.
 
 def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0.3, 0.98),
                   rule: dict | None = None, progress=None) -> dict:
-    """Record of the both-learned fixed point (:func:`numerics.smi_learned.solve_branch`) in
-    the format of :func:`numerics.smi.fixed_point`: alpha, Q, Q_hat, error (per entry), e_gen,
+    """Record of the both-learned fixed point (:func:`aim_sym.numerics.smi_learned.solve_branch`) in
+    the format of :func:`aim_sym.numerics.smi.fixed_point`: alpha, Q, Q_hat, error (per entry), e_gen,
     e_gen_error, phi (relative to Q = 0), phi_error, branch, stable, eigenvalue (largest |.| of
     dT/dQ), note, detail (the solver's report).  Raises :class:`ConvergenceError` if Newton
     fails or reaches ``q1 = 0``."""
-    from numerics import smi_learned
+    from . import smi_learned
 
     _check(2, 2, skip, beta, alpha)
     r = smi_learned.solve_branch(alpha=alpha, init=init, c=skip, beta=beta, rule=rule,

@@ -34,8 +34,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics.records import Estimate, require
-from numerics.smi import _gh
+from .records import Estimate, require
+from .smi import _gh
 
 SUPPORTED_LAYERS = (2, 3)
 SIGMA_H_FACTOR = 1.4  # sigma_h^2 = factor * sup ||M||^2

@@ -1,7 +1,7 @@
 """Sequential thresholds of deep tied attention with L = 3 layers (M = 2 tokens, P_l = 1),
 THEORY 2.2 (subspace thresholds) and 2.3 (noiseless fibre).
 
-At ``Q = 0`` the last layer is learned first (:mod:`numerics.smi_deep`).  On its SE branch
+At ``Q = 0`` the last layer is learned first (:mod:`aim_sym.numerics.smi_deep`).  On its SE branch
 ``Q = diag(0, 0, q3)``, ``V = 1 - q3``, the output channel given ``omega_3 ~ N(0, q3 I)`` is
 
     Z(h) = int dz_1 dz_2 N(z_1; 0, I) N(z_2; 0, I) sum_s N(M^{-1} s h; omega_3, V I) / det M,
@@ -19,7 +19,7 @@ omega_3) / V``, and the sequential threshold of layer ``l`` is the root ``q3*`` 
 the eigenvalue in the unlearned direction crosses 1).
 
 Deterministic route (:func:`branch_stats_l3`): ``omega_3`` by the rotated sinh-trapezoid
-:func:`numerics.smi_sequential.omega_rule`; ``h`` given ``omega_3`` by a trapezoid lattice of
+:func:`aim_sym.numerics.smi_sequential.omega_rule`; ``h`` given ``omega_3`` by a trapezoid lattice of
 spacing ``dh sqrt(V)`` on the attention image box of ``omega_3`` padded by ``H_PAD`` standard
 deviations of the blur ``sqrt(V) M eta`` (:func:`h_lattice_l3`); the fibre over ``(z_1, z_2)``
 by a 4D trapezoid lattice of spacings ``dz1`` (in ``z_1``) and ``dz2`` (in ``z_2``) on the ball
@@ -62,8 +62,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics import smi_sequential
-from numerics.records import ConvergenceError, Estimate, require
+from . import smi_sequential
+from .records import ConvergenceError, Estimate, require
 
 H_PAD = 6.0          # h-box padding in standard deviations of the blur sqrt(V) M eta
 RADIUS = 6.0         # fibre lattice radius (4D); prior mass outside: (1 + R^2/2) exp(-R^2/2)
@@ -169,7 +169,7 @@ def fibre_moments(h0, h1, o0, o1, v: float, lat: dict, single: bool = False) -> 
     """Posterior moments over the fibre at outer points (1D arrays ``h``, ``omega_3``), rows:
     ``c1 = Cov[z_1|.] - I`` (3 entries), ``c2`` (3), ``E z_3`` (2), ``E |z_3|^2``, ``log Z``
     (``Z`` with the ``1 / (2 pi V)`` of the layer-3 Gaussian).  ``single``: float32 exponentials
-    (:func:`numerics.smi_sequential._exp_shifted`, relative bias <= ``FLOAT32_REL``).
+    (:func:`aim_sym.numerics.smi_sequential._exp_shifted`, relative bias <= ``FLOAT32_REL``).
 
     Blocks of :data:`_ROWS` outer points x :data:`_CHUNK` nodes (cache-sized; a one-row block
     would turn the matrix products into slow matrix-vector ones): each node chunk's sums carry
@@ -262,7 +262,7 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
     ``dh`` (h spacing in units of sqrt(V)), ``dz`` (fibre lattice spacing in ``z_1``), ``dz2``
     (in ``z_2``, default ``dz``), ``radius``; omega_3 nodes of weight below ``wcut`` are dropped
     (bounded in ``cut``).  ``single``: float32 exponentials (relative bias
-    <= :data:`numerics.smi_sequential.FLOAT32_REL`); ``workers > 1`` spreads the omega_3 nodes
+    <= :data:`aim_sym.numerics.smi_sequential.FLOAT32_REL`); ``workers > 1`` spreads the omega_3 nodes
     over forked processes.  The cross block ``Cov[z_1, z_2 | .]`` is zero by the sign symmetries
     the lattice uses (checked by :func:`montecarlo_branch_l3`)."""
 

@@ -8,7 +8,7 @@ layer-1 pre-activations ``z_1'`` has the density (up to ``Z``)
 
 ``V_l = 1 - q_l``.  Nodes ``z_1' = omega_1 + sqrt(V1) u`` with ``u`` on the full-disc square
 lattice of spacing ``dz`` and radius :data:`TRAP_R` (cut prior mass ``exp(-R^2/2)``), i.e. the
-trapezoid rule of :mod:`numerics.smi_sequential` in the prior's own coordinates; at ``q1 = 0``
+trapezoid rule of :mod:`aim_sym.numerics.smi_sequential` in the prior's own coordinates; at ``q1 = 0``
 it is that rule exactly (there the half disc suffices by evenness; here ``omega_1 != 0`` breaks
 it).  The integrand is analytic, so the rule converges geometrically in ``1/dz``.  Because the
 nodes move with ``omega_1``, ``A^{-1}`` is recomputed per (outer point, node) pair (vectorised
@@ -42,7 +42,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics.records import require
+from .records import require
 
 TRAP_R = 7.5          # lattice radius in u: cut prior mass exp(-R^2/2) < 1e-12
 _BLOCK = 1_500_000    # (outer x node) pairs per block
@@ -51,14 +51,14 @@ FIELDS = ("K1", "K2", "K12", "N1", "N2", "psi")
 
 @lru_cache(maxsize=1)
 def _inverse_ab():
-    from numerics import smi
+    from . import smi
 
     return smi._compiled()["attention_inverse_ab"]
 
 
 @lru_cache(maxsize=1)
 def _forward():
-    from numerics import smi
+    from . import smi
 
     return smi._compiled()["forward"]
 
@@ -164,7 +164,7 @@ def sample_values(q1: float, q2: float, g: np.ndarray, *, dz: float, c: float = 
     ``dz`` and ``2 dz``: ``|g_1|^2, |g_2|^2, g_1 . g_2``, the Nishimori partners
     ``(2 - tr Cov_l / V_l) / V_l`` and ``log Z``; ``g_l = (E z_l' - omega_l) / V_l`` (THEORY
     2.1)."""
-    from numerics.records import ConvergenceError
+    from .records import ConvergenceError
 
     require(0 <= q1 < 1, "q1", "in [0, 1)", q1)
     require(0 < q2 < 1, "q2", "in (0, 1)", q2)
@@ -278,7 +278,7 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
     :class:`ConvergenceError` if Newton fails or lands on ``q1 = 0``."""
     import time
 
-    from numerics.records import ConvergenceError
+    from .records import ConvergenceError
 
     require(np.isfinite(alpha) and 0 < alpha < 1, "alpha", "in (0, 1)", alpha)
     require(len(init) == 2 and all(0 < float(q) < 1 for q in init), "init",

@@ -38,7 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from numerics.records import ConvergenceError, require
+from .records import ConvergenceError, require
 
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
@@ -60,7 +60,7 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
     Returns ``B`` (3, n): ``|A^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``; ``Y`` (4, n): entries of
     ``A^{-1}`` (``omega^T A^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)``); ``logw`` (n,):
     log(weight x prior / det A); ``zz`` (n, 3): ``z0^2, z0 z1, z1^2``; ``Ai`` (n, 4)."""
-    from numerics import smi
+    from . import smi
 
     require(0.005 <= dz <= 0.5, "dz", "in [0.005, 0.5]", dz)
     radius = lattice_radius(dz) if radius is None else radius
@@ -310,17 +310,17 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
                  dh: float = 1.5, dz: float = 0.15, workers: int = 1, single: bool = True) -> dict:
     """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``,
     ``psi = E log Z_out`` (THEORY 2.1 free entropy; Z_out the density of the pair {h, -h} given
-    omega_2, as in :mod:`numerics.smi`), the Nishimori residual ``K2 - (2 mass - trcov2/V)/V``
+    omega_2, as in :mod:`aim_sym.numerics.smi`), the Nishimori residual ``K2 - (2 mass - trcov2/V)/V``
     and the outer ``mass`` (should be 1) at
     ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = tau``;
-    an integer pair selects the graded rule :func:`numerics.smi._omega_rule`) x ``h`` lattice
+    an integer pair selects the graded rule :func:`aim_sym.numerics.smi._omega_rule`) x ``h`` lattice
     (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
     blurred on the scale sqrt(V), so the rule scales with it; ``far_spacing(dh) sqrt(V)`` at the
     omega_2 nodes where the sign of h is resolved, blended by :func:`near_weight`) x fibre
     lattice (spacing ``dz``); exponentials in float32 (:func:`_exp_shifted`) unless ``single``
     is false.
     ``workers > 1`` spreads the omega_2 nodes over processes."""
-    from numerics import smi
+    from . import smi
 
     require(0 < q2 < 1, "q2", "in (0, 1)", q2)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)

@@ -34,7 +34,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from numerics.records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, Estimate, require
 
 __all__ = [
     "support",

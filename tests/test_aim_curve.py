@@ -4,11 +4,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from aim_sym.numerics import aim_curve, aim_se
+from aim_sym.numerics.records import InputError
 
 from aim_sym.channels import hardmax, linear, softmax
 from aim_sym.compiled import compile_channel
-from numerics import aim_curve, aim_se
-from numerics.records import InputError
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import mpmath
 import numpy as np
 import pytest
 import sympy as sp
+from aim_sym.numerics.aim_se import output_estimate, output_moments
 
 from aim_sym import checks
 from aim_sym.channels import ChannelError, hardmax, linear, noisy_hardmax, softmax
@@ -14,7 +15,6 @@ from aim_sym.compiled import compile_channel
 from aim_sym.output import derive
 from aim_sym.symbols import V
 from aim_sym.thresholds import perfect_recovery, small_width_weak
-from numerics.aim_se import output_estimate, output_moments
 
 
 @pytest.mark.parametrize("T", [2, 3, 4])

@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from aim_sym.numerics import aim_se, wishart
+from aim_sym.numerics.records import InputError
 
 from aim_sym.channels import hardmax, softmax
 from aim_sym.compiled import compile_channel
-from numerics import aim_se, wishart
-from numerics.records import InputError
 
 ALPHAS = [1e-5, 7.4525490196e-4, 5.156784313725489e-3, 1.324458823529412e-2]
 THEORY_13 = {
@@ -118,8 +118,7 @@ def test_published_softmax_curve_is_a_stopped_iteration():
     import csv
     import os
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference", "aim",
-                        "SE_softmax_T=2_rho=0.5.csv")
+    path = os.path.join(os.path.dirname(__file__), "data", "SE_softmax_T=2_rho=0.5.csv")
     rows = list(csv.DictReader(open(path)))
     cc = compile_channel(softmax(2))
     scaled = []

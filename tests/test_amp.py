@@ -9,12 +9,12 @@ import math
 
 import numpy as np
 import pytest
+from aim_sym.numerics import aim_se, amp, wishart
+from aim_sym.numerics.records import InputError
 
 from aim_sym.amp_functions import amp_functions
 from aim_sym.channels import hardmax, softmax
 from aim_sym.compiled import compile_channel
-from numerics import aim_se, amp, wishart
-from numerics.records import InputError
 
 RHO = 0.5
 

@@ -18,9 +18,9 @@ import pytest
 
 flint = pytest.importorskip("flint")
 
-from numerics import certified_prior as C  # noqa: E402
-from numerics import wishart as W  # noqa: E402
-from numerics.records import InputError  # noqa: E402
+from aim_sym.numerics import certified_prior as C  # noqa: E402
+from aim_sym.numerics import wishart as W  # noqa: E402
+from aim_sym.numerics.records import InputError  # noqa: E402
 
 # (rho, Delta): one interval, two intervals (rho < 1, small Delta), rho > 1, large Delta
 CASES = [("0.5", "1"), ("0.2", "0.01"), ("2", "0.1"), ("5", "100"), ("0.05", "0.0001")]

@@ -2,8 +2,7 @@
 
 import numpy as np
 import pytest
-
-from numerics import gauss
+from aim_sym.numerics import gauss
 
 
 @pytest.mark.parametrize("level", [-3, -1])

@@ -5,10 +5,10 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+from aim_sym.numerics import smi
+from aim_sym.numerics.records import InputError
 
 from aim_sym import smi as sym
-from numerics import smi
-from numerics.records import InputError
 
 
 def test_symbolic_softmax_inversion_fibre():
@@ -190,7 +190,7 @@ def test_sweep_resume_and_plot(tmp_path, monkeypatch):
 
 
 def test_sweep_retries_failed_points_on_resume(tmp_path, monkeypatch):
-    from numerics.records import ConvergenceError
+    from aim_sym.numerics.records import ConvergenceError
 
     calls = []
 
@@ -211,7 +211,7 @@ def test_sweep_retries_failed_points_on_resume(tmp_path, monkeypatch):
 
 
 def test_sweep_three_layers_columns(tmp_path, monkeypatch):
-    from numerics import smi_deep
+    from aim_sym.numerics import smi_deep
 
     def fake(*, layers, tokens, skip, beta):
         return [dict(layer=l, kind="weak", value=l * skip, error=1e-4, method="m")

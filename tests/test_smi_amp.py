@@ -12,9 +12,8 @@ import math
 
 import numpy as np
 import pytest
-
-from numerics import smi_amp
-from numerics.records import ConvergenceError, InputError
+from aim_sym.numerics import smi_amp
+from aim_sym.numerics.records import ConvergenceError, InputError
 
 V_MOD = np.array([[0.8, 0.15], [0.15, 0.5]])
 
@@ -219,7 +218,7 @@ def test_layer2_point_matches_montecarlo_se():
     # two independent routes for the SE fixed point on the branch Q = diag(0, q2) at alpha = 0.6:
     # the lattice quadrature (numerics.smi.layer2_point, ~20 s on 2 cores) and the Monte Carlo
     # K2 with the GAMP g_out (branch_fixed_point_montecarlo)
-    from numerics import smi
+    from aim_sym.numerics import smi
 
     lat = smi.layer2_point(alpha=0.6)
     mc = smi_amp.branch_fixed_point_montecarlo(alpha=0.6, bracket=(0.91, 0.935), samples=12000,

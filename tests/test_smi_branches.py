@@ -4,10 +4,9 @@ import math
 
 import numpy as np
 import pytest
-
-from numerics import smi
-from numerics import smi_branches as sb
-from numerics.records import ConvergenceError, InputError
+from aim_sym.numerics import smi
+from aim_sym.numerics import smi_branches as sb
+from aim_sym.numerics.records import ConvergenceError, InputError
 
 Q_TEST = (0.3, 0.983)            # near the both-learned fixed point at alpha ~ 0.85
 

@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
+from aim_sym.numerics import smi, smi_deep
+from aim_sym.numerics.records import InputError
 from click.testing import CliRunner
 
 from aim_sym.cli import cli
-from numerics import smi, smi_deep
-from numerics.records import InputError
 
 
 def test_two_layer_route_agrees_with_the_two_layer_engine():

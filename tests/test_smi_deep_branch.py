@@ -5,10 +5,9 @@ import math
 
 import numpy as np
 import pytest
-
-from numerics import smi
-from numerics import smi_deep_branch as db
-from numerics.records import ConvergenceError, InputError
+from aim_sym.numerics import smi
+from aim_sym.numerics import smi_deep_branch as db
+from aim_sym.numerics.records import ConvergenceError, InputError
 
 # Q = 0 stability coefficients of numerics.smi_deep (polar x Gauss-Hermite rule, an independent
 # route; benchmarks/RESULTS.md): lambda_1 = 1/5.124 (+- 0.026), lambda_2 = 1/8.687 (+- 0.002)
@@ -144,10 +143,10 @@ def test_cli_l3_reports_sequential_unless_disabled(monkeypatch):
     # wiring only (the engines are stubbed; their numbers are tested above and in test_smi_deep)
     import json
 
+    from aim_sym.numerics import smi_deep
     from click.testing import CliRunner
 
     from aim_sym.cli import cli
-    from numerics import smi_deep
 
     weak = [dict(layer=l, kind="weak", value=v, error=1e-3, method="stub", seconds=0.0)
             for l, v in ((1, 5.1), (2, 8.7), (3, 0.2))]
@@ -189,7 +188,7 @@ def test_cli_l3_reports_sequential_unless_disabled(monkeypatch):
 def test_node_chunks_and_float32_agree_with_the_plain_kernel(monkeypatch):
     # a root-like q3 (V = 0.02) on a small anisotropic lattice: node chunks with their own
     # shifts reproduce the one-chunk sums; float32 exponentials stay within FLOAT32_REL
-    from numerics import smi_sequential
+    from aim_sym.numerics import smi_sequential
 
     v = 0.02
     lat = db.fibre_lattice(0.9, 1.0, 1.0, 4.0, 0.45)

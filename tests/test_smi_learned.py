@@ -4,11 +4,10 @@ import math
 
 import numpy as np
 import pytest
-
-from numerics import smi_branches as sb
-from numerics import smi_learned as sl
-from numerics import smi_sequential as ss
-from numerics.records import InputError
+from aim_sym.numerics import smi_branches as sb
+from aim_sym.numerics import smi_learned as sl
+from aim_sym.numerics import smi_sequential as ss
+from aim_sym.numerics.records import InputError
 
 Q_TEST = (0.3, 0.983)            # near the both-learned fixed point at alpha ~ 0.85
 

@@ -4,10 +4,9 @@ import math
 
 import numpy as np
 import pytest
+from aim_sym.numerics import smi_sequential as seq
+from aim_sym.numerics.records import InputError
 from test_smi import FIBRE_REFS
-
-from numerics import smi_sequential as seq
-from numerics.records import InputError
 
 
 def test_fibre_lattice_against_trapezoid_refs():

@@ -4,8 +4,7 @@ import math
 
 import numpy as np
 import pytest
-
-from numerics import smi
+from aim_sym.numerics import smi
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,7 @@ def test_sequential_threshold_more_digits(seq):
 def test_sequential_threshold_eight_digits(seq):
     # digits = 8: the top pair refines every rule (tau, dh and dz); inside the digits-4 bar, and
     # its own bar below the target 5e-8 without stepping up the ladder (measured 3.5e-8)
-    from numerics.smi_sequential import SEQ_DIGITS, SEQ_LADDER
+    from aim_sym.numerics.smi_sequential import SEQ_DIGITS, SEQ_LADDER
 
     r = smi.sequential_threshold(workers=2, digits=8)
     assert abs(r["value"] - seq["value"]) < seq["error"]

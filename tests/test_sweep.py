@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from numerics.sweep import grid, point_key, run_sweep
+from aim_sym.numerics.sweep import grid, point_key, run_sweep
 
 
 def square(p):

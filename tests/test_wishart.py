@@ -8,9 +8,8 @@ import math
 import mpmath
 import numpy as np
 import pytest
-
-from numerics import wishart as W
-from numerics.records import Estimate, InputError
+from aim_sym.numerics import wishart as W
+from aim_sym.numerics.records import Estimate, InputError
 
 ONE_INTERVAL = [(0.5, 1.0), (2.0, 0.1), (5.0, 1e4), (1.0, 1e-3)]
 TWO_INTERVALS = [(0.2, 0.01), (0.05, 1e-4)]
