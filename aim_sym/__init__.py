@@ -34,3 +34,14 @@ def _numerics_from_source_checkout() -> None:
 
 
 _numerics_from_source_checkout()
+
+
+def _register_compiled_functions() -> None:
+    """Hand the numeric layer the factory of compiled SMI pieces (no sympy import on a warm cache)."""
+    from .lambdified import smi_functions
+    from .numerics import compiled_functions
+
+    compiled_functions.register_smi_functions(smi_functions)
+
+
+_register_compiled_functions()

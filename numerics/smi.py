@@ -93,7 +93,7 @@ def _grid2(n: int, scale: float, half: bool):
 
 @lru_cache(maxsize=8)
 def _compiled():
-    from aim_sym.lambdified import smi_functions
+    from .compiled_functions import smi_functions
 
     return smi_functions(2, "numpy")
 
@@ -866,7 +866,7 @@ def zout_mp(h, om, v, nodes, *, c=1.0, beta=1.0):
 
 @lru_cache(maxsize=2)
 def _compiled_mp():
-    from aim_sym.lambdified import smi_functions
+    from .compiled_functions import smi_functions
 
     return smi_functions(2, "mpmath")
 

@@ -91,7 +91,7 @@ SUPPORTED = dict(layers=(2,), tokens=(2,))
 # ----------------------------------------------------------------------------- compiled channel
 @lru_cache(maxsize=4)
 def _compiled():
-    from aim_sym.lambdified import smi_functions
+    from .compiled_functions import smi_functions
 
     return smi_functions(2, "numpy")
 

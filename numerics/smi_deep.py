@@ -64,7 +64,7 @@ def norm_bound(skip: float) -> float:
 
 @lru_cache(maxsize=4)
 def _fibre(layers: int):
-    from aim_sym.lambdified import smi_functions
+    from .compiled_functions import smi_functions
 
     return smi_functions(layers, "numpy")["fibre"]
 
@@ -223,7 +223,7 @@ def montecarlo_lambdas(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
     the free rows (self-normalised importance weights N(M^{-1} h) / det M). Returns, per layer,
     (mean, standard error) over the outer samples. The ratio estimator has an O(1/inner) bias."""
     _check(layers, 2, skip, beta)
-    from aim_sym.lambdified import smi_functions
+    from .compiled_functions import smi_functions
 
     fwd = smi_functions(layers, "numpy")["forward"]
     rng = np.random.default_rng(seed)

@@ -86,7 +86,7 @@ def _check_q3(q3: float) -> None:
 
 @lru_cache(maxsize=2)
 def _fibre3():
-    from aim_sym.lambdified import smi_functions
+    from .compiled_functions import smi_functions
 
     return smi_functions(3, "numpy")["fibre"]
 
