@@ -1,0 +1,224 @@
+"""Bad input across every command: one line naming the option and its allowed range, exit 2.
+
+Each case runs the real entry point (``aim_sym.cli.main``) in-process with a time limit, so a
+value that is not refused and starts a long computation fails the test instead of hanging it.
+Accepted outcomes: exit 2 with exactly one line on stderr, ``aim-sym: error: ...``, naming the
+option; never a traceback, a NaN on stdout, or a silently ignored option.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+
+from aim_sym.cli import main
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "channels")
+HARDMAX_FILE = os.path.join(EXAMPLES, "noisy_hardmax.py")
+GAUSS_FILE = os.path.join(EXAMPLES, "noisy_projection.py")
+
+SE = ["se", "--model", "aim"]
+SMI_SE = ["se", "--model", "smi"]
+AIM_A = ["--alpha", "0.1"]
+
+# (case id, arguments, option the message must name)
+CASES = [
+    # se, AIM
+    ("alpha-negative", SE + ["--alpha", "-1"], "--alpha"),
+    ("alpha-nan", SE + ["--alpha", "nan"], "--alpha"),
+    ("alpha-inf", SE + ["--alpha", "inf"], "--alpha"),
+    ("alpha-text", SE + ["--alpha", "abc"], "--alpha"),
+    ("rho-zero", SE + AIM_A + ["--rho", "0"], "--rho"),
+    ("rho-negative", SE + AIM_A + ["--rho", "-1"], "--rho"),
+    ("rho-inf", SE + AIM_A + ["--rho", "inf"], "--rho"),
+    ("rho-nan", SE + AIM_A + ["--rho", "nan"], "--rho"),
+    ("beta-inf", SE + AIM_A + ["--channel", "softmax", "--beta", "inf"], "--beta"),
+    ("beta-nan", SE + AIM_A + ["--channel", "softmax", "--beta", "nan"], "--beta"),
+    ("beta-zero", SE + AIM_A + ["--channel", "softmax", "--beta", "0"], "--beta"),
+    ("beta-with-hardmax", SE + AIM_A + ["--channel", "hardmax", "--beta", "2"], "--beta"),
+    ("beta-with-linear", SE + AIM_A + ["--channel", "linear", "--beta", "2"], "--beta"),
+    ("tokens-one", SE + AIM_A + ["--channel", "softmax", "--tokens", "1"], "--tokens"),
+    ("tokens-hundred", SE + AIM_A + ["--channel", "softmax", "--tokens", "100"], "--tokens"),
+    ("tokens-negative", SE + AIM_A + ["--channel", "linear", "--tokens", "-3"], "--tokens"),
+    ("channel-bogus", SE + AIM_A + ["--channel", "bogus"], "--channel"),
+    ("model-bogus", ["se", "--model", "bogus"] + AIM_A, "--model"),
+    ("delta-out-missing", SE + AIM_A + ["--channel", "linear-noisy"], "--delta-out"),
+    ("delta-out-negative", SE + AIM_A + ["--channel", "linear-noisy", "--delta-out", "-1"],
+     "--delta-out"),
+    ("delta-out-huge", SE + AIM_A + ["--channel", "linear-noisy", "--delta-out", "1e300"],
+     "--delta-out"),
+    ("delta-out-nan", SE + AIM_A + ["--channel", "linear-noisy", "--delta-out", "nan"],
+     "--delta-out"),
+    ("delta-out-with-softmax", SE + AIM_A + ["--channel", "softmax", "--delta-out", "0.1"],
+     "--delta-out"),
+    ("epsilon-half", SE + AIM_A + ["--channel", "noisy-hardmax", "--epsilon", "0.5"],
+     "--epsilon"),
+    ("epsilon-nan", SE + AIM_A + ["--channel", "noisy-hardmax", "--epsilon", "nan"],
+     "--epsilon"),
+    ("epsilon-with-hardmax", SE + AIM_A + ["--channel", "hardmax", "--epsilon", "0.1"],
+     "--epsilon"),
+    ("layers-with-aim", SE + AIM_A + ["--layers", "2"], "--layers"),
+    ("skip-with-aim", SE + AIM_A + ["--skip", "1"], "--skip"),
+    ("digits-too-few", SE + AIM_A + ["--channel", "softmax", "--digits", "3"], "--digits"),
+    ("digits-too-many", SE + AIM_A + ["--channel", "softmax", "--digits", "5000"], "--digits"),
+    ("digits-discrete", SE + AIM_A + ["--channel", "hardmax", "--digits", "20"], "--digits"),
+    ("small-width-with-rho", SE + ["--alpha", "0.5", "--small-width", "--rho", "0.5"], "--rho"),
+    # channel files
+    ("channel-file-missing", SE + AIM_A + ["--channel-file", "no_such_file.py"],
+     "--channel-file"),
+    ("param-nan", SE + AIM_A + ["--channel-file", HARDMAX_FILE, "--param", "eps=nan"], "--param"),
+    ("param-inf", SE + AIM_A + ["--channel-file", HARDMAX_FILE, "--param", "eps=inf"], "--param"),
+    ("param-unknown", SE + AIM_A + ["--channel-file", HARDMAX_FILE, "--param", "bogus=1"],
+     "--param"),
+    ("param-text", SE + AIM_A + ["--channel-file", HARDMAX_FILE, "--param", "eps=abc"], "--param"),
+    ("param-negative-probability", SE + AIM_A + ["--channel-file", HARDMAX_FILE, "--param",
+                                                 "eps=-0.2"], "--param"),
+    ("param-negative-noise", SE + AIM_A + ["--channel-file", GAUSS_FILE, "--param",
+                                           "Delta=-1"], "--param"),
+    ("channel-and-file", SE + AIM_A + ["--channel-file", HARDMAX_FILE, "--channel", "hardmax"],
+     "--channel"),
+    ("param-without-file", SE + AIM_A + ["--param", "eps=0.1"], "--param"),
+    # se, SMI
+    ("smi-rho", SMI_SE + ["--alpha", "0.5", "--rho", "0.5"], "--rho"),
+    ("smi-layers", SMI_SE + ["--alpha", "0.5", "--layers", "7"], "--layers"),
+    ("smi-skip-negative", SMI_SE + ["--alpha", "0.5", "--skip", "-1"], "--skip"),
+    ("smi-skip-inf", SMI_SE + ["--alpha", "0.5", "--skip", "inf"], "--skip"),
+    ("smi-skip-nan", SMI_SE + ["--alpha", "0.5", "--skip", "nan"], "--skip"),
+    ("smi-tokens", SMI_SE + ["--alpha", "0.5", "--tokens", "3"], "--tokens"),
+    ("smi-small-width", SMI_SE + ["--alpha", "0.5", "--small-width"], "--small-width"),
+    ("smi-channel", SMI_SE + ["--alpha", "0.5", "--channel", "hardmax"], "--channel"),
+    ("smi-beta-inf", SMI_SE + ["--alpha", "0.5", "--beta", "inf"], "--beta"),
+    # curve
+    ("alphas-two-parts", ["curve", "--alphas", "0:1"], "--alphas"),
+    ("alphas-text", ["curve", "--alphas", "a:b:c"], "--alphas"),
+    ("alphas-zero-points", ["curve", "--alphas", "0:1:0"], "--alphas"),
+    ("alphas-huge-grid", ["curve", "--alphas", "0:1:1000000000"], "--alphas"),
+    ("alphas-negative", ["curve", "--alphas", "-1:1:3"], "--alphas"),
+    ("alphas-inf", ["curve", "--alphas", "0:inf:3"], "--alphas"),
+    ("tol-zero", ["curve", "--alphas", "0:0.1:3", "--tol", "0"], "--tol"),
+    ("tol-one", ["curve", "--alphas", "0:0.1:3", "--tol", "1"], "--tol"),
+    ("tol-with-smi", ["curve", "--model", "smi", "--alphas", "0:0.1:3", "--tol", "1e-3"],
+     "--tol"),
+    ("method-with-smi", ["curve", "--model", "smi", "--alphas", "0:0.1:3", "--method",
+                         "per-alpha"], "--method"),
+    ("plot-suffix", ["curve", "--alphas", "0:0.1:3", "--plot", "x.jpg2"], "--plot"),
+    # threshold
+    ("weak-without-small-width", ["threshold", "weak", "--model", "aim"], "--small-width"),
+    ("threshold-digits-zero", ["threshold", "weak", "--small-width", "--digits", "0"],
+     "--digits"),
+    ("threshold-digits-huge", ["threshold", "weak", "--small-width", "--digits", "1001"],
+     "--digits"),
+    ("threshold-kind-bogus", ["threshold", "bogus"], "KIND"),
+    ("smi-perfect", ["threshold", "perfect", "--model", "smi"], "KIND"),
+    ("smi-certified", ["threshold", "weak", "--model", "smi", "--certified"], "--certified"),
+    ("smi-digits-10", ["threshold", "weak", "--model", "smi", "--digits", "10"], "--digits"),
+    ("aim-no-sequential", ["threshold", "weak", "--small-width", "--no-sequential"],
+     "--no-sequential"),
+    ("route-with-l2", ["threshold", "weak", "--model", "smi", "--layers", "2",
+                       "--sequential-route", "montecarlo"], "--sequential-route"),
+    # amp
+    ("amp-max-iter-zero", ["amp", "--alpha", "0.1", "--max-iter", "0"], "--max-iter"),
+    ("amp-rng-seed-negative", ["amp", "--alpha", "0.1", "--rng-seed", "-1"], "--rng-seed"),
+    ("amp-dim-small", ["amp", "--alpha", "0.1", "--dim", "5"], "--dim"),
+    ("amp-seeds-zero", ["amp", "--alpha", "0.1", "--seeds", "0"], "--seeds"),
+    ("amp-damping-one", ["amp", "--alpha", "0.1", "--damping", "1"], "--damping"),
+    ("amp-damping-text", ["amp", "--alpha", "0.1", "--damping", "abc"], "--damping"),
+    ("amp-no-alpha", ["amp"], "--alpha"),
+    ("amp-alpha-zero", ["amp", "--alpha", "0"], "--alpha"),
+    ("amp-smi-max-iter-zero", ["amp", "--model", "smi", "--alpha", "0.5", "--max-iter", "0"],
+     "--max-iter"),
+    ("amp-smi-rng-seed", ["amp", "--model", "smi", "--alpha", "0.5", "--rng-seed", "-1"],
+     "--rng-seed"),
+    # mmse
+    ("mmse-rho-zero", ["mmse", "--rho", "0", "--delta", "0.1"], "--rho"),
+    ("mmse-rho-text", ["mmse", "--rho", "abc", "--delta", "0.1"], "--rho"),
+    ("mmse-rho-inf", ["mmse", "--rho", "inf", "--delta", "0.1"], "--rho"),
+    ("mmse-rho-nan", ["mmse", "--rho", "nan", "--delta", "0.1"], "--rho"),
+    ("mmse-delta-negative", ["mmse", "--rho", "0.5", "--delta", "-1"], "--delta"),
+    ("mmse-digits", ["mmse", "--rho", "0.5", "--delta", "0.1", "--digits", "3"], "--digits"),
+    # check, derive
+    ("check-channel", ["check", "--channel", "bogus"], "--channel"),
+    ("check-smi-layers", ["check", "--model", "smi", "--layers", "9"], "--layers"),
+    ("derive-format", ["derive", "--format", "bogus"], "--format"),
+    ("derive-file", ["derive", "--channel-file", "no_such_file.py"], "--channel-file"),
+    # sweep
+    ("sweep-channel-bogus", ["sweep", "grid", "--channel", "bogus", "--alphas", "0.1", "--out",
+                             "{tmp}/s.csv"], "--channel"),
+    ("sweep-huge-grid", ["sweep", "grid", "--alphas", "0:1:1000000000", "--out", "{tmp}/s.csv"],
+     "--alphas"),
+    ("sweep-rho-zero", ["sweep", "grid", "--alphas", "0.1", "--rhos", "0", "--out",
+                        "{tmp}/s.csv"], "--rhos"),
+    ("sweep-beta-inf", ["sweep", "grid", "--channel", "softmax", "--alphas", "0.1", "--betas",
+                        "inf", "--out", "{tmp}/s.csv"], "--betas"),
+    ("sweep-workers-zero", ["sweep", "grid", "--alphas", "0.1", "--workers", "0", "--out",
+                            "{tmp}/s.csv"], "--workers"),
+    ("sweep-skips-zero", ["sweep", "skip", "--skips", "0", "--out", "{tmp}/s.csv"], "--skips"),
+    ("sweep-skips-inf", ["sweep", "skip", "--skips", "inf", "--out", "{tmp}/s.csv"], "--skips"),
+    ("sweep-skip-layers", ["sweep", "skip", "--skips", "1", "--layers", "5", "--out",
+                           "{tmp}/s.csv"], "--layers"),
+    ("sweep-plot-suffix", ["sweep", "skip", "--skips", "1", "--no-sequential", "--plot",
+                           "{tmp}/p.jpg2", "--out", "{tmp}/s.csv"], "--plot"),
+    ("sweep-out-under-a-file", ["sweep", "skip", "--skips", "1", "--no-sequential", "--out",
+                                "{tmp}/file/s.csv"], "--out"),
+    ("curve-out-under-a-file", ["curve", "--alphas", "0.01:0.02:2", "--out",
+                                "{tmp}/file/c.csv"], "--out"),
+]
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout("the command ran on instead of refusing its input")
+
+
+def run_main(args: list[str], capsys, monkeypatch, limit: int = 60) -> tuple[int, str, str]:
+    """Run the console entry point in-process; return (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["aim-sym", *args])
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(limit)
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("args,option", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_naming_the_option(args, option, tmp_path, capsys, monkeypatch):
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code, out, err = run_main(args, capsys, monkeypatch)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[")]
+    assert code == 2, (code, out[-500:], err[-1500:])
+    assert len(lines) == 1, err
+    assert lines[0].startswith("aim-sym: error:"), err
+    assert option in lines[0], err
+    assert "Traceback" not in err and "nan" not in out.lower()
+
+
+def test_at_least_sixty_cases():
+    assert len(CASES) >= 60 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_mmse_at_tiny_rho_is_in_range_or_refused(capsys, monkeypatch):
+    # mmse(Delta) of the Wishart prior lies in [0, Delta] (the estimator 0 has error <= the
+    # noise's own; THEORY 1.1); at rho = 1e-12 it was printed negative with exit 0.
+    import json
+
+    code, out, err = run_main(["mmse", "--rho", "1e-12", "--delta", "0.01", "--json"], capsys,
+                              monkeypatch)
+    if code == 0:
+        v = float(json.loads(out)["value"])
+        assert 0 <= v <= 0.01, v
+    else:
+        assert code == 2 and "--rho" in err and len(err.strip().splitlines()) == 1, err
