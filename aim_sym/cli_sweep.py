@@ -1,12 +1,30 @@
-"""The ``aim-sym sweep`` commands: resumable sweeps over grids and over the skip strength."""
+"""The ``aim-sym sweep`` commands: resumable sweeps over grids and over the skip strength.
+
+Every option is checked before any computation (a refused value is one line, exit 2), the output
+paths included, so a finished sweep is never lost for want of a place to write it. Points that
+failed are kept as rows (in the CSV and the state folder ``OUT.partial/``) and the command exits
+with status 3; running it again computes only those.
+"""
 
 from __future__ import annotations
 
 import math
+import sys
 
 import click
 
+from .channels import BUILTIN
 from .cli_common import MODELS, emit, fail, parse_grid, progress_printer, smi_args
+from .plots import check_plot_path, plot_phase
+from .sweep import MAX_POINTS, aim_point, failed, grid, run_sweep, skip_columns, smi_point
+from .sweep import sweep_skip as run_skip_sweep
+from .tables import check_writable, write_csv
+
+MAX_WORKERS = 256
+AIM_TOKENS = {"linear": (2, 4), "linear-noisy": (2, 4), "softmax": (2, 4), "hardmax": (2, 2),
+              "noisy-hardmax": (2, 2)}
+"""Token counts T a sweep accepts per built-in AIM channel (hardmax channels: T = 2, since T >= 3
+needs orthant probabilities in more than two dimensions; the others: the derivations checked)."""
 
 
 @click.group()
@@ -15,14 +33,85 @@ def sweep() -> None:
 
 
 def _list(spec: str | None, option: str, cast=float) -> list | None:
+    """``a,b,c`` or ``start:stop:num`` as a list (at most MAX_POINTS values)."""
     if spec is None:
         return None
     if ":" in spec:
+        parts = spec.split(":")
+        try:
+            num = int(parts[2]) if len(parts) == 3 else None
+        except ValueError:
+            num = None
+        if num is not None and num > MAX_POINTS:
+            fail(option, f"a grid of at most {MAX_POINTS} points", spec)
         return [cast(x) for x in parse_grid(spec, option)]
     try:
-        return [cast(x) for x in spec.split(",")]
+        values = [cast(x) for x in spec.split(",")]
     except ValueError:
         fail(option, "a list a,b,c or a grid start:stop:num", spec)
+    if len(values) > MAX_POINTS:
+        fail(option, f"a list of at most {MAX_POINTS} values", spec)
+    return values
+
+
+def _positive(values: list[float], option: str, spec: str) -> None:
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        fail(option, "finite values > 0", spec)
+
+
+def _check_workers(workers: int | None) -> None:
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        fail("--workers", f"an integer in 1..{MAX_WORKERS}", workers)
+
+
+def _check_scheduler(scheduler: str | None) -> None:
+    if scheduler is None:
+        return
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        fail("--scheduler", "used with Dask installed (pip install 'aim-sym[dask]')", scheduler)
+
+
+def _finish(rows: list[dict], out_path: str) -> None:
+    """Exit 3 (after the output) if some points failed; their rows stay in the CSV."""
+    n = failed(rows)
+    if n:
+        click.echo(f"aim-sym: {n} of {len(rows)} points failed (rows kept in {out_path}; run the "
+                   "same command again to retry them)", err=True)
+        sys.exit(3)
+
+
+def _aim_axes(channel, rhos, ts, tokens_, bs, betas, epsilon, delta_out, skips) -> dict:
+    if skips is not None:
+        fail("--skips", "not given with --model aim (it does not apply)", skips)
+    name = channel or "hardmax"
+    if name not in BUILTIN:
+        fail("--channel", "one of " + ", ".join(BUILTIN), name)
+    lo, hi = AIM_TOKENS.get(name, (2, 4))
+    if not all(lo <= t <= hi for t in ts):
+        fail("--tokens", f"integers in {lo}..{hi} for {name}" if hi > lo else f"{lo} for {name}",
+             tokens_)
+    r = _list(rhos or "0.5", "--rhos")
+    _positive(r, "--rhos", rhos)
+    axes: dict = {"channel": [name], "tokens": ts, "rho": r}
+    if bs is not None:
+        if name != "softmax":
+            fail("--betas", "given only with --channel softmax", betas)
+        axes["beta"] = bs
+    if name == "noisy-hardmax":
+        if epsilon is None or not 0 <= epsilon < 0.5:
+            fail("--epsilon", "in [0, 0.5) (required for noisy-hardmax)", epsilon)
+        axes["epsilon"] = [epsilon]
+    elif epsilon is not None:
+        fail("--epsilon", "given only with --channel noisy-hardmax", epsilon)
+    if name == "linear-noisy":
+        if delta_out is None or not (math.isfinite(delta_out) and delta_out >= 0):
+            fail("--delta-out", "finite and >= 0 (required for linear-noisy)", delta_out)
+        axes["delta_out"] = [delta_out]
+    elif delta_out is not None:
+        fail("--delta-out", "given only with --channel linear-noisy", delta_out)
+    return axes
 
 
 @sweep.command("grid")
@@ -31,60 +120,58 @@ def _list(spec: str | None, option: str, cast=float) -> list | None:
 @click.option("--alphas", required=True, help="start:stop:num or a,b,c")
 @click.option("--rhos", default=None, help="aim: list of rho (default 0.5)")
 @click.option("--tokens", "tokens_", default="2", show_default=True, help="list of T")
-@click.option("--betas", default=None, help="list of beta")
+@click.option("--betas", default=None, help="list of beta (aim: softmax only)")
+@click.option("--epsilon", type=float, default=None, help="aim: noisy-hardmax flip probability")
+@click.option("--delta-out", type=float, default=None, help="aim: linear-noisy output noise")
 @click.option("--skips", default=None, help="smi: list of skip strengths c (default 1)")
 @click.option("--layers", type=int, default=2, show_default=True, help="smi: depth L")
 @click.option("--out", "out_path", required=True)
-@click.option("--workers", type=int, default=None, help="local processes (default: all cores)")
+@click.option("--workers", type=int, default=None, help="local processes, 1..256 (default: all "
+              "cores)")
 @click.option("--scheduler", default=None, help="Dask scheduler ADDRESS")
 @click.option("--json", "as_json", is_flag=True)
-def sweep_grid(model, channel, alphas, rhos, tokens_, betas, skips, layers, out_path, workers,
-               scheduler, as_json):
+def sweep_grid(model, channel, alphas, rhos, tokens_, betas, epsilon, delta_out, skips, layers,
+               out_path, workers, scheduler, as_json):
     """SE over a grid of (alpha, rho, T, beta) for the AIM or (alpha, c, beta) for the SMI:
     one tidy CSV row per point."""
-    from .numerics.sweep import aim_point, grid, run_sweep, smi_point
-
     if model not in MODELS:
-        fail("--model", "one of aim, smi", model)
+        fail("--model", "one of " + ", ".join(MODELS), model)
+    _check_workers(workers)
     a = _list(alphas, "--alphas")
+    if not all(math.isfinite(x) and x >= 0 for x in a):
+        fail("--alphas", "finite values >= 0", alphas)
     ts = _list(tokens_, "--tokens", int)
-    if any(x < 0 for x in a):
-        fail("--alphas", "values >= 0", alphas)
-    if workers is not None and workers < 1:
-        fail("--workers", ">= 1", workers)
     bs = None if betas is None else _list(betas, "--betas")
-    if bs is not None and any(b <= 0 for b in bs):
-        fail("--betas", "values > 0", betas)
+    if bs is not None:
+        _positive(bs, "--betas", betas)
     if model == "aim":
-        for opt, val in (("--skips", skips),):
-            if val is not None:
-                fail(opt, "not given with --model aim (it does not apply)", val)
-        r = _list(rhos or "0.5", "--rhos")
-        if any(x <= 0 for x in r):
-            fail("--rhos", "values > 0", rhos)
-        if any(t < 2 for t in ts):
-            fail("--tokens", "values >= 2", tokens_)
-        axes = {"channel": [channel or "hardmax"], "tokens": ts, "rho": r, "alpha": a}
-        if bs is not None:
-            axes["beta"] = bs
+        axes = _aim_axes(channel, rhos, ts, tokens_, bs, betas, epsilon, delta_out, skips)
         task = aim_point
     else:
-        for opt, val in (("--rhos", rhos), ("--channel", channel)):
+        for opt, val in (("--rhos", rhos), ("--channel", channel), ("--epsilon", epsilon),
+                         ("--delta-out", delta_out)):
             if val is not None:
                 fail(opt, "not given with --model smi (it does not apply)", val)
         cs = _list(skips or "1", "--skips")
-        if any(c <= 0 for c in cs):
-            fail("--skips", "values > 0", skips)
+        _positive(cs, "--skips", skips)
         if layers != 2:
             fail("--layers", "2 (the SMI SE is implemented for L = 2)", layers)
         if ts != [2]:
             fail("--tokens", "2 for --model smi", tokens_)
-        axes = {"layers": [layers], "tokens": ts, "skip": cs, "beta": bs or [1.0], "alpha": a}
+        axes = {"layers": [layers], "tokens": ts, "skip": cs, "beta": bs or [1.0]}
         task = smi_point
+    axes["alpha"] = a
+    size = math.prod(len(v) for v in axes.values())
+    if size > MAX_POINTS:
+        fail("--alphas", f"a grid of at most {MAX_POINTS} points with the other axes "
+             f"({size} requested)", alphas)
+    _check_scheduler(scheduler)
+    check_writable(out_path, "--out")
     rows = run_sweep(task, grid(**axes), out=out_path, workers=workers, scheduler=scheduler,
                      progress=progress_printer)
-    emit({"out": out_path, "points": len(rows),
-          "failed": sum(not str(r_["status"]).startswith("converged") for r_ in rows)}, as_json)
+    write_csv(out_path, rows)
+    emit({"out": out_path, "points": len(rows), "failed": failed(rows)}, as_json)
+    _finish(rows, out_path)
 
 
 @sweep.command("skip")
@@ -93,23 +180,31 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, skips, layers, out_
 @click.option("--beta", type=float, default=1.0, show_default=True)
 @click.option("--skips", required=True, help="start:stop:num or a,b,c")
 @click.option("--out", "out_path", required=True)
-@click.option("--plot", "plot_path", default=None)
+@click.option("--plot", "plot_path", default=None, help="figure: .png, .pdf or .svg")
 @click.option("--no-sequential", is_flag=True, help="weak thresholds only (fast)")
+@click.option("--workers", type=int, default=1, show_default=True, help="local processes, 1..256")
 @click.option("--json", "as_json", is_flag=True)
-def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, as_json):
+def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, workers,
+               as_json):
     """SMI deep attention: weak and sequential thresholds against the skip strength c
     (L = 3: the weak thresholds of the three layers)."""
-    from .numerics import smi
-
     args = smi_args({"channel": None, "layers": layers, "skip": 1.0, "beta": beta,
                      "tokens": tokens})
+    if not (math.isfinite(beta) and beta > 0):
+        fail("--beta", "finite and > 0", beta)
     cs = _list(skips, "--skips")
-    if any(c <= 0 for c in cs):
-        fail("--skips", "values > 0", skips)
-    rows = smi.sweep_skip(skips=cs, layers=args["layers"], tokens=tokens, beta=args["beta"],
-                          out=out_path, progress=progress_printer, sequential=not no_sequential)
+    _positive(cs, "--skips", skips)
+    _check_workers(workers)
     if plot_path:
-        smi.plot_phase(rows, plot_path)
+        check_plot_path(plot_path, "--plot")
+        check_writable(plot_path, "--plot")
+    check_writable(out_path, "--out")
+    rows = run_skip_sweep(skips=cs, layers=args["layers"], tokens=tokens, beta=args["beta"],
+                          out=out_path, progress=progress_printer, sequential=not no_sequential,
+                          workers=workers)
+    write_csv(out_path, rows, columns=list(skip_columns(args["layers"])))
+    if plot_path:
+        plot_phase(rows, plot_path)
     keys = [f"weak_layer{l}" for l in range(args["layers"], 0, -1)]
     if args["layers"] == 2:
         keys.append("sequential_layer1")
@@ -118,10 +213,12 @@ def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, 
         + [f"{r['skip']:6.3g} " + " ".join(_pm(r, k) for k in keys) + f"  {r['status']}"
            for r in rows]
         + [f"CSV: {out_path}" + (f", plot: {plot_path}" if plot_path else "")]))
+    _finish(rows, out_path)
 
 
 def _pm(row: dict, key: str) -> str:
     v, e = row.get(key), row.get(f"{key}_error")
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return f"{'-':>22s}"
+    e = e if isinstance(e, (int, float)) and math.isfinite(e) else math.nan
     return f"{v:>12.9g} +- {e:7.1e}"
