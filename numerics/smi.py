@@ -29,18 +29,25 @@ Layer-2 branch near q2 -> 1 (Laplace-mixture engine, :func:`_stats_branch_v2`): 
 posterior concentrates (V2 = 1 - q2 ~ 0.026 at the threshold).  Outer 6D rule in
 (omega_2, true z_1, eta) with omega_2 in rotated coordinates (sum s, difference d): the layer-1
 information scales as d^2/V2, so the integrand varies on the scale d ~ sqrt(V2) near d = 0 and d
-gets a graded Gauss-Legendre rule (:func:`_omega_rule`); the old isotropic omega_2 rule missed
-this (0.5% in mu1).  eta enters through sqrt(V2) eta, so 4 nodes per axis suffice.  Inner
-(fibre over z_1): deterministic balance-heuristic mixture of the prior and Laplace Gaussians
-at the Gauss-Newton modes of the posterior for +h (started at the true z_1), -h (started at the
-logit inversion ``A(z_1) omega_2 = h``, linear in the softmax entries) and at the true z_1, each
-symmetrised in z_1 -> -z_1 (the integrand is even) so one node set per component suffices;
+gets a graded Gauss-Legendre rule (:func:`aim_sym.numerics.smi_fibre.graded_omega_rule`); the
+old isotropic omega_2 rule missed this (0.5% in mu1).  eta enters through sqrt(V2) eta, so 4
+nodes per axis suffice.  Inner (fibre over z_1): deterministic balance-heuristic mixture of the
+prior and Laplace Gaussians at the Gauss-Newton modes of the posterior for +h (started at the
+true z_1), -h (started at the logit inversion ``A(z_1) omega_2 = h``, linear in the softmax
+entries) and at the true z_1, each symmetrised in z_1 -> -z_1 (the integrand is even) so one node
+set per component suffices;
 Gauss-Newton uses the symbolic fibre Jacobian.  Tested against a converged trapezoid rule at
 single outer points (``tests/test_smi.py::FIBRE_REFS``); the Nishimori residual
 E g^2 + E dg/domega measures the remaining inner error and enters the reported error bar.
 
 Overlaps are diagonal, ``Q = diag(q_1, q_2)`` (layer 1 = first attention layer, layer 2 = last):
 the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
+
+Imports (a DAG): :mod:`~aim_sym.numerics.smi_fibre` (checks, rules, compiled pieces, fibre
+geometry) and :mod:`~aim_sym.numerics.smi_route_a` (route A sums) are the base; the engines
+(:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``, ``smi_deep``,
+``smi_deep_branch``) build on it; this module is the entry on top of them (and
+:mod:`~aim_sym.numerics.smi_amp`, whose GAMP runs report :func:`fixed_point`, sits above it).
 """
 
 from __future__ import annotations
@@ -52,149 +59,29 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import smi_branches, smi_deep, smi_sequential
 from .records import ConvergenceError, Estimate, atomic_write, require
-
-SIGMA_H = 2.7
-_CHUNK = 3_000_000  # elements per (outer x inner) block
-
-
-# ----------------------------------------------------------------------------- input checks
-def _check(layers, tokens, skip, beta, alpha=None):
-    require(isinstance(layers, (int, np.integer)) and layers == 2, "layers",
-            "2 (the quadrature engine supports two tied attention layers)", layers)
-    require(isinstance(tokens, (int, np.integer)) and tokens == 2, "tokens", "2", tokens)
-    require(np.isfinite(skip) and skip > 0, "skip",
-            "> 0 (c = 0 lets det A = c(1+c) degenerate; not supported)", skip)
-    require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
-    if alpha is not None:
-        require(np.isfinite(alpha) and alpha >= 0, "alpha", ">= 0", alpha)
-
-
-# ----------------------------------------------------------------------------- rules
-@lru_cache(maxsize=64)
-def _gh(n: int):
-    """Probabilists' Gauss-Hermite: nodes, weights summing to 1 (rule for N(0, 1))."""
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    return x, w / w.sum()
-
-
-def _grid2(n: int, scale: float, half: bool):
-    """2D tensor GH for N(0, scale^2 I). ``half``: keep first coordinate > 0 (weights doubled)."""
-    x, w = _gh(n)
-    X0, X1 = np.meshgrid(scale * x, scale * x, indexing="ij")
-    W = np.outer(w, w)
-    X0, X1, W = X0.ravel(), X1.ravel(), W.ravel()
-    if half:
-        require(n % 2 == 0, "order", "even", n)
-        keep = X0 > 0
-        X0, X1, W = X0[keep], X1[keep], 2.0 * W[keep]
-    return X0, X1, W
-
-
-@lru_cache(maxsize=8)
-def _compiled():
-    from .compiled_functions import smi_functions
-
-    return smi_functions(2, "numpy")
-
-
-def _attention_inverse(z0, z1, c, beta):
-    f = _compiled()["attention_inverse"]
-    with np.errstate(over="ignore"):
-        a00, a01, a10, a11, det = (np.asarray(t, dtype=float) * np.ones_like(z0)
-                                   for t in f(z0, z1, c, beta))
-    return np.array([[a00, a01], [a10, a11]]), det
+from .smi_fibre import (
+    attention_inverse,
+    check,
+    fibre_jacobian,
+    functions,
+    gh,
+    graded_omega_rule,
+    grid2,
+    laplace_proposal,
+)
+from .smi_route_a import CHUNK, SIGMA_H
+from .smi_route_a import stats as route_a_stats
 
 
 # ----------------------------------------------------------------------------- core sums
-def _stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGMA_H):
-    """Outer expectations at Q = diag(q1, q2) by quadrature (see module docstring).
-
-    ``n_w2`` may be a pair, selecting the graded rule :func:`_omega_rule` for omega_2.
-    Returns a dict with ``K1 = E sum_m g_1m^2``, ``K2 = E sum_m g_2m^2``,
-    ``K12 = E sum_m g_1m g_2m`` (only meaningful at q1 = 0: its integrand is odd under
-    ``omega_2 -> -omega_2``, which the halved omega_2 and h grids assume even; the exact K12 is 0,
-    see :func:`aim_sym.numerics.smi_learned.learned_stats`),
-    ``mu1 = E ||Cov[z_1 | y, omega] - I||_F^2`` (meaningful at q1 = 0: the sequential stability
-    coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
-    """
-    v1, v2 = 1.0 - q1, 1.0 - q2
-    xz, wz = _grid2(n_z, 1.0, False)[:2], _grid2(n_z, 1.0, False)[2]
-    if q1 > 0:
-        o10, o11, ow1 = _grid2(n_w1, math.sqrt(q1), True)
-    else:
-        o10, o11, ow1 = np.zeros(1), np.zeros(1), np.ones(1)
-    if q2 > 0 and isinstance(n_w2, tuple):
-        o20, o21, ow2 = _omega_rule(n_w2, q2)
-    elif q2 > 0:
-        o20, o21, ow2 = _grid2(n_w2, math.sqrt(q2), True)
-    else:
-        o20, o21, ow2 = np.zeros(1), np.zeros(1), np.ones(1)
-    h0, h1, wh = _grid2(n_h, sigma_h, True)
-    wh = wh * (2 * math.pi * sigma_h**2) * np.exp(0.5 * (h0**2 + h1**2) / sigma_h**2)
-    # outer (omega_2, h) points
-    O0 = np.repeat(o20, h0.size)
-    O1 = np.repeat(o21, h0.size)
-    H0 = np.tile(h0, o20.size)
-    H1 = np.tile(h1, o20.size)
-    Wout2 = np.repeat(ow2, h0.size) * np.tile(wh, o20.size)
-    acc = dict(mass=0.0, K1=0.0, K2=0.0, K12=0.0, mu1=0.0, psi=0.0, trcov2=0.0)
-    sq = math.sqrt(v1)
-    for a, (w10, w11) in enumerate(zip(o10, o11, strict=True)):
-        z0 = w10 + sq * xz[0]
-        z1 = w11 + sq * xz[1]
-        Ai, det = _attention_inverse(z0, z1, c, beta)
-        wi = wz / det / (2 * math.pi * v2)
-        B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2,
-                      2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
-                      Ai[0, 1] ** 2 + Ai[1, 1] ** 2])           # h^T B h
-        Y = np.stack([Ai[0, 0], Ai[0, 1], Ai[1, 0], Ai[1, 1]])   # omega_2^T Ai h
-        Mz = np.stack([wi, wi * z0, wi * z1, wi * z0 * z0, wi * z0 * z1, wi * z1 * z1]).T
-        Ma = (wi * Y).T                                          # (N_in, 4)
-        Mb = (wi * B).T                                          # (N_in, 3): |A^-1 h|^2
-        step = max(1, _CHUNK // z0.size)
-        for s0 in range(0, H0.size, step):
-            sl = slice(s0, s0 + step)
-            hh = np.stack([H0[sl] ** 2, H0[sl] * H1[sl], H1[sl] ** 2]).T
-            oh = np.stack([O0[sl] * H0[sl], O0[sl] * H1[sl], O1[sl] * H0[sl], O1[sl] * H1[sl]]).T
-            base = -(hh @ B + (O0[sl] ** 2 + O1[sl] ** 2)[:, None]) / (2 * v2)
-            x = (oh @ Y) / v2
-            ep = np.exp(base + x)
-            em = np.exp(base - x)
-            Sp = ep + em
-            Dm = ep - em
-            m = Sp @ Mz                                  # (n, 6)
-            d = Dm @ Ma                                  # (n, 4): sum w (e+ - e-) Ai_ab
-            n2 = ((Sp @ Mb) * hh).sum(1)                 # sum w (e+ + e-) |z_2|^2
-            Z = m[:, 0]
-            Zs = np.where(Z > 0, Z, 1.0)
-            E1 = m[:, 1:3] / Zs[:, None]
-            S1 = m[:, 3:6] / Zs[:, None]
-            E2 = np.stack([d[:, 0] * H0[sl] + d[:, 1] * H1[sl],
-                           d[:, 2] * H0[sl] + d[:, 3] * H1[sl]], axis=1) / Zs[:, None]
-            g1 = (E1 - np.array([w10, w11])) / v1
-            g2 = (E2 - np.stack([O0[sl], O1[sl]], axis=1)) / v2
-            C00 = S1[:, 0] - E1[:, 0] ** 2 - 1
-            C01 = S1[:, 1] - E1[:, 0] * E1[:, 1]
-            C11 = S1[:, 2] - E1[:, 1] ** 2 - 1
-            W = ow1[a] * Wout2[sl] * Z / 2
-            acc["mass"] += W.sum()
-            acc["K1"] += W @ (g1 ** 2).sum(1)
-            acc["K2"] += W @ (g2 ** 2).sum(1)
-            acc["K12"] += W @ (g1 * g2).sum(1)
-            acc["mu1"] += W @ (C00**2 + 2 * C01**2 + C11**2)
-            acc["trcov2"] += W @ (n2 / Zs - (E2**2).sum(1))
-            if want_psi:
-                acc["psi"] += W @ np.log(Zs)
-    return acc
-
-
 def _weak_stats(*, c, beta, n_h, n_z):
     """At Q = 0: lambda_l = E_y ||Cov[z_l | y] - I||_F^2 (the diagonal of F), lambda_12 =
     E_y <Cov[z_1|y] - I, Cov[z_2|y] - I>_F (the off-diagonal mode), the cross block
     E_y ||Cov[z_1, z_2 | y]||_F^2 (zero: F is block diagonal), and the mass."""
-    xz0, xz1, wz = _grid2(n_z, 1.0, False)
-    Ai, det = _attention_inverse(xz0, xz1, c, beta)
+    xz0, xz1, wz = grid2(n_z, 1.0, False)
+    Ai, det = attention_inverse(xz0, xz1, c, beta)
     wi = wz / det / (2 * math.pi)
     B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2, 2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
                   Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
@@ -203,10 +90,10 @@ def _weak_stats(*, c, beta, n_h, n_z):
     for a, b in ((0, 0), (0, 1), (1, 1)):
         K += [Ai[a, 0] * Ai[b, 0], Ai[a, 0] * Ai[b, 1] + Ai[a, 1] * Ai[b, 0], Ai[a, 1] * Ai[b, 1]]
     Mz = np.stack([wi, wi * xz0 * xz0, wi * xz0 * xz1, wi * xz1 * xz1] + [wi * k for k in K]).T
-    h0, h1, wh = _grid2(n_h, SIGMA_H, True)
+    h0, h1, wh = grid2(n_h, SIGMA_H, True)
     wh = wh * (2 * math.pi * SIGMA_H**2) * np.exp(0.5 * (h0**2 + h1**2) / SIGMA_H**2)
     acc = np.zeros(5)
-    step = max(1, _CHUNK // xz0.size)
+    step = max(1, CHUNK // xz0.size)
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
         hh = np.stack([h0[sl] ** 2, h0[sl] * h1[sl], h1[sl] ** 2]).T
@@ -224,13 +111,6 @@ def _weak_stats(*, c, beta, n_h, n_z):
                          W @ ((G1 * G2) @ fro), 0.0])
     # cross block Cov[z_1, z_2 | y] = sum_s s (...) = 0 exactly in the symmetric rule
     return dict(mass=acc[0], lam1=acc[1], lam2=acc[2], lam12=acc[3], cross=acc[4])
-
-
-def _fibre_jacobian(z0, z1, h0, h1, c, beta):
-    f = _compiled()["fibre_jacobian"]
-    with np.errstate(over="ignore", invalid="ignore"):
-        j = [np.asarray(t, dtype=float) * np.ones_like(z0) for t in f(z0, z1, h0, h1, c, beta)]
-    return j
 
 
 MIX = (0.2, 0.4, 0.4)  # prior component, +z1 mode, -z1 mode
@@ -259,25 +139,25 @@ def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
     adapted to the sharp posterior when layer 2 is nearly known.
     """
     v2 = 1.0 - q2
-    w0, w1, ww = _grid2(n_w, math.sqrt(q2), True)
-    a0, a1, wa = _grid2(n_z, 1.0, True)
-    e0, e1, we = _grid2(n_e, 1.0, False)
-    x0, x1, wx = _grid2(n_in, 1.0, False)
+    w0, w1, ww = grid2(n_w, math.sqrt(q2), True)
+    a0, a1, wa = grid2(n_z, 1.0, True)
+    e0, e1, we = grid2(n_e, 1.0, False)
+    x0, x1, wx = grid2(n_in, 1.0, False)
     # outer tensor
     O0, O1, Z0, Z1, E0, E1, Wt = _outer_tensor((w0, w1, ww), (a0, a1, wa), (e0, e1, we))
     acc = dict(K2=0.0, mu1=0.0, weight=0.0, trcov2=0.0)
-    step = max(1, _CHUNK // (3 * x0.size * 8))
+    step = max(1, CHUNK // (3 * x0.size * 8))
     nchunks = -(-O0.size // step)
     for k, s0 in enumerate(range(0, O0.size, step)):
         sl = slice(s0, s0 + step)
         o0, o1, z0, z1 = O0[sl, None], O1[sl, None], Z0[sl, None], Z1[sl, None]
         t0 = o0 + math.sqrt(v2) * E0[sl, None]
         t1 = o1 + math.sqrt(v2) * E1[sl, None]
-        Ai, _ = _attention_inverse(z0, z1, c, beta)
+        Ai, _ = attention_inverse(z0, z1, c, beta)
         A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))      # (n, 1, 2, 2)
         h0 = A[..., 0, 0] * t0 + A[..., 0, 1] * t1
         h1 = A[..., 1, 0] * t0 + A[..., 1, 1] * t1
-        j00, j01, j10, j11 = _fibre_jacobian(z0, z1, h0, h1, c, beta)
+        j00, j01, j10, j11 = fibre_jacobian(z0, z1, h0, h1, c, beta)
         P00 = 1 + (j00**2 + j10**2) / v2
         P01 = (j00 * j01 + j10 * j11) / v2
         P11 = 1 + (j01**2 + j11**2) / v2
@@ -300,7 +180,7 @@ def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
         for sgn in (1.0, -1.0):
             d0, d1 = y0 - sgn * z0, y1 - sgn * z1
             qm = qm + MIX[1] * detR * g(r00 * d0 + r01 * d1, r11 * d1)
-        Bi, det = _attention_inverse(y0, y1, c, beta)
+        Bi, det = attention_inverse(y0, y1, c, beta)
         u = Bi[0, 0] * h0 + Bi[0, 1] * h1       # A(y)^{-1} h
         v = Bi[1, 0] * h0 + Bi[1, 1] * h1
         base = -0.5 * (y0**2 + y1**2) - ((u**2 + v**2) + (o0**2 + o1**2)) / (2 * v2)
@@ -334,7 +214,7 @@ def stability_matrix(*, layers=2, tokens=2, skip=1.0, beta=1.0, order=None) -> d
     """The linear map F of THEORY 2.2 at Q = 0, on symmetric M in the basis (M11, M22, M12):
     F(M)_11 = lam1 M11, F(M)_22 = lam2 M22, F(M)_12 = lam12 M12 (block diagonal between layers:
     the cross covariances Cov[z_1, z_2 | y] vanish by the sign symmetry). Values are Estimates."""
-    _check(layers, tokens, skip, beta)
+    check(layers, tokens, skip, beta)
     orders = WEAK_ORDERS if order is None else ((order, order), (order + 16, order + 24))
     lo = _weak_stats(c=skip, beta=beta, n_h=orders[0][0], n_z=orders[0][1])
     hi = _weak_stats(c=skip, beta=beta, n_h=orders[1][0], n_z=orders[1][1])
@@ -387,9 +267,7 @@ def sequential_threshold(*, skip=1.0, beta=1.0, progress=None, **kw) -> dict:
     :func:`aim_sym.numerics.smi_sequential.sequential_threshold` (lattice rules, the default engine).
     The earlier Laplace-mixture engine stays available as :func:`sequential_threshold_mixture`
     (an independent route)."""
-    from .smi_sequential import sequential_threshold as seq
-
-    return seq(skip=skip, beta=beta, progress=progress, **kw)
+    return smi_sequential.sequential_threshold(skip=skip, beta=beta, progress=progress, **kw)
 
 
 def sequential_threshold_mixture(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS,
@@ -416,7 +294,7 @@ def sequential_threshold_mixture(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS,
     relative Nishimori residual ``|E g^2 + E dg/domega| / E g^2`` of the last order at the root
     (a direct measure of the inner-rule error, not seen by order refinement).
     """
-    _check(2, 2, skip, beta)
+    check(2, 2, skip, beta)
     scan, lo, hi = [], None, None
     for qv in SEQ_SCAN:                                  # lazy: stop at the first sign change
         scan.append((qv, _seq_resid(qv, skip, beta, SEQ_SCAN_ORDER)[0]))
@@ -470,7 +348,7 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
     layer, kind ("weak" or "sequential"), value, error, method, seconds (and, for sequential, q2
     at the threshold).  ``digits``: accuracy asked of the sequential threshold (1..8, see
     :data:`aim_sym.numerics.smi_sequential.SEQ_DIGITS`)."""
-    _check(layers, tokens, skip, beta)
+    check(layers, tokens, skip, beta)
     if order is not None:
         require(isinstance(order, (int, np.integer)) and 8 <= order <= 400 and order % 2 == 0,
                 "order", "an even integer in [8, 400]", order)
@@ -503,8 +381,8 @@ def _egen(q1, q2, *, c, beta, n):
     """e_gen = E ||y(z) - y(omega)||_F^2, per token (z_lm, omega_lm) jointly Gaussian with
     Cov [[1, q_l], [q_l, q_l]] (plug-in estimator y(omega)); 8D tensor Gauss-Hermite (layer
     entries with q_l = 0 have omega = 0 and their xi-dimension is dropped)."""
-    fwd = _compiled()["forward"]
-    x, w = _gh(n)
+    fwd = functions()["forward"]
+    x, w = gh(n)
     dims, wts = [], []
     for _ in range(4):      # z_1 (2), z_2 (2)
         dims.append(x)
@@ -539,9 +417,9 @@ def _psi_rel(q2, c, beta, order=(10, 32, 40)):
     Accurate while the posterior is broad (3.5e-7 from the lattice rule at q2 = 0.1, 7e-5 at
     0.3) but biased at large q2 (1.799 against 1.659 at q2 = 0.92), like the K2 of the same
     rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
-    s = _stats(0.0, q2, c=c, beta=beta, n_w1=2, n_w2=order[0], n_h=order[1], n_z=order[2],
+    s = route_a_stats(0.0, q2, c=c, beta=beta, n_w1=2, n_w2=order[0], n_h=order[1], n_z=order[2],
                want_psi=True)
-    s0 = _stats(0.0, 0.0, c=c, beta=beta, n_w1=2, n_w2=2, n_h=order[1], n_z=order[2],
+    s0 = route_a_stats(0.0, 0.0, c=c, beta=beta, n_w1=2, n_w2=2, n_h=order[1], n_z=order[2],
                 want_psi=True)
     return s["psi"] - s0["psi"], s
 
@@ -564,9 +442,7 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     "both learned", "perfect recovery"), stable, eigenvalue (the critical eigenvalue of the SE
     map's Jacobian: layer-1 direction on the layer-2 branch, largest |.| otherwise), note (why
     a value is NaN: phi at alpha = 1 exactly)."""
-    from . import smi_branches
-
-    _check(layers, tokens, skip, beta, alpha)
+    check(layers, tokens, skip, beta, alpha)
     if init is not None:
         require(len(init) == 2 and all(0 < float(q) < 1 for q in init), "init",
                 "a pair of overlaps in (0, 1)", init)
@@ -594,8 +470,6 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
 def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
     """Layer-2 point with q2 < 0.1 (posterior broad): Brent with the Gauss-Hermite branch rule
     :func:`_stats_branch`, error ``|q2 - T_refined(q2)| / (1 - slope)`` from the refined order."""
-    from . import smi_branches
-
     lo = BRANCH_ORDERS[0]
 
     def resid(q):
@@ -646,8 +520,6 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
     alpha(q2)) plus the Nishimori residual propagated the same way. The layer-1 direction is
     stable iff ``alpha mu1(q2) < 1`` (``eigenvalue``).
     Same record as :func:`fixed_point`."""
-    from . import smi_branches, smi_sequential
-
     def stats(q, o):
         return smi_sequential.branch_stats(q, c=skip, beta=beta, n_w=o[0], dh=o[1], dz=o[2],
                                            workers=workers or min(2, os.cpu_count() or 1))
@@ -720,7 +592,7 @@ def weak_threshold_layer(layer, skip, beta):
 def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -> list[dict]:
     """SE along ``alphas`` (see :func:`fixed_point`): per alpha its record plus ``seconds``.
     On the both-learned branch each Newton solve starts from the previous alpha's point."""
-    _check(layers, tokens, skip, beta)
+    check(layers, tokens, skip, beta)
     alphas = [float(a) for a in alphas]
     for a in alphas:
         require(np.isfinite(a) and a >= 0, "alpha", ">= 0", a)
@@ -772,10 +644,10 @@ def montecarlo_stability(*, skip=1.0, beta=1.0, samples=4000, inner=4000, seed=0
     scheme; biased by the cut mass).  Returns Estimates (error = standard error over the outer
     samples).
     """
-    _check(2, 2, skip, beta)
+    check(2, 2, skip, beta)
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((samples, 4))
-    Ai, _ = _attention_inverse(z[:, 0], z[:, 1], skip, beta)
+    Ai, _ = attention_inverse(z[:, 0], z[:, 1], skip, beta)
     A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
     h = np.einsum("nab,nb->na", A, z[:, 2:])
     vals = np.zeros((samples, 2))
@@ -789,7 +661,7 @@ def montecarlo_stability(*, skip=1.0, beta=1.0, samples=4000, inner=4000, seed=0
         else:
             y = rng.uniform(-box, box, (n, inner, 2))
             logq = -0.5 * (y**2).sum(-1)
-        Bi, det = _attention_inverse(y[..., 0], y[..., 1], skip, beta)
+        Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
         u = Bi[0, 0] * h[sl, None, 0] + Bi[0, 1] * h[sl, None, 1]
         v = Bi[1, 0] * h[sl, None, 0] + Bi[1, 1] * h[sl, None, 1]
         lw = -0.5 * (u**2 + v**2) - np.log(det) + logq
@@ -819,12 +691,12 @@ def _cross_block_mc(*, skip=1.0, beta=1.0, samples=400, inner=2000, seed=11) -> 
     weights); the square is estimated from two independent halves (unbiased in the inner noise)."""
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((samples, 4))
-    Ai, _ = _attention_inverse(z[:, 0], z[:, 1], skip, beta)
+    Ai, _ = attention_inverse(z[:, 0], z[:, 1], skip, beta)
     A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
     h = np.einsum("nab,nb->na", A, z[:, 2:])
     y = rng.standard_normal((samples, inner, 2))
     sg = rng.choice([-1.0, 1.0], size=(samples, inner))
-    Bi, det = _attention_inverse(y[..., 0], y[..., 1], skip, beta)
+    Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
     u = sg * (Bi[0, 0] * h[:, None, 0] + Bi[0, 1] * h[:, None, 1])
     v = sg * (Bi[1, 0] * h[:, None, 0] + Bi[1, 1] * h[:, None, 1])
     lw = -0.5 * (u**2 + v**2) - np.log(det)
@@ -846,7 +718,7 @@ def zout_mp(h, om, v, nodes, *, c=1.0, beta=1.0):
     for any fixed rule).  ``om = (omega_1 (2), omega_2 (2))``, ``v = (V_11, V_22)``."""
     import mpmath as mp
 
-    f = _compiled_mp()["attention_inverse"]
+    f = functions(2, "mpmath")["attention_inverse"]
     Z = mp.mpf(0)
     Ez = [mp.mpf(0)] * 4
     for z0, z1, w in nodes:
@@ -862,13 +734,6 @@ def zout_mp(h, om, v, nodes, *, c=1.0, beta=1.0):
                 Ez[k] += p * val
     g = [(Ez[k] / Z - om[k]) / v[k // 2] for k in range(4)]
     return Z, g
-
-
-@lru_cache(maxsize=2)
-def _compiled_mp():
-    from .compiled_functions import smi_functions
-
-    return smi_functions(2, "mpmath")
 
 
 def _check_gout_fd(*, skip, beta, dps=50) -> float:
@@ -898,14 +763,15 @@ CHECK_ORDER = (10, 32, 24)  # (n_omega2, n_h, n_z1) of route A for the Q != 0 id
 
 
 def nishimori_stationarity(q2=0.4, *, skip=1.0, beta=1.0, order=CHECK_ORDER, d=2e-3) -> dict:
-    """Identities at ``Q = diag(0, q2)`` with route A (:func:`_stats`):
+    """Identities at ``Q = diag(0, q2)`` with route A
+    (:func:`aim_sym.numerics.smi_route_a.stats`):
 
     * Nishimori ``E sum_m g_2m^2 = -E sum_m dg_2m/domega_2m = (2 - E tr Cov[z_2|y,omega]/V)/V``
       (pointwise in omega; exact for the discretised z_1 measure, so only the h rule limits it);
     * stationarity ``dPsi_out/dQ_22 = K2 / 2`` (central difference of ``E log Z_out`` in q2, step
       ``d``; limited by the omega and h rules).
     Returns relative residuals and the quantities."""
-    f = lambda q: _stats(0.0, q, c=skip, beta=beta, n_w1=2, n_w2=order[0],  # noqa: E731
+    f = lambda q: route_a_stats(0.0, q, c=skip, beta=beta, n_w1=2, n_w2=order[0],  # noqa: E731
                          n_h=order[1], n_z=order[2], want_psi=True)
     s = f(q2)
     v = 1 - q2
@@ -919,7 +785,7 @@ def nishimori_stationarity(q2=0.4, *, skip=1.0, beta=1.0, order=CHECK_ORDER, d=2
 def run_checks(*, layers=2, tokens=2, skip=1.0, beta=1.0) -> list[dict]:
     """Identity checks of the SMI engine (THEORY 4), each a dict
     ``{name, passed, detail, value, tolerance}``; about 20-40 s."""
-    _check(layers, tokens, skip, beta)
+    check(layers, tokens, skip, beta)
     out = []
 
     def add(name, value, tol, detail):
@@ -929,7 +795,7 @@ def run_checks(*, layers=2, tokens=2, skip=1.0, beta=1.0) -> list[dict]:
     fd = _check_gout_fd(skip=skip, beta=beta)
     add("g_out = d log Z_out / d omega", fd, 1e-25,
         f"max |central difference (step 1e-20, 50 digits) - g_out| = {fd:.1e}")
-    s0 = _stats(0.0, 0.0, c=skip, beta=beta, n_w1=2, n_w2=2, n_h=16, n_z=20)
+    s0 = route_a_stats(0.0, 0.0, c=skip, beta=beta, n_w1=2, n_w2=2, n_h=16, n_z=20)
     ns = nishimori_stationarity(0.4, skip=skip, beta=beta)
     ez = max(abs(s0["K2"]), abs(ns["K1"]), abs(ns["K12"]))
     add("E[z | y] = 0", ez, 1e-12,
@@ -986,12 +852,10 @@ def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
     the end the CSV ``out`` is written atomically.  Returns the rows sorted by c."""
     import json
 
-    from . import smi_deep
-
     skips = [float(c) for c in skips]
     require(len(skips) > 0, "skips", "a non-empty list of c > 0", skips)
     for c in skips:
-        smi_deep._check(layers, tokens, c, beta)
+        check(layers, tokens, c, beta, supported=smi_deep.SUPPORTED_LAYERS)
     columns = sweep_columns(layers)
     if layers != 2:
         sequential = False
@@ -1076,20 +940,6 @@ def plot_phase(rows, path: str) -> None:
     plt.close(fig)
 
 
-def _laplace_proposal(z, h, v1, v2, skip, beta):
-    """Covariance ``S`` (n, 2, 2) and its Cholesky factor of the Laplace proposal for ``z_1'``
-    at the points ``z`` of the fibre through ``h``: ``S = 2 P^-1``, ``P = I / V1 + J^T J / V2``
-    (``J = dz_2/dz_1`` along the fibre, :func:`_fibre_jacobian`), widened by 2 for the
-    importance sampler's tails."""
-    j00, j01, j10, j11 = _fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], skip, beta)
-    P = np.empty((z.shape[0], 2, 2))
-    P[:, 0, 0] = 1 / v1 + (j00**2 + j10**2) / v2
-    P[:, 0, 1] = P[:, 1, 0] = (j00 * j01 + j10 * j11) / v2
-    P[:, 1, 1] = 1 / v1 + (j01**2 + j11**2) / v2
-    S = 2.0 * np.linalg.inv(P)
-    return S, np.linalg.cholesky(S)
-
-
 def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed=0) -> dict:
     """Seeded Monte Carlo of ``mu1 = E ||Cov[z_1 | y, omega_2] - I||_F^2`` and
     ``K2 = E sum_m g_2m^2`` at ``Q = diag(0, q2)``: a route independent of the quadrature.
@@ -1100,7 +950,7 @@ def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed
     of posterior moments are estimated from two independent halves, so the only bias is the
     O(1/inner) ratio bias.  Returns Estimates (error = standard error over the outer samples) for
     ``mu1``, ``K2`` and the sequential residual ``r = mu1 - (1 - q2) K2 / q2``."""
-    _check(2, 2, skip, beta)
+    check(2, 2, skip, beta)
     require(0 < q2 < 1, "q2", "in (0, 1)", q2)
     rng = np.random.default_rng(seed)
     v2 = 1.0 - q2
@@ -1113,10 +963,10 @@ def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed
         z = rng.standard_normal((n, 2))
         om = math.sqrt(q2) * rng.standard_normal((n, 2))
         eta = rng.standard_normal((n, 2))
-        Ai, _ = _attention_inverse(z[:, 0], z[:, 1], skip, beta)
+        Ai, _ = attention_inverse(z[:, 0], z[:, 1], skip, beta)
         A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
         h = np.einsum("nab,nb->na", A, om + math.sqrt(v2) * eta)
-        S, L = _laplace_proposal(z, h, 1.0, v2, skip, beta)
+        S, L = laplace_proposal(z, h, 1.0, v2, skip, beta)
         comp = rng.choice(3, size=(n, inner), p=pis)
         x = rng.standard_normal((n, inner, 2))
         lx = np.einsum("nab,nkb->nka", L, x)
@@ -1129,7 +979,7 @@ def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed
             d = y - sg * z[:, None, :]
             qf = np.einsum("nka,nab,nkb->nk", d, Si, d)
             q = q + pis[1] * np.exp(-0.5 * qf - 0.5 * logdet[:, None]) / (2 * math.pi)
-        Bi, det = _attention_inverse(y[..., 0], y[..., 1], skip, beta)
+        Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
         u = Bi[0, 0] * h[:, None, 0] + Bi[0, 1] * h[:, None, 1]
         w = Bi[1, 0] * h[:, None, 0] + Bi[1, 1] * h[:, None, 1]
         o0, o1 = om[:, None, 0], om[:, None, 1]
@@ -1172,10 +1022,10 @@ def _gauss_newton_mode(z0, z1, h0, h1, o0, o1, v2, c, beta, iters=6):
     """Mode of N(z; 0, I) N(A(z)^{-1} h; omega, V) over z (damped Gauss-Newton, vectorised);
     returns the mode and the Gauss-Newton precision ``P = I + J^T J / V`` there."""
     for it in range(iters + 1):
-        Ai, _ = _attention_inverse(z0, z1, c, beta)
+        Ai, _ = attention_inverse(z0, z1, c, beta)
         u = Ai[0, 0] * h0 + Ai[0, 1] * h1
         w = Ai[1, 0] * h0 + Ai[1, 1] * h1
-        j00, j01, j10, j11 = _fibre_jacobian(z0, z1, h0, h1, c, beta)
+        j00, j01, j10, j11 = fibre_jacobian(z0, z1, h0, h1, c, beta)
         P00 = 1 + (j00**2 + j10**2) / v2
         P01 = (j00 * j01 + j10 * j11) / v2
         P11 = 1 + (j01**2 + j11**2) / v2
@@ -1217,11 +1067,11 @@ def _inner_v2(h0, h1, o0, o1, zs0, zs1, v2, c, beta, n_in, n_p, pi0=0.2, at_trut
     z_1 -> -z_1 (the integrand is even), so only one node set per component is needed.
     Returns Z-normalised ``(c00, c01, c11, m0, m1, n2)``: Cov[z_1] - I entries, E[z_2] and
     E|z_2|^2 under the posterior."""
-    xg, wg = _gh(n_in)
+    xg, wg = gh(n_in)
     X0 = np.repeat(xg, n_in)
     X1 = np.tile(xg, n_in)
     WX = np.outer(wg, wg).ravel()
-    p0, p1, wp = _grid2(n_p, 1.0, True)
+    p0, p1, wp = grid2(n_p, 1.0, True)
     col = lambda a: a[:, None]  # noqa: E731
     comps = []
     starts = [(1.0, (zs0, zs1), 6), (-1.0, _start_from_logits(-h0, -h1, o0, o1, c, beta), 6)]
@@ -1257,7 +1107,7 @@ def _inner_v2(h0, h1, o0, o1, zs0, zs1, v2, c, beta, n_in, n_p, pi0=0.2, at_trut
                 e1 = col(r11) * d1
                 dens = dens + 0.5 * np.exp(-0.5 * (e0**2 + e1**2))
             q = q + pk * dens * col(r00 * r11) / (2 * math.pi)
-    Bi, det = _attention_inverse(Y0, Y1, c, beta)
+    Bi, det = attention_inverse(Y0, Y1, c, beta)
     H0, H1, O0, O1 = col(h0), col(h1), col(o0), col(o1)
     u = Bi[0, 0] * H0 + Bi[0, 1] * H1
     w = Bi[1, 0] * H0 + Bi[1, 1] * H1
@@ -1277,29 +1127,6 @@ def _inner_v2(h0, h1, o0, o1, zs0, zs1, v2, c, beta, n_in, n_p, pi0=0.2, at_trut
     return c00, c01, c11, m0, m1, n2
 
 
-OMEGA_DELTA_MAX = 8.5  # in units of sqrt(q2): the cut Gaussian tail has mass < 1e-16
-
-
-@lru_cache(maxsize=32)
-def _omega_rule(n: tuple, q2: float):
-    """Rule for omega_2 ~ N(0, q2 I) in rotated coordinates ``s = (w0 + w1)/sqrt 2``,
-    ``d = (w0 - w1)/sqrt 2``: Gauss-Hermite (n[0] nodes) in s; in d > 0 (weight doubled, by the
-    symmetry omega -> -omega) Gauss-Legendre (n[1] nodes) in ``u`` with ``d = sqrt(q2) D u^2``,
-    ``u in [0, 1]``, ``D = OMEGA_DELTA_MAX``: the layer-1 information scales as d^2/V, so the
-    integrand varies on the scale d ~ sqrt(V) near d = 0, which this graded rule resolves.
-    The cut tail d > D sqrt(q2) has Gaussian mass < 1e-16."""
-    ns, nd = n
-    xs, ws = _gh(ns)
-    u, wu = np.polynomial.legendre.leggauss(nd)
-    u, wu = 0.5 * (u + 1), 0.5 * wu
-    x = OMEGA_DELTA_MAX * u**2
-    wd = 2.0 * wu * 2 * OMEGA_DELTA_MAX * u * np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
-    S = np.repeat(xs, nd) * math.sqrt(q2)
-    D = np.tile(x, ns) * math.sqrt(q2)
-    W = np.repeat(ws, nd) * np.tile(wd, ns)
-    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
-
-
 def _stats_branch_v2(q2, *, c, beta, n_w, n_z, n_e, n_in, n_p, progress=None):
     """Layer-2 branch Q = diag(0, q2) with the mode-adapted inner rule :func:`_inner_v2`.
 
@@ -1307,17 +1134,17 @@ def _stats_branch_v2(q2, *, c, beta, n_w, n_z, n_e, n_in, n_p, progress=None):
     symmetries), ``z_2 = omega_2 + sqrt(V) eta``, ``h = A(z_1) z_2``.  Returns ``K2``, ``mu1``,
     ``trcov2`` (E tr Cov[z_2|y,omega]) and ``nishimori`` = ``K2 - (2 - trcov2/V)/V``."""
     v2 = 1.0 - q2
-    w0, w1, ww = _omega_rule(n_w, q2)
-    a0, a1, wa = _grid2(n_z, 1.0, True)
-    e0, e1, we = _grid2(n_e, 1.0, False)
+    w0, w1, ww = graded_omega_rule(n_w, q2)
+    a0, a1, wa = grid2(n_z, 1.0, True)
+    e0, e1, we = grid2(n_e, 1.0, False)
     O0, O1, Z0, Z1, E0, E1, Wt = _outer_tensor((w0, w1, ww), (a0, a1, wa), (e0, e1, we))
-    Ai, _ = _attention_inverse(Z0, Z1, c, beta)
+    Ai, _ = attention_inverse(Z0, Z1, c, beta)
     A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
     t0, t1 = O0 + math.sqrt(v2) * E0, O1 + math.sqrt(v2) * E1
     H0 = A[:, 0, 0] * t0 + A[:, 0, 1] * t1
     H1 = A[:, 1, 0] * t0 + A[:, 1, 1] * t1
     nodes = n_p * n_p // 2 + 3 * n_in * n_in
-    step = max(1, _CHUNK // (4 * nodes))
+    step = max(1, CHUNK // (4 * nodes))
     acc = dict(K2=0.0, mu1=0.0, trcov2=0.0, weight=0.0)
     nch = -(-O0.size // step)
     for k, s0 in enumerate(range(0, O0.size, step)):

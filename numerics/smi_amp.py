@@ -83,30 +83,21 @@ from functools import lru_cache
 
 import numpy as np
 
-from .records import require
+from . import smi
+from .records import ConvergenceError, require
+from .smi_fibre import check, functions
 
 SUPPORTED = dict(layers=(2,), tokens=(2,))
-
-
-# ----------------------------------------------------------------------------- compiled channel
-@lru_cache(maxsize=4)
-def _compiled():
-    from .compiled_functions import smi_functions
-
-    return smi_functions(2, "numpy")
-
-
-def _check(layers, tokens, skip, beta):
-    require(isinstance(layers, (int, np.integer)) and layers == 2, "layers",
-            "2 (the fibre quadrature supports two tied attention layers)", layers)
-    require(isinstance(tokens, (int, np.integer)) and tokens == 2, "tokens", "2", tokens)
-    require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
-    require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
+# iterations per GAMP run: the convergence rule needs CONV_WINDOW = 10 and the benchmarks use
+# 60-150; a damped contraction of factor ``damping`` needs log(1e-6) / log(damping) iterations to
+# reach tol = 1e-6 from O(1) (1.4e3 at damping 0.99, 1.4e4 at 0.999), and the returned history
+# keeps one record (~1 kB) per iteration and seed: 10^5 (the CLI's range) bounds both
+MAX_ITER = 100_000
 
 
 def forward(z: np.ndarray, *, skip=1.0, beta=1.0):
     """Channel forward map on z of shape (n, P=2, M=2) -> (h (n, 2), y (n, 2, 2))."""
-    f = _compiled()["forward"]
+    f = functions()["forward"]
     with np.errstate(over="ignore"):
         out = f(z[:, 0, 0], z[:, 0, 1], z[:, 1, 0], z[:, 1, 1], skip, beta)
     n = z.shape[0]
@@ -118,7 +109,7 @@ def forward(z: np.ndarray, *, skip=1.0, beta=1.0):
 
 def h_from_y(y: np.ndarray, *, beta=1.0) -> np.ndarray:
     """Inversion y -> h (sign with h_0 > h_1), compiled from :func:`aim_sym.smi.inversion`."""
-    f = _compiled()["h_from_y"]
+    f = functions()["h_from_y"]
     with np.errstate(divide="ignore", invalid="ignore"):
         h0, h1 = f(y[:, 0, 0], y[:, 0, 1], y[:, 1, 0], y[:, 1, 1], beta)
     return np.stack([np.asarray(h0, float), np.asarray(h1, float)], 1)
@@ -149,7 +140,7 @@ def _gh2(n: int):
 
 
 def _fibre(z10, z11, h0, h1, skip, beta):
-    fib = _compiled()["fibre"]
+    fib = functions()["fibre"]
     with np.errstate(over="ignore"):
         u0, u1, jac = fib(z10, z11, h0, h1, skip, beta)
     one = np.ones(np.broadcast_shapes(np.shape(z10), np.shape(h0)))
@@ -157,7 +148,7 @@ def _fibre(z10, z11, h0, h1, skip, beta):
 
 
 def _fibre_jac(z10, z11, h0, h1, skip, beta):
-    f = _compiled()["fibre_jacobian"]
+    f = functions()["fibre_jacobian"]
     with np.errstate(over="ignore", invalid="ignore"):
         J = f(z10, z11, h0, h1, skip, beta)
     one = np.ones(np.broadcast_shapes(np.shape(z10), np.shape(h0)))
@@ -362,6 +353,8 @@ def quadrature_report(h, omega, V, *, skip=1.0, beta=1.0, orders=(24, 48)):
 def amp_run(data, *, skip=1.0, beta=1.0, max_iter=50, damping=0.3, order=24, init_overlap=0.02,
             a_update="dg", rng=None, tol=1e-6, progress=None, adaptive="auto"):
     """One GAMP run on ``data`` (from :func:`generate`). Returns per-iteration overlaps."""
+    require(_is_int(max_iter) and 1 <= max_iter <= MAX_ITER, "max_iter",
+            f"an integer in [1, {MAX_ITER}]", max_iter)
     require(0 <= damping < 1, "damping", "in [0, 1)", damping)
     require(0 < init_overlap < 1, "init_overlap", "in (0, 1)", init_overlap)
     require(a_update in ("dg", "gg"), "a_update", "'dg' or 'gg'", a_update)
@@ -468,8 +461,6 @@ def branch_fixed_point_montecarlo(*, alpha, bracket, skip=1.0, beta=1.0, samples
     the interpolation error |quadratic root - linear root| (keep the bracket narrow, ~0.02).
     Returns value, error, method, the K2 estimates and F; raises ConvergenceError when F does
     not change sign on the bracket."""
-    from .records import ConvergenceError
-
     a, b = (float(x) for x in bracket)
     require(0 < a < b < 1, "bracket", "0 < q_lo < q_hi < 1", bracket)
     qs = np.array([a, 0.5 * (a + b), b])
@@ -501,13 +492,18 @@ def branch_fixed_point_montecarlo(*, alpha, bracket, skip=1.0, beta=1.0, samples
                        f"quadratic interpolation on [{a}, {b}]")
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _finite_or_none(values) -> list:
+    """``values`` as a list of floats, None where not finite (JSON has no NaN)."""
+    return [float(v) if np.isfinite(v) else None for v in values]
+
+
 def _se_prediction(alpha, layers, tokens, skip, beta):
     try:
-        from .smi import fixed_point
-    except Exception:  # pragma: no cover - the SE module is optional here
-        return None
-    try:
-        r = fixed_point(alpha=alpha, layers=layers, tokens=tokens, skip=skip, beta=beta)
+        r = smi.fixed_point(alpha=alpha, layers=layers, tokens=tokens, skip=skip, beta=beta)
     except Exception as exc:  # pragma: no cover
         return dict(error=repr(exc))
     return dict(Q=r["Q"], error=r.get("error"), branch=r.get("branch"), stable=r.get("stable"),
@@ -526,12 +522,26 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
     Q_raw_mean ((W_hat W^T / D)_ll), self_mean, mse_mean, per_iteration (mean Q_ll per
     iteration; runs that stopped early are carried at their last value), se_prediction (from
     :func:`aim_sym.numerics.smi.fixed_point`, or None), per_seed (history per seed), settings, seconds.
+    Summary values that are not finite are None: the standard errors of a single seed, and the
+    overlaps of a run that diverged.
     """
-    _check(layers, tokens, skip, beta)
-    require(np.isfinite(alpha) and alpha > 0, "alpha", "> 0", alpha)
-    require(isinstance(dim, (int, np.integer)) and dim >= 2, "dim", "an integer >= 2", dim)
-    seed_list = list(range(int(seeds))) if np.ndim(seeds) == 0 else [int(k) for k in seeds]
-    require(len(seed_list) >= 1, "seeds", "a positive count or a non-empty list", seeds)
+    check(layers, tokens, skip, beta)
+    require(np.isfinite(alpha) and alpha > 0, "alpha", "finite and > 0", alpha)
+    require(_is_int(dim) and dim >= 2, "dim", "an integer >= 2", dim)
+    require(_is_int(max_iter) and 1 <= max_iter <= MAX_ITER, "max_iter",
+            f"an integer in [1, {MAX_ITER}]", max_iter)
+    require(isinstance(damping, (int, float, np.number)) and 0 <= damping < 1, "damping",
+            "in [0, 1)", damping)
+    require(_is_int(rng_seed) and rng_seed >= 0, "rng_seed", "an integer >= 0", rng_seed)
+    allowed = "a count >= 1 or a non-empty list of integers >= 0"
+    if np.ndim(seeds) == 0:
+        require(_is_int(seeds) and seeds >= 1, "seeds", allowed, seeds)
+        seed_list = list(range(int(seeds)))
+    else:
+        seed_list = list(seeds)
+        require(len(seed_list) >= 1 and all(_is_int(k) and k >= 0 for k in seed_list), "seeds",
+                allowed, seeds)
+        seed_list = [int(k) for k in seed_list]
     seeds = len(seed_list)
     t0 = time.perf_counter()
     per_seed = []
@@ -556,15 +566,15 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
     T = max(len(s["history"]) for s in per_seed)
     traj = np.array([[s["history"][min(t, len(s["history"]) - 1)]["Q"] for t in range(T)]
                      for s in per_seed])
-    se_ = math.sqrt(seeds) if seeds > 1 else float("nan")
+    def stderr(a):       # over seeds; undefined (None) for a single seed
+        return _finite_or_none(a.std(0, ddof=1) / math.sqrt(seeds)) if seeds > 1 else [None] * 2
+
     out = dict(alpha=float(alpha), dim=int(dim), N=int(round(alpha * dim)), seeds=seeds,
-               Q_mean=finals.mean(0).tolist(),
-               Q_stderr=(finals.std(0, ddof=1) / se_).tolist() if seeds > 1 else [float("nan")] * 2,
-               Q_tail_mean=tails.mean(0).tolist(),
-               Q_tail_stderr=(tails.std(0, ddof=1) / se_).tolist() if seeds > 1 else [float("nan")] * 2,
-               Q_raw_mean=raws.mean(0).tolist(),
-               self_mean=selfs.mean(0).tolist(), mse_mean=mses.mean(0).tolist(),
-               per_iteration=traj.mean(0).tolist(),
+               Q_mean=_finite_or_none(finals.mean(0)), Q_stderr=stderr(finals),
+               Q_tail_mean=_finite_or_none(tails.mean(0)), Q_tail_stderr=stderr(tails),
+               Q_raw_mean=_finite_or_none(raws.mean(0)),
+               self_mean=_finite_or_none(selfs.mean(0)), mse_mean=_finite_or_none(mses.mean(0)),
+               per_iteration=[_finite_or_none(q) for q in traj.mean(0)],
                converged_fraction=float(np.mean([s["converged"] for s in per_seed])),
                se_prediction=_se_prediction(alpha, layers, tokens, skip, beta) if se else None,
                per_seed=per_seed,

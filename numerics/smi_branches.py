@@ -25,17 +25,27 @@ from functools import lru_cache
 
 import numpy as np
 
-from .records import require
-from .smi import _attention_inverse, _check, _fibre_jacobian, _laplace_proposal, _omega_rule
+from . import smi_learned
+from .records import Estimate, require
+from .smi_fibre import (
+    attention_inverse,
+    check,
+    fibre_jacobian,
+    functions,
+    graded_omega_rule,
+    laplace_proposal,
+)
+from .smi_route_a import stats as route_a_stats
 
 
 @lru_cache(maxsize=64)
 def omega2_rule(ns: int, nd: int, q2: float):
-    """Rule for ``omega_2 ~ N(0, q2 I)``: the graded rule :func:`aim_sym.numerics.smi._omega_rule`
+    """Rule for ``omega_2 ~ N(0, q2 I)``: the graded rule
+    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule`
     (Gauss-Hermite in ``s = (w0 + w1)/sqrt 2``, Gauss-Legendre in ``u`` with ``d = sqrt(q2) D
     u^2`` on ``d > 0``, weight doubled), with its weights renormalised to total mass 1 (the
     Legendre rule alone misses ~1e-3 at nd = 8)."""
-    o0, o1, W = _omega_rule((ns, nd), q2)
+    o0, o1, W = graded_omega_rule((ns, nd), q2)
     return o0, o1, W / W.sum()
 
 
@@ -53,9 +63,9 @@ def _fibre_singular_values(n, c, beta):
     i, j = (g.ravel() for g in np.meshgrid(np.arange(a0.size), np.arange(a0.size),
                                             indexing="ij"))
     z0, z1, t0, t1, W = a0[i], a1[i], a0[j], a1[j], wa[i] * wa[j]
-    A = np.linalg.inv(np.moveaxis(_attention_inverse(z0, z1, c, beta)[0], (0, 1), (-2, -1)))
+    A = np.linalg.inv(np.moveaxis(attention_inverse(z0, z1, c, beta)[0], (0, 1), (-2, -1)))
     h0, h1 = A[:, 0, 0] * t0 + A[:, 0, 1] * t1, A[:, 1, 0] * t0 + A[:, 1, 1] * t1
-    j00, j01, j10, j11 = _fibre_jacobian(z0, z1, h0, h1, c, beta)
+    j00, j01, j10, j11 = fibre_jacobian(z0, z1, h0, h1, c, beta)
     tr = j00**2 + j01**2 + j10**2 + j11**2
     dt = (j00 * j11 - j01 * j10) ** 2
     disc = np.sqrt(np.maximum(tr**2 / 4 - dt, 0.0))
@@ -81,7 +91,7 @@ def perfect_recovery(*, skip: float = 1.0, beta: float = 1.0, orders=RECOVERY_OR
     multiplier, each as value/error from two orders of the 4D rule."""
     from scipy.optimize import brentq
 
-    _check(2, 2, skip, beta)
+    check(2, 2, skip, beta)
     res = []
     for n in orders:
         lr = brentq(lambda t, n=n: recovery_kappa(math.exp(t), skip=skip, beta=beta, n=n)["kappa1"]
@@ -108,9 +118,7 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
     0.35 N(+-z_1, 2 P^{-1})`` (``P = I/V1 + J^T J/V2`` at the true ``z_1``); both signs of ``h``
     are summed at every draw.  Products of posterior means come from two independent inner
     halves (no variance bias).  Returns Estimates (error = standard error over outer samples)."""
-    from .records import Estimate
-
-    _check(2, 2, skip, beta)
+    check(2, 2, skip, beta)
     require(0 <= q1 < 1 and 0 <= q2 < 1, "Q", "diag(q1, q2) with q1, q2 in [0, 1)", (q1, q2))
     rng = np.random.default_rng(seed)
     v1, v2 = 1.0 - q1, 1.0 - q2
@@ -122,10 +130,10 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
         z = rng.standard_normal((n, 2))
         om1 = q1 * z + math.sqrt(q1 * v1) * rng.standard_normal((n, 2))
         om2 = math.sqrt(q2) * rng.standard_normal((n, 2))
-        A = np.linalg.inv(np.moveaxis(_attention_inverse(z[:, 0], z[:, 1], skip, beta)[0],
+        A = np.linalg.inv(np.moveaxis(attention_inverse(z[:, 0], z[:, 1], skip, beta)[0],
                                       (0, 1), (-2, -1)))
         h = np.einsum("nab,nb->na", A, om2 + math.sqrt(v2) * rng.standard_normal((n, 2)))
-        S, L = _laplace_proposal(z, h, v1, v2, skip, beta)
+        S, L = laplace_proposal(z, h, v1, v2, skip, beta)
         comp = rng.choice(3, size=(n, inner), p=pis)
         x = rng.standard_normal((n, inner, 2))
         lx = np.einsum("nab,nkb->nka", L, x)
@@ -141,7 +149,7 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
             lq.append(math.log(pis[1]) - 0.5 * np.einsum("nka,nab,nkb->nk", d, Si, d)
                       - 0.5 * ldet - math.log(2 * math.pi))
         lq = np.logaddexp.reduce(np.stack(lq), axis=0)
-        Bi, det = _attention_inverse(y[..., 0], y[..., 1], skip, beta)
+        Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
         u = Bi[0, 0] * h[:, None, 0] + Bi[0, 1] * h[:, None, 1]
         w = Bi[1, 0] * h[:, None, 0] + Bi[1, 1] * h[:, None, 1]
         o0, o1 = om2[:, None, 0], om2[:, None, 1]
@@ -175,12 +183,10 @@ PSI0_ORDERS = ((24, 32), (32, 40))   # (n_h, n_z) of route A at Q = 0
 
 @lru_cache(maxsize=16)
 def psi_zero(skip: float, beta: float) -> tuple[float, float]:
-    """``E log Z_out`` at ``Q = 0`` (route A, :func:`aim_sym.numerics.smi._stats`): value and the
+    """``E log Z_out`` at ``Q = 0`` (route A, :func:`aim_sym.numerics.smi_route_a.stats`): value and the
     difference of two orders."""
-    from . import smi
-
-    v = [smi._stats(0.0, 0.0, c=skip, beta=beta, n_w1=2, n_w2=2, n_h=a, n_z=b,
-                    want_psi=True)["psi"] for a, b in PSI0_ORDERS]
+    v = [route_a_stats(0.0, 0.0, c=skip, beta=beta, n_w1=2, n_w2=2, n_h=a, n_z=b,
+                       want_psi=True)["psi"] for a, b in PSI0_ORDERS]
     return float(v[1]), float(abs(v[1] - v[0]))
 
 
@@ -198,9 +204,7 @@ def _egen_replicates(q1: float, q2: float, g: np.ndarray, *, skip: float, beta: 
     """Per-replicate means of ``||y(z) - y(omega)||_F^2`` (THEORY 2.4, plug-in estimator) over
     normals ``g`` (R, n, 8): ``z = g[..., :4]`` (z_1, z_2 per token), ``omega_l = q_l z_l +
     sqrt(q_l V_l) g[..., 4:]`` (so Cov(z, omega) = [[1, q], [q, q]] per entry)."""
-    from . import smi
-
-    fwd = smi._compiled()["forward"]
+    fwd = functions()["forward"]
     qs = (q1, q1, q2, q2)
     x = g.reshape(-1, 8)
     zs = [x[:, k] for k in range(4)]
@@ -219,8 +223,6 @@ def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.
     is bounded but has sharp softmax saturation fronts, so the former 8D Gauss-Hermite rule
     (5 vs 6 nodes) had errors of 0.01-0.03 that its order difference did not always bound
     (0.1049 +- 0.011 against 0.0923 +- 0.0004 at Q = diag(0, 0.9237))."""
-    from . import smi_learned
-
     require(0 <= q1 <= 1 and 0 <= q2 <= 1, "q", "overlaps in [0, 1]", (q1, q2))
     g = smi_learned.normals(**(rule or EGEN_RULE))
     reps = _egen_replicates(q1, q2, g, skip=skip, beta=beta)
@@ -245,9 +247,7 @@ def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0
     e_gen_error, phi (relative to Q = 0), phi_error, branch, stable, eigenvalue (largest |.| of
     dT/dQ), note, detail (the solver's report).  Raises :class:`ConvergenceError` if Newton
     fails or reaches ``q1 = 0``."""
-    from . import smi_learned
-
-    _check(2, 2, skip, beta, alpha)
+    check(2, 2, skip, beta, alpha)
     r = smi_learned.solve_branch(alpha=alpha, init=init, c=skip, beta=beta, rule=rule,
                                  progress=progress)
     p0, p0e = psi_zero(float(skip), float(beta))

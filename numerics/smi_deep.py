@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import math
 import time
-from functools import lru_cache
 
 import numpy as np
 
 from .records import Estimate, require
-from .smi import _gh
+from .smi_fibre import check, functions, gh
 
 SUPPORTED_LAYERS = (2, 3)
 SIGMA_H_FACTOR = 1.4  # sigma_h^2 = factor * sup ||M||^2
@@ -46,15 +45,6 @@ U_LO, U_HI = 16.0, 2.2  # log-radius window around log(sigma_h): below, the disc
 # above, |h|^2 > e^3.2 sigma^2 = 24 sup ||M||^2 sigma-units: Gaussian tail < exp(-12 * 1.4)
 
 
-def _check(layers, tokens, skip, beta) -> None:
-    require(isinstance(layers, (int, np.integer)) and layers in SUPPORTED_LAYERS, "layers",
-            f"one of {SUPPORTED_LAYERS}", layers)
-    require(isinstance(tokens, (int, np.integer)) and tokens == 2, "tokens", "2", tokens)
-    require(np.isfinite(skip) and skip > 0, "skip", "> 0 (det A = c (1 + c) must not vanish)",
-            skip)
-    require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
-
-
 def norm_bound(skip: float) -> float:
     """s_max^2 = max ||P + c I||_2^2 over row-stochastic 2x2 P (the extreme point P = [[1, 0],
     [1, 0]]; the permutations give (1 + c)^2, which is smaller)."""
@@ -62,18 +52,15 @@ def norm_bound(skip: float) -> float:
     return float(max(np.linalg.eigvalsh(A @ A.T).max(), (1.0 + skip) ** 2))
 
 
-@lru_cache(maxsize=4)
 def _fibre(layers: int):
-    from .compiled_functions import smi_functions
-
-    return smi_functions(layers, "numpy")["fibre"]
+    return functions(layers)["fibre"]
 
 
 def _inner_grid(n: int, dims: int):
     """Tensor GH over the free rows; each row's sign flip z_l -> -z_l leaves M (hence every
     integrand) invariant, so only z_l0 > 0 is kept, with doubled weights."""
     require(n % 2 == 0, "n_z", "even", n)
-    x, w = _gh(n)
+    x, w = gh(n)
     grids = np.meshgrid(*([x] * dims), indexing="ij")
     W = w
     for _ in range(dims - 1):
@@ -87,7 +74,7 @@ def _inner_grid(n: int, dims: int):
 
 def _outer_grid(n: int, sigma: float):
     require(n % 2 == 0, "n_h", "even", n)
-    x, w = _gh(n)
+    x, w = gh(n)
     H0, H1 = np.meshgrid(sigma * x, sigma * x, indexing="ij")
     W = np.outer(w, w)
     keep = H0 > 0
@@ -187,7 +174,7 @@ def stability(*, layers: int = 3, tokens: int = 2, skip: float = 1.0, beta: floa
               orders=None) -> dict:
     """lambda_l as Estimates from three inner orders at the finer outer rule (error: geometric
     tail of the refinements, :func:`_tail_estimate`) plus the outer-rule change, and the mass."""
-    _check(layers, tokens, skip, beta)
+    check(layers, tokens, skip, beta, supported=SUPPORTED_LAYERS)
     orders = ORDERS[layers] if orders is None else orders
     (outer_lo, outer_hi), inner = orders
     runs = [lambdas(layers=layers, skip=skip, beta=beta, n_h=outer_hi, n_z=n) for n in inner]
@@ -222,10 +209,8 @@ def montecarlo_lambdas(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
     """Independent route: true z ~ N(0, I), y = g(z); Cov[z_l | y] from `inner` prior samples of
     the free rows (self-normalised importance weights N(M^{-1} h) / det M). Returns, per layer,
     (mean, standard error) over the outer samples. The ratio estimator has an O(1/inner) bias."""
-    _check(layers, 2, skip, beta)
-    from .compiled_functions import smi_functions
-
-    fwd = smi_functions(layers, "numpy")["forward"]
+    check(layers, 2, skip, beta, supported=SUPPORTED_LAYERS)
+    fwd = functions(layers)["forward"]
     rng = np.random.default_rng(seed)
     vals = np.zeros((samples, layers))
     for s in range(samples):

@@ -64,6 +64,7 @@ import numpy as np
 
 from . import smi_sequential
 from .records import ConvergenceError, Estimate, require
+from .smi_fibre import functions
 
 H_PAD = 6.0          # h-box padding in standard deviations of the blur sqrt(V) M eta
 RADIUS = 6.0         # fibre lattice radius (4D); prior mass outside: (1 + R^2/2) exp(-R^2/2)
@@ -84,11 +85,8 @@ def _check_q3(q3: float) -> None:
             q3)
 
 
-@lru_cache(maxsize=2)
 def _fibre3():
-    from .compiled_functions import smi_functions
-
-    return smi_functions(3, "numpy")["fibre"]
+    return functions(3)["fibre"]
 
 
 def inverse_map(z10, z11, z20, z21, skip: float, beta: float):
@@ -169,7 +167,7 @@ def fibre_moments(h0, h1, o0, o1, v: float, lat: dict, single: bool = False) -> 
     """Posterior moments over the fibre at outer points (1D arrays ``h``, ``omega_3``), rows:
     ``c1 = Cov[z_1|.] - I`` (3 entries), ``c2`` (3), ``E z_3`` (2), ``E |z_3|^2``, ``log Z``
     (``Z`` with the ``1 / (2 pi V)`` of the layer-3 Gaussian).  ``single``: float32 exponentials
-    (:func:`aim_sym.numerics.smi_sequential._exp_shifted`, relative bias <= ``FLOAT32_REL``).
+    (:func:`aim_sym.numerics.smi_sequential.fibre_sums`, relative bias <= ``FLOAT32_REL``).
 
     Blocks of :data:`_ROWS` outer points x :data:`_CHUNK` nodes (cache-sized; a one-row block
     would turn the matrix products into slow matrix-vector ones): each node chunk's sums carry
@@ -180,7 +178,7 @@ def fibre_moments(h0, h1, o0, o1, v: float, lat: dict, single: bool = False) -> 
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
         a0, a1, b0, b1 = h0[sl], h1[sl], o0[sl], o1[sl]
-        parts = [smi_sequential._fibre_sums(a0, a1, b0, b1, v, ch, single) for ch in chunks]
+        parts = [smi_sequential.fibre_sums(a0, a1, b0, b1, v, ch, single) for ch in chunks]
         shift = np.max([p[2] for p in parts], axis=0)
         G = sum(p[0] * np.exp(p[2] - shift)[:, None] for p in parts)
         Dd = sum(p[1] * np.exp(p[2] - shift)[:, None] for p in parts)

@@ -38,29 +38,25 @@ difference ``K_l - N_l`` (tests the fibre rule) and ``K12 = 0`` (sign symmetry).
 from __future__ import annotations
 
 import math
+import time
 from functools import lru_cache
 
 import numpy as np
 
-from .records import require
+from .records import ConvergenceError, require
+from .smi_fibre import functions
 
 TRAP_R = 7.5          # lattice radius in u: cut prior mass exp(-R^2/2) < 1e-12
 _BLOCK = 1_500_000    # (outer x node) pairs per block
 FIELDS = ("K1", "K2", "K12", "N1", "N2", "psi")
 
 
-@lru_cache(maxsize=1)
 def _inverse_ab():
-    from . import smi
-
-    return smi._compiled()["attention_inverse_ab"]
+    return functions()["attention_inverse_ab"]
 
 
-@lru_cache(maxsize=1)
 def _forward():
-    from . import smi
-
-    return smi._compiled()["forward"]
+    return functions()["forward"]
 
 
 @lru_cache(maxsize=16)
@@ -164,8 +160,6 @@ def sample_values(q1: float, q2: float, g: np.ndarray, *, dz: float, c: float = 
     ``dz`` and ``2 dz``: ``|g_1|^2, |g_2|^2, g_1 . g_2``, the Nishimori partners
     ``(2 - tr Cov_l / V_l) / V_l`` and ``log Z``; ``g_l = (E z_l' - omega_l) / V_l`` (THEORY
     2.1)."""
-    from .records import ConvergenceError
-
     require(0 <= q1 < 1, "q1", "in [0, 1)", q1)
     require(0 < q2 < 1, "q2", "in (0, 1)", q2)
     v1, v2 = 1.0 - q1, 1.0 - q2
@@ -276,10 +270,6 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
     ``eigenvalues``: of the SE map's Jacobian ``dT/dQ`` (similar to ``I - dF/dx``);
     ``stable``: all |.| < 1.  Raises
     :class:`ConvergenceError` if Newton fails or lands on ``q1 = 0``."""
-    import time
-
-    from .records import ConvergenceError
-
     require(np.isfinite(alpha) and 0 < alpha < 1, "alpha", "in (0, 1)", alpha)
     require(len(init) == 2 and all(0 < float(q) < 1 for q in init), "init",
             "a pair of overlaps in (0, 1)", init)

@@ -39,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from .records import ConvergenceError, require
+from .smi_fibre import attention_inverse, graded_omega_rule
 
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
@@ -60,8 +61,6 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
     Returns ``B`` (3, n): ``|A^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``; ``Y`` (4, n): entries of
     ``A^{-1}`` (``omega^T A^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)``); ``logw`` (n,):
     log(weight x prior / det A); ``zz`` (n, 3): ``z0^2, z0 z1, z1^2``; ``Ai`` (n, 4)."""
-    from . import smi
-
     require(0.005 <= dz <= 0.5, "dz", "in [0.005, 0.5]", dz)
     radius = lattice_radius(dz) if radius is None else radius
     k = int(math.floor(radius / dz))
@@ -71,7 +70,7 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
     keep = Z0**2 + Z1**2 <= radius**2
     Z0, Z1 = Z0[keep], Z1[keep]
     w = np.where(Z0 == 0.0, 0.5, 1.0) * 2.0 * dz * dz      # evenness: half-plane, doubled
-    Ai, det = smi._attention_inverse(Z0, Z1, c, beta)
+    Ai, det = attention_inverse(Z0, Z1, c, beta)
     B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2,
                   2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
                   Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
@@ -120,7 +119,7 @@ def _with_logw(lat: dict) -> np.ndarray:
     return lat["B1"]
 
 
-def _fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
+def fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     """Raw lattice sums for one cache-sized block of outer points: ``G`` (r, k) = ``sum_z S F``
     (``F`` = ``lat["F"]``, here ``(1, zz, B)``, k = 7) and ``Dd`` (r, 4) = ``sum_z D A^{-1}``
     (``lat["Ai"]``) with ``S, D = e+ +- e-``,
@@ -185,7 +184,7 @@ def fibre_moments(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     out = np.empty((7, h0.size))
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
-        G, Dd, shift = _fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v2, lat, single)
+        G, Dd, shift = fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v2, lat, single)
         out[:, sl] = _moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v2)
     return tuple(out)
 
@@ -313,15 +312,14 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
     omega_2, as in :mod:`aim_sym.numerics.smi`), the Nishimori residual ``K2 - (2 mass - trcov2/V)/V``
     and the outer ``mass`` (should be 1) at
     ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = tau``;
-    an integer pair selects the graded rule :func:`aim_sym.numerics.smi._omega_rule`) x ``h`` lattice
+    an integer pair selects the graded rule
+    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule`) x ``h`` lattice
     (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
     blurred on the scale sqrt(V), so the rule scales with it; ``far_spacing(dh) sqrt(V)`` at the
     omega_2 nodes where the sign of h is resolved, blended by :func:`near_weight`) x fibre
     lattice (spacing ``dz``); exponentials in float32 (:func:`_exp_shifted`) unless ``single``
     is false.
     ``workers > 1`` spreads the omega_2 nodes over processes."""
-    from . import smi
-
     require(0 < q2 < 1, "q2", "in (0, 1)", q2)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
     require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q2))", dh)
@@ -330,7 +328,7 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
     if isinstance(n_w, float):
         O0, O1, W = omega_rule(n_w, float(q2))
     else:
-        O0, O1, W = smi._omega_rule(tuple(n_w), q2)
+        O0, O1, W = graded_omega_rule(tuple(n_w), q2)
     # omega_2 nodes of weight < OMEGA_WCUT are dropped; per unit weight the integrands are
     # bounded (mass 1, K2 <= 2/V by Nishimori, mu1 <= 2 (R^2 - 1)^2 on the radius-R lattice),
     # so the cut is bounded by these times the dropped weight (returned as ``cut``); the prior

@@ -5,7 +5,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
-from aim_sym.numerics import smi
+from aim_sym.numerics import smi, smi_fibre, smi_route_a
 from aim_sym.numerics.records import InputError
 
 from aim_sym import smi as sym
@@ -48,9 +48,9 @@ def test_gout_is_gradient_of_log_zout_mpmath():
 
 
 def test_sign_symmetry_and_block_diagonality():
-    s = smi._stats(0.0, 0.4, c=1.0, beta=1.0, n_w1=2, n_w2=6, n_h=16, n_z=20)
+    s = smi_route_a.stats(0.0, 0.4, c=1.0, beta=1.0, n_w1=2, n_w2=6, n_h=16, n_z=20)
     assert abs(s["K1"]) < 1e-14 and abs(s["K12"]) < 1e-14  # E[z_1 | y, omega] = 0
-    s0 = smi._stats(0.0, 0.0, c=1.0, beta=1.0, n_w1=2, n_w2=2, n_h=16, n_z=20)
+    s0 = smi_route_a.stats(0.0, 0.0, c=1.0, beta=1.0, n_w1=2, n_w2=2, n_h=16, n_z=20)
     assert abs(s0["K2"]) < 1e-14                               # E[z | y] = 0: Q = 0 fixed point
     F = smi._weak_stats(c=1.0, beta=1.0, n_h=16, n_z=20)
     assert F["cross"] == 0.0
@@ -72,7 +72,7 @@ def test_weak_quadrature_agrees_with_montecarlo():
 
 
 def test_two_routes_on_layer2_branch():
-    a = smi._stats(0.0, 0.3, c=1.0, beta=1.0, n_w1=2, n_w2=10, n_h=32, n_z=24)
+    a = smi_route_a.stats(0.0, 0.3, c=1.0, beta=1.0, n_w1=2, n_w2=10, n_h=32, n_z=24)
     b = smi._stats_branch(0.3, c=1.0, beta=1.0, n_w=6, n_z=8, n_e=8, n_in=8)
     assert abs(a["K2"] - b["K2"]) / a["K2"] < 0.02
     assert abs(a["mu1"] - b["mu1"]) / a["mu1"] < 0.02
@@ -89,7 +89,7 @@ def test_nishimori_identity_layer2():
 def test_nishimori_identity_route_a_tight():
     # exact for the discretised z_1 measure: only the h rule limits it (measured 1.4e-6)
     q2, v2 = 0.4, 0.6
-    s = smi._stats(0.0, q2, c=1.0, beta=1.0, n_w1=2, n_w2=10, n_h=32, n_z=24)
+    s = smi_route_a.stats(0.0, q2, c=1.0, beta=1.0, n_w1=2, n_w2=10, n_h=32, n_z=24)
     assert abs(s["mass"] - 1) < 1e-6
     assert abs(s["K2"] - (2 - s["trcov2"] / v2) / v2) < 1e-5 * s["K2"]
 
@@ -136,7 +136,7 @@ def test_branch_v2_nishimori_and_mass():
 
 
 def test_omega_rule_moments():
-    w0, w1, w = smi._omega_rule((6, 16), 0.9)
+    w0, w1, w = smi_fibre.graded_omega_rule((6, 16), 0.9)
     assert abs(w.sum() - 1) < 1e-7
     assert abs(w @ w0**2 - 0.9) < 1e-6 and abs(w @ (w0 * w1)) < 1e-6
     assert abs(w @ w0**4 - 3 * 0.81) < 1e-5

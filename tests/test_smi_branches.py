@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from aim_sym.numerics import smi
+from aim_sym.numerics import smi, smi_fibre
 from aim_sym.numerics import smi_branches as sb
 from aim_sym.numerics.records import ConvergenceError, InputError
 
@@ -56,10 +56,10 @@ def test_perfect_recovery_analysis():
     # independent: Monte Carlo of kappa_1(r*) = 1 (seeded, 4 standard errors)
     rng = np.random.default_rng(7)
     z = rng.standard_normal((200_000, 4))
-    A = np.linalg.inv(np.moveaxis(smi._attention_inverse(z[:, 0], z[:, 1], 1.0, 1.0)[0],
+    A = np.linalg.inv(np.moveaxis(smi_fibre.attention_inverse(z[:, 0], z[:, 1], 1.0, 1.0)[0],
                                   (0, 1), (-2, -1)))
     h = np.einsum("nab,nb->na", A, z[:, 2:])
-    j00, j01, j10, j11 = smi._fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], 1.0, 1.0)
+    j00, j01, j10, j11 = smi_fibre.fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], 1.0, 1.0)
     tr = j00**2 + j01**2 + j10**2 + j11**2
     dt = (j00 * j11 - j01 * j10) ** 2
     v = (r * tr + 2 * r * r * dt) / (1 + r * tr + r * r * dt)     # tr[rJ'J (I + rJ'J)^-1]

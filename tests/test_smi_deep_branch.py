@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 import pytest
-from aim_sym.numerics import smi
 from aim_sym.numerics import smi_deep_branch as db
+from aim_sym.numerics import smi_fibre
 from aim_sym.numerics.records import ConvergenceError, InputError
 
 # Q = 0 stability coefficients of numerics.smi_deep (polar x Gauss-Hermite rule, an independent
@@ -21,10 +21,10 @@ def test_inverse_map_matches_the_product_of_layer_inverses():
     z = rng.standard_normal((4, 50)) * 2
     for c, beta in ((1.0, 1.0), (0.4, 2.5)):
         (a, b, cc, d), jac = db.inverse_map(*z, c, beta)
-        A1i, det1 = smi._attention_inverse(z[0], z[1], c, beta)
+        A1i, det1 = smi_fibre.attention_inverse(z[0], z[1], c, beta)
         A1 = np.linalg.inv(np.moveaxis(A1i, (0, 1), (-2, -1)))
         h2 = np.einsum("nab,bn->na", A1, z[2:])
-        A2i, det2 = smi._attention_inverse(h2[:, 0], h2[:, 1], c, beta)
+        A2i, det2 = smi_fibre.attention_inverse(h2[:, 0], h2[:, 1], c, beta)
         Mi = np.einsum("abn,bcn->nac", A1i, A2i)
         assert np.allclose(np.stack([a, b, cc, d], -1), Mi.reshape(-1, 4), atol=1e-12)
         assert np.allclose(jac, 1 / (det1 * det2), rtol=1e-12)

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from aim_sym.numerics import smi
+from aim_sym.numerics import smi, smi_route_a
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_layer2_branch_has_no_fixed_point_below_weak_threshold():
     lam2 = 1.0 / 0.1854778406
     prev = 1.0 / lam2
     for q2 in (0.02, 0.1, 0.3):
-        s = smi._stats(0.0, q2, c=1.0, beta=1.0, n_w1=2, n_w2=10, n_h=32, n_z=24)
+        s = smi_route_a.stats(0.0, q2, c=1.0, beta=1.0, n_w1=2, n_w2=10, n_h=32, n_z=24)
         a = q2 / ((1 - q2) * s["K2"])
         assert a > prev
         prev = a

@@ -1,0 +1,103 @@
+"""Route A of the SMI engine (deep tied attention, L = 2, M = 2; THEORY 2.1): outer expectations
+at ``Q = diag(q1, q2)`` by tensor Gauss-Hermite rules in ``omega_1``, ``omega_2``, ``h`` and the
+fibre coordinate ``z_1`` (coordinates and conventions: :mod:`aim_sym.numerics.smi`).
+
+Accurate while the posterior is broad (small q2); used for ``E log Z_out`` at ``Q = 0``
+(:func:`aim_sym.numerics.smi_branches.psi_zero`), small-q2 layer-2 points and the identity
+checks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .smi_fibre import attention_inverse, graded_omega_rule, grid2
+
+SIGMA_H = 2.7
+CHUNK = 3_000_000  # elements per (outer x inner) block
+
+
+def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGMA_H):
+    """Outer expectations at Q = diag(q1, q2) by quadrature (module docstring of
+    :mod:`aim_sym.numerics.smi`).
+
+    ``n_w2`` may be a pair, selecting the graded rule
+    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule` for omega_2.
+    Returns a dict with ``K1 = E sum_m g_1m^2``, ``K2 = E sum_m g_2m^2``,
+    ``K12 = E sum_m g_1m g_2m`` (only meaningful at q1 = 0: its integrand is odd under
+    ``omega_2 -> -omega_2``, which the halved omega_2 and h grids assume even; the exact K12 is 0,
+    see :func:`aim_sym.numerics.smi_learned.learned_stats`),
+    ``mu1 = E ||Cov[z_1 | y, omega] - I||_F^2`` (meaningful at q1 = 0: the sequential stability
+    coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
+    """
+    v1, v2 = 1.0 - q1, 1.0 - q2
+    xz, wz = grid2(n_z, 1.0, False)[:2], grid2(n_z, 1.0, False)[2]
+    if q1 > 0:
+        o10, o11, ow1 = grid2(n_w1, math.sqrt(q1), True)
+    else:
+        o10, o11, ow1 = np.zeros(1), np.zeros(1), np.ones(1)
+    if q2 > 0 and isinstance(n_w2, tuple):
+        o20, o21, ow2 = graded_omega_rule(n_w2, q2)
+    elif q2 > 0:
+        o20, o21, ow2 = grid2(n_w2, math.sqrt(q2), True)
+    else:
+        o20, o21, ow2 = np.zeros(1), np.zeros(1), np.ones(1)
+    h0, h1, wh = grid2(n_h, sigma_h, True)
+    wh = wh * (2 * math.pi * sigma_h**2) * np.exp(0.5 * (h0**2 + h1**2) / sigma_h**2)
+    # outer (omega_2, h) points
+    O0 = np.repeat(o20, h0.size)
+    O1 = np.repeat(o21, h0.size)
+    H0 = np.tile(h0, o20.size)
+    H1 = np.tile(h1, o20.size)
+    Wout2 = np.repeat(ow2, h0.size) * np.tile(wh, o20.size)
+    acc = dict(mass=0.0, K1=0.0, K2=0.0, K12=0.0, mu1=0.0, psi=0.0, trcov2=0.0)
+    sq = math.sqrt(v1)
+    for a, (w10, w11) in enumerate(zip(o10, o11, strict=True)):
+        z0 = w10 + sq * xz[0]
+        z1 = w11 + sq * xz[1]
+        Ai, det = attention_inverse(z0, z1, c, beta)
+        wi = wz / det / (2 * math.pi * v2)
+        B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2,
+                      2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
+                      Ai[0, 1] ** 2 + Ai[1, 1] ** 2])           # h^T B h
+        Y = np.stack([Ai[0, 0], Ai[0, 1], Ai[1, 0], Ai[1, 1]])   # omega_2^T Ai h
+        Mz = np.stack([wi, wi * z0, wi * z1, wi * z0 * z0, wi * z0 * z1, wi * z1 * z1]).T
+        Ma = (wi * Y).T                                          # (N_in, 4)
+        Mb = (wi * B).T                                          # (N_in, 3): |A^-1 h|^2
+        step = max(1, CHUNK // z0.size)
+        for s0 in range(0, H0.size, step):
+            sl = slice(s0, s0 + step)
+            hh = np.stack([H0[sl] ** 2, H0[sl] * H1[sl], H1[sl] ** 2]).T
+            oh = np.stack([O0[sl] * H0[sl], O0[sl] * H1[sl], O1[sl] * H0[sl], O1[sl] * H1[sl]]).T
+            base = -(hh @ B + (O0[sl] ** 2 + O1[sl] ** 2)[:, None]) / (2 * v2)
+            x = (oh @ Y) / v2
+            ep = np.exp(base + x)
+            em = np.exp(base - x)
+            Sp = ep + em
+            Dm = ep - em
+            m = Sp @ Mz                                  # (n, 6)
+            d = Dm @ Ma                                  # (n, 4): sum w (e+ - e-) Ai_ab
+            n2 = ((Sp @ Mb) * hh).sum(1)                 # sum w (e+ + e-) |z_2|^2
+            Z = m[:, 0]
+            Zs = np.where(Z > 0, Z, 1.0)
+            E1 = m[:, 1:3] / Zs[:, None]
+            S1 = m[:, 3:6] / Zs[:, None]
+            E2 = np.stack([d[:, 0] * H0[sl] + d[:, 1] * H1[sl],
+                           d[:, 2] * H0[sl] + d[:, 3] * H1[sl]], axis=1) / Zs[:, None]
+            g1 = (E1 - np.array([w10, w11])) / v1
+            g2 = (E2 - np.stack([O0[sl], O1[sl]], axis=1)) / v2
+            C00 = S1[:, 0] - E1[:, 0] ** 2 - 1
+            C01 = S1[:, 1] - E1[:, 0] * E1[:, 1]
+            C11 = S1[:, 2] - E1[:, 1] ** 2 - 1
+            W = ow1[a] * Wout2[sl] * Z / 2
+            acc["mass"] += W.sum()
+            acc["K1"] += W @ (g1 ** 2).sum(1)
+            acc["K2"] += W @ (g2 ** 2).sum(1)
+            acc["K12"] += W @ (g1 * g2).sum(1)
+            acc["mu1"] += W @ (C00**2 + 2 * C01**2 + C11**2)
+            acc["trcov2"] += W @ (n2 / Zs - (E2**2).sum(1))
+            if want_psi:
+                acc["psi"] += W @ np.log(Zs)
+    return acc
