@@ -59,8 +59,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import smi_branches, smi_deep, smi_sequential
-from .records import ConvergenceError, Estimate, atomic_write, require
+from . import smi_branches, smi_sequential
+from .records import ConvergenceError, Estimate, require
 from .smi_fibre import (
     attention_inverse,
     check,
@@ -811,133 +811,6 @@ def run_checks(*, layers=2, tokens=2, skip=1.0, beta=1.0) -> list[dict]:
         f"E_y ||Cov[z_1,z_2|y]||_F^2 = {cr.value:.2e} +- {cr.error:.1e} ({cr.method}); "
         "tolerance 4 SE")
     return out
-
-
-# ----------------------------------------------------------------------------- sweep over c
-SWEEP_COLUMNS = ("skip", "weak_layer2", "weak_layer2_error", "weak_layer1", "weak_layer1_error",
-                 "sequential_layer1", "sequential_layer1_error", "sequential_q2", "seconds",
-                 "status")
-
-
-def sweep_columns(layers: int) -> tuple[str, ...]:
-    """CSV columns of :func:`sweep_skip`: :data:`SWEEP_COLUMNS` for L = 2; for L = 3 the weak
-    thresholds of the three layers (sequential thresholds are implemented for L = 2 only)."""
-    if layers == 2:
-        return SWEEP_COLUMNS
-    weak = [k for l in range(layers, 0, -1) for k in (f"weak_layer{l}", f"weak_layer{l}_error")]
-    return ("skip", *weak, "seconds", "status")
-
-
-def _read_partial(path: str) -> list[dict]:
-    import json
-    import os
-
-    if not os.path.exists(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-    return rows
-
-
-def sweep_skip(*, skips, layers=2, tokens=2, beta=1.0, out: str, progress=None,
-               sequential=True) -> list[dict]:
-    """Thresholds against the skip strength c: one row per c with the columns
-    :data:`SWEEP_COLUMNS` (NaN where not computed; status "ok", "skipped sequential" or
-    "failed: ...").  Each finished point is appended to ``out + '.partial.jsonl'`` (rewritten
-    atomically); points already there are not recomputed, except failed ones, so an interrupted
-    sweep resumes.  At
-    the end the CSV ``out`` is written atomically.  Returns the rows sorted by c."""
-    import json
-
-    skips = [float(c) for c in skips]
-    require(len(skips) > 0, "skips", "a non-empty list of c > 0", skips)
-    for c in skips:
-        check(layers, tokens, c, beta, supported=smi_deep.SUPPORTED_LAYERS)
-    columns = sweep_columns(layers)
-    if layers != 2:
-        sequential = False
-    state = out + ".partial.jsonl"
-    # failed points are computed again on resume (the failure may have been fixed since)
-    rows = [r for r in _read_partial(state) if not str(r.get("status", "")).startswith("failed")]
-    done = {r["skip"] for r in rows}
-    todo = [c for c in skips if not any(abs(c - d) <= 1e-12 * max(1.0, abs(c)) for d in done)]
-    for k, c in enumerate(todo):
-        t = time.perf_counter()
-        row = dict.fromkeys(columns, float("nan"))
-        row["skip"] = c
-        try:
-            if layers == 2:
-                res = weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta,
-                                      sequential=sequential)
-            else:
-                res = smi_deep.weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta)
-            for d in res:
-                key = f"{d['kind']}_layer{d['layer']}"
-                row[key], row[key + "_error"] = float(d["value"]), float(d["error"])
-                if d["kind"] == "sequential":
-                    row["sequential_q2"] = float(d["q2"])
-            row["status"] = ("ok" if sequential else "skipped sequential" if layers == 2
-                             else f"ok (weak only: sequential thresholds need L = 2, not {layers})")
-            notes = [d["note"] for d in res if d.get("note")]
-            if notes:
-                row["status"] += "; " + "; ".join(notes)
-        except ConvergenceError as e:   # keep the point, say why
-            row["status"] = f"failed: {e}"
-        row["seconds"] = time.perf_counter() - t
-        rows.append(row)
-        atomic_write(state, "".join(json.dumps(r) + "\n" for r in rows))
-        if progress:
-            progress(k + 1, len(todo), f"c = {c:g}")
-    keep = [r for r in rows if any(abs(r["skip"] - c) <= 1e-12 * max(1.0, abs(c))
-                                   for c in skips)]
-    keep.sort(key=lambda r: r["skip"])
-    lines = [",".join(columns)]
-    for r in keep:
-        lines.append(",".join(_csv_cell(r.get(k, float("nan"))) for k in columns))
-    atomic_write(out, "\n".join(lines) + "\n")
-    return keep
-
-
-def _csv_cell(x) -> str:
-    if isinstance(x, str):
-        return '"' + x.replace('"', "'") + '"'
-    return repr(float(x))
-
-
-def plot_phase(rows, path: str) -> None:
-    """Phase diagram: weak thresholds of each layer and the sequential threshold of layer 1
-    against c (log alpha axis), with error bars, to ``path`` (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = sorted(rows, key=lambda r: r["skip"])
-    c = np.array([r["skip"] for r in rows], dtype=float)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    curves = (("weak_layer3", "layer 3 (weak, Q = 0)", "v-"),
-              ("weak_layer2", "layer 2 (weak, Q = 0)", "o-"),
-              ("sequential_layer1", "layer 1 (given layer 2)", "s-"),
-              ("weak_layer1", "layer 1 (weak, Q = 0)", "^--"))
-    depth = 3 if any(np.isfinite(r.get("weak_layer3", np.nan)) for r in rows) else 2
-    for key, label, style in curves:
-        y = np.array([r.get(key, np.nan) for r in rows], dtype=float)
-        e = np.array([r.get(key + "_error", np.nan) for r in rows], dtype=float)
-        ok = np.isfinite(y)
-        if ok.any():
-            ax.errorbar(c[ok], y[ok], yerr=np.nan_to_num(e[ok]), fmt=style, ms=4, capsize=2,
-                        label=label)
-    ax.set_yscale("log")
-    ax.set_xlabel("skip strength c")
-    ax.set_ylabel(r"sample ratio $\alpha$")
-    ax.set_title(f"deep tied attention, L = {depth}, M = 2: thresholds")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed=0) -> dict:
