@@ -45,3 +45,42 @@ def _register_compiled_functions() -> None:
 
 
 _register_compiled_functions()
+
+
+# ----------------------------------------------------------------------------- public API
+# Exported lazily (PEP 562), so that ``import aim_sym.numerics.smi`` imports neither sympy nor
+# pandas: the names resolve on first use. docs/api.md describes them.
+_EXPORTS = {
+    "AIM": "models",
+    "SMI": "models",
+    "mmse": "models",
+    "Result": "results",
+    "ResultTable": "results",
+    "Domain": "domains",
+    "DomainError": "domains",
+    "InputError": "numerics.records",
+    "ConvergenceError": "numerics.records",
+    "ChannelError": "channels",
+    "channel_from_file": ("channel_file", "from_file"),
+}
+_SUBMODULES = ("channels", "domains", "results", "models", "channel_file")
+
+__all__ = ["__version__", *_EXPORTS, *_SUBMODULES]
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _EXPORTS:
+        where = _EXPORTS[name]
+        module, attr = where if isinstance(where, tuple) else (where, name)
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -4,7 +4,8 @@
 Loading a channel file RUNS THE USER'S OWN CODE. aim-sym loads a file only when it is named on
 the command line (``--channel-file``) and never from a cache.
 
-The file defines ``channel(tokens: int)`` returning the channel.
+The file defines ``channel(tokens: int)`` returning the channel. :func:`from_file` is the API's
+entry: it loads the file and binds parameter values, each checked against its domain.
 """
 
 from __future__ import annotations
@@ -12,7 +13,24 @@ from __future__ import annotations
 import os
 import traceback
 
-from .channels import Channel, ChannelError, DiscreteChannel, GaussianChannel
+from .channels import (
+    TOKENS_FILE,
+    Channel,
+    ChannelError,
+    DiscreteChannel,
+    GaussianChannel,
+    with_values,
+)
+
+
+def from_file(path: str, *, tokens: int = 2, **params) -> Channel:
+    """The channel of a channel file (RUNS THE FILE'S CODE) with parameter values bound:
+    ``from_file("noisy_hardmax.py", tokens=2, eps=0.2)``. Values are checked against the
+    parameters' domains (from their sympy assumptions); a Gaussian noise covariance must be
+    positive semidefinite and discrete likelihoods non-negative at these values."""
+    tokens = TOKENS_FILE.check(tokens)
+    ch = load_channel_file(path, tokens=tokens)
+    return with_values(ch, params) if params else ch
 
 
 def load_channel_file(path: str, *, tokens: int) -> Channel:

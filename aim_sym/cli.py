@@ -1,15 +1,15 @@
-"""The aim-sym command line: se, curve, threshold, check, sweep, mmse (``--json`` everywhere).
+"""The aim-sym command line: se, curve, threshold, check, amp, derive, sweep, mmse (``--json``).
 
+A thin layer over the public API (docs/api.md): parse the options, build the model
+(:class:`aim_sym.AIM` or :class:`aim_sym.SMI`; every value is validated by the parameter
+domains, whose errors are relabelled here with the option's spelling), call one method, emit.
 Bad values exit with status 2 and one line naming the option and its allowed range.
 """
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 import sys
-import tempfile
 
 import click
 import numpy as np
@@ -22,9 +22,11 @@ from .cli_common import (
     fail,
     parse_grid,
     progress_printer,
-    smi_args,
+    relabel,
+    smi_channel,
 )
 from .cli_sweep import sweep
+from .domains import TOL, DomainError
 from .numerics.records import ConvergenceError, InputError, atomic_write
 
 
@@ -56,6 +58,12 @@ AIM_ONLY = ("rho", "delta_out", "epsilon", "channel_file", "param")
 SMI_ONLY = ("layers", "skip")
 
 
+def _given(name: str) -> bool:
+    """True if the option was given on the command line (not its default)."""
+    src = click.get_current_context().get_parameter_source(name)
+    return src not in (None, click.core.ParameterSource.DEFAULT)
+
+
 def check_model(kw: dict) -> str:
     model = kw["model"]
     if model not in MODELS:
@@ -65,65 +73,90 @@ def check_model(kw: dict) -> str:
         if kw.get(name) not in (None, ()):
             fail("--" + name.replace("_", "-"), f"not given with --model {model} (it does not apply)",
                  kw[name])
-    if kw.get("beta") is not None and not kw["beta"] > 0:
-        fail("--beta", "> 0", kw["beta"])
     return model
 
 
-def aim_channel(kw: dict):
-    """Build and compile the AIM channel named by the options."""
-    from .channels import BUILTIN, builtin
-    from .compiled import compile_channel
+def _param_values(items) -> dict:
+    values = {}
+    for item in items or ():
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            fail("--param", "NAME=VALUE", item)
+        try:
+            values[name] = float(value)
+        except ValueError:
+            fail("--param", "NAME=VALUE with a numeric VALUE", item)
+    return values
 
-    T = kw["tokens"]
-    if T < 2:
-        fail("--tokens", "an integer >= 2", T)
-    if kw.get("rho") is not None and not kw["rho"] > 0:
-        fail("--rho", "> 0", kw["rho"])
-    params = {}
+
+def aim_channel(kw: dict):
+    """The AIM channel named by the options, its parameter values bound (domain-checked)."""
+    from . import channels
+
+    values = {k: kw[k] for k in ("beta", "delta_out", "epsilon") if kw.get(k) is not None}
     if kw.get("channel_file"):
-        from .channel_file import load_channel_file
+        from .channel_file import from_file
 
         if kw.get("channel"):
             fail("--channel", "omitted with --channel-file", kw["channel"])
-        ch = load_channel_file(kw["channel_file"], tokens=T)
-        params = {s.name: v for s, v in ch.params}
-        for item in kw.get("param") or ():
-            name, _, value = item.partition("=")
-            if name not in params:
-                fail("--param", f"NAME=VALUE with NAME one of {sorted(params) or 'none'}", item)
-            try:
-                float(value)
-            except ValueError:
-                fail("--param", "NAME=VALUE with a numeric VALUE", item)
-            params[name] = value
-    else:
-        if kw.get("param"):
-            fail("--param", "given only with --channel-file", kw["param"][0])
-        name = kw.get("channel") or "hardmax"
-        if name not in BUILTIN:
-            fail("--channel", "one of " + ", ".join(BUILTIN), name)
-        if name == "hardmax" and T > 2:
-            fail("--tokens", "2 for hardmax (T >= 3 needs orthant probabilities in more than two "
-                 "dimensions, not yet supported)", T)
-        ch = builtin(name, T)
-    if kw.get("beta") is not None:
-        params["beta"] = kw["beta"]
-    if ch.name == "linear-noisy":
-        d = kw.get("delta_out")
-        if d is None or not d >= 0:
-            fail("--delta-out", ">= 0 (required for linear-noisy)", d)
-        params["Delta_out"] = d
-    elif kw.get("delta_out") is not None:
-        fail("--delta-out", "given only with --channel linear-noisy", kw["delta_out"])
-    if ch.name == "noisy-hardmax":
-        e = kw.get("epsilon")
-        if e is None or not 0 <= e < 0.5:
-            fail("--epsilon", "in [0, 0.5) (required for noisy-hardmax)", e)
-        params["epsilon"] = e
-    elif kw.get("epsilon") is not None:
-        fail("--epsilon", "given only with --channel noisy-hardmax", kw["epsilon"])
-    return ch, compile_channel(ch, params), params
+        return from_file(kw["channel_file"], tokens=kw["tokens"],
+                         **_param_values(kw.get("param")), **values)
+    if kw.get("param"):
+        fail("--param", "given only with --channel-file", kw["param"][0])
+    name = kw.get("channel") or "hardmax"
+    if name not in channels.BUILTIN:
+        fail("--channel", "one of " + ", ".join(channels.BUILTIN), name)
+    return channels.builtin(name, tokens=kw["tokens"], **values)
+
+
+def aim_model(kw: dict, *, small_width: bool = False):
+    """The :class:`aim_sym.AIM` named by the options (rho defaults to 0.5; refused with
+    ``small_width``, where rho -> 0)."""
+    from .models import AIM
+
+    if small_width and kw.get("rho") is not None:
+        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    ch = aim_channel(kw)
+    return AIM(ch) if kw.get("rho") is None else AIM(ch, rho=kw["rho"])
+
+
+def smi_model(kw: dict):
+    from .models import SMI
+
+    return SMI(smi_channel(kw))
+
+
+def _check_outputs(out_path: str | None, plot_path: str | None) -> None:
+    """Refuse unwritable --out / --plot paths before computing anything."""
+    from .tables import check_writable
+
+    if out_path:
+        check_writable(out_path, "--out")
+    if plot_path:
+        from .plots import check_plot_path
+
+        check_plot_path(plot_path, "--plot")
+        check_writable(plot_path, "--plot")
+
+
+class _Deferred:
+    """Output files written after the computation: a failure is remembered, the result is
+    printed anyway, and the command then exits 2 naming the option."""
+
+    def __init__(self) -> None:
+        self.error: str | None = None
+
+    def run(self, option: str, write) -> None:
+        try:
+            write()
+        except (InputError, OSError) as e:
+            if self.error is None:
+                self.error = f"{option}: {e}"
+
+    def finish(self) -> None:
+        if self.error:
+            click.echo(f"aim-sym: error: {self.error}", err=True)
+            sys.exit(2)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -143,61 +176,43 @@ def cli() -> None:
 def se(alpha, small_width, digits, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
     model = check_model(kw)
-    if not alpha >= 0:
-        fail("--alpha", ">= 0", alpha)
     if model == "smi":
-        from .numerics import smi
-
         if small_width:
             fail("--small-width", "used only with --model aim", True)
         if digits is not None:
             fail("--digits", "used only with --model aim", digits)
-        res = smi.fixed_point(alpha=alpha, **smi_args(kw))
-        emit(res, kw["as_json"])
+        r = smi_model(kw).fixed_point(alpha=alpha)
+        emit({"alpha": alpha, "Q": list(r.value), "error": list(r.error), **r.details},
+             kw["as_json"])
         return
-    from .numerics import aim_se
-
-    ch, cc, _ = aim_channel(kw)
+    m = aim_model(kw, small_width=small_width)
     if small_width:
-        if kw.get("rho") is not None:
-            fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
-        fps = aim_se.small_width_fixed_points(cc, alpha_bar=alpha)
-        stable = [f for f in fps if f["stable"]]
-        best = max(stable, key=lambda f: f["q"]) if stable else fps[0]
-        emit({"alpha_bar": alpha, "q": best["q"], "fixed_points": fps}, kw["as_json"])
+        r = m.small_width_state_evolution(alpha_bar=alpha)
+        emit({"alpha_bar": alpha, "q": r.value, "fixed_points": r.details["fixed_points"]},
+             kw["as_json"])
         return
-    rho = 0.5 if kw.get("rho") is None else kw["rho"]
-    if digits is not None:
-        if not 5 <= digits <= 200:
-            fail("--digits", "in 5..200", digits)
-        if cc.discrete:
-            fail("--digits", "used with a channel whose output map is a closed form (linear, "
-                 "linear-noisy, softmax, Gaussian channel files)", digits)
-    fps = aim_se.fixed_points(cc, alpha=alpha, rho=rho)
-    bo = aim_se.bayes_optimal(fps)
-    out = {
-        "model": "aim", "channel": ch.name, "tokens": ch.tokens, "rho": rho, "alpha": alpha,
-        "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse, "phi": bo.phi, "error": bo.error,
-        "method": ("closed-form output map" if not cc.discrete else
-                   f"quadrature over omega, levels up to {bo.extra.get('level')}")
-        + " + Wishart prior quadrature; error = difference of two refinement levels",
-        "precision": 16,
-        "fixed_points": [f.as_dict() for f in fps],
-    }
-    if digits is not None and bo.mmse > 0:
-        est = aim_se.fixed_point_mp(cc, alpha=alpha, rho=rho, dps=digits, v0=bo.mmse)
-        out["mmse_digits"] = {"value": est.value, "error": est.error, "method": est.method}
+    if digits is not None and m.compiled.discrete:
+        fail("--digits", "used with a channel whose output map is a closed form (linear, "
+             "linear-noisy, softmax, Gaussian channel files)", digits)
+    r = m.state_evolution(alpha=alpha, digits=digits)
+    d = r.details
+    out = {"model": "aim", "channel": m.channel.name, "tokens": m.channel.tokens, "rho": m.rho,
+           "alpha": alpha, "q": d["q"], "q_hat": d["q_hat"], "mmse": r.value, "phi": d["phi"],
+           "error": r.error, "method": r.method, "precision": r.precision,
+           "fixed_points": d["fixed_points"]}
+    if "mmse_digits" in d:
+        out["mmse_digits"] = d["mmse_digits"]
     emit(out, kw["as_json"], lambda o: (
-        f"AIM {o['channel']} T={o['tokens']} rho={rho} alpha={alpha}: mmse = {o['mmse']:.15g} "
+        f"AIM {o['channel']} T={o['tokens']} rho={m.rho} alpha={alpha}: mmse = {o['mmse']:.15g} "
         f"+- {o['error']:.1e}, q = {o['q']:.15g}, q_hat = {o['q_hat']:.15g}, phi = {o['phi']}\n"
-        f"fixed points: {len(fps)}"))
+        f"fixed points: {len(o['fixed_points'])}"))
 
 
 @cli.command()
 @model_options
 @click.option("--alphas", required=True, help="start:stop:num")
 @click.option("--out", "out_path", default=None, help="CSV file")
-@click.option("--plot", "plot_path", default=None, help="PNG file")
+@click.option("--plot", "plot_path", default=None, help="figure (.png, .pdf or .svg)")
 @click.option("--tol", type=float, default=1e-13, show_default=True,
               help="aim: target error of each fixed point (1e-15..1e-2); larger is faster")
 @click.option("--method", type=click.Choice(["traced", "per-alpha"]), default="traced",
@@ -207,87 +222,49 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
     model = check_model(kw)
     grid = parse_grid(alphas, "--alphas")
-    if np.any(grid < 0):
+    if not np.all(grid >= 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
     if model == "smi":
-        from .numerics import smi
-
-        rows = smi.se_curve(alphas=grid, progress=progress_printer, **smi_args(kw))
-        flat = []
-        for r in rows:
-            d = {}
-            for k, v in r.items():
-                if isinstance(v, (list, tuple)):  # diagonal entries Q_11, Q_22, ...
-                    d.update({f"{k}_{i + 1}{i + 1}": x for i, x in enumerate(v)})
-                else:
-                    d[k] = v
-            flat.append(d)
-        rows = flat
+        for opt, value in (("tol", tol), ("method", method)):
+            if _given(opt):
+                fail("--" + opt, "used only with --model aim", value)
+        m = smi_model(kw)
+        _check_outputs(out_path, plot_path)
+        rows = [dict(r) for r in m.curve(alphas=grid, progress=progress_printer)]
         ycols = [k for k in rows[0] if k.startswith("Q_")] + ["e_gen"]
-        title = f"SMI deep attention L={smi_args(kw)['layers']}, c={smi_args(kw)['skip']}"
+        title = f"SMI deep attention L={m.layers}, c={m.channel.skip}"
     else:
-        from .numerics import aim_se
-
-        ch, cc, _ = aim_channel(kw)
-        rho = 0.5 if kw.get("rho") is None else kw["rho"]
-        if not 1e-15 <= tol <= 1e-2:
-            fail("--tol", "in [1e-15, 1e-2]", tol)
-        rows = aim_se.curve(cc, alphas=grid, rho=rho, tol=tol, progress=progress_printer,
-                            method=method)
+        m = aim_model(kw)
+        TOL.check(tol)
+        _check_outputs(out_path, plot_path)
+        rows = [dict(r) for r in m.curve(alphas=grid, tol=tol, method=method,
+                                         progress=progress_printer)]
         ycols = ["mmse"]
-        title = f"AIM {ch.name}, T={ch.tokens}, rho={rho}"
+        title = f"AIM {m.channel.name}, T={m.channel.tokens}, rho={m.rho}"
+    later = _Deferred()
     if out_path:
-        write_csv(out_path, rows)
+        from .tables import write_csv
+
+        later.run("--out", lambda: write_csv(out_path, rows))
     if plot_path:
-        plot_rows(plot_path, rows, ycols, title)
+        from .plots import plot_curve
+
+        later.run("--plot", lambda: plot_curve(rows, ycols, title=title, path=plot_path))
     emit({"rows": rows, "out": out_path, "plot": plot_path}, kw["as_json"],
          lambda o: "\n".join(",".join(f"{r[k]}" for k in r) for r in rows))
-
-
-def write_csv(path: str, rows: list[dict]) -> None:
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    w.writeheader()
-    for r in rows:
-        w.writerow(r)
-    atomic_write(path, buf.getvalue())
-
-
-def plot_rows(path: str, rows: list[dict], ycols: list[str], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    x = [r["alpha"] for r in rows]
-    for c in ycols:
-        ax.plot(x, [r[c] for r in rows], label=c)
-    ax.set_xlabel(r"$\alpha$")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    os.replace(tmp, path)
+    later.finish()
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(["weak", "perfect"]))
+@click.argument("kind")
 @model_options
-@click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
-@click.option("--digits", type=int, default=16, show_default=True, help="1 to 1000; --model "
-              "smi: digits asked of the sequential threshold, 1 to 9 (default there 4; times "
-              "in benchmarks/RESULTS.md)")
-@click.option("--certified", is_flag=True, help="add an interval enclosure (python-flint)")
-@click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only (seconds, not "
-              "minutes)")
+@click.option("--small-width", is_flag=True, help="aim: rho -> 0 (required for weak)")
+@click.option("--digits", type=int, default=16, show_default=True, help="aim: digits of the "
+              "closed form (1..1000); smi: accuracy of the sequential threshold (1..9, "
+              "default 4)")
+@click.option("--certified", is_flag=True, help="aim: a guaranteed interval by ball "
+              "arithmetic (python-flint)")
+@click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only")
 @click.option("--sequential-route", type=click.Choice(["lattice", "montecarlo"]),
               default="lattice", show_default=True, help="smi --layers 3: the sequential "
               "thresholds by the deterministic fibre lattice (error bar by refinement, ~10-20 "
@@ -295,6 +272,8 @@ def plot_rows(path: str, rows: list[dict], ycols: list[str], title: str) -> None
 def threshold(kind, small_width, digits, certified, no_sequential, sequential_route, **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists)."""
     model = check_model(kw)
+    if kind not in ("weak", "perfect"):
+        fail("KIND", "weak or perfect", kind)
     if not 1 <= digits <= 1000:
         fail("--digits", "in 1..1000", digits)
     if model == "smi":
@@ -304,75 +283,45 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
             fail("--certified", "used only for closed-form thresholds (--model aim)", True)
         if small_width:
             fail("--small-width", "used only with --model aim", True)
-        args = smi_args(kw)
-        given = click.get_current_context().get_parameter_source("digits")
-        seq_digits = 4 if given == click.core.ParameterSource.DEFAULT else digits
+        m = smi_model(kw)
+        seq_digits = digits if _given("digits") else 4
         if not 1 <= seq_digits <= 9:
             fail("--digits", "in 1..9 for --model smi (sequential threshold)", digits)
-        if args["layers"] == 3:
-            from .numerics import smi_deep
-
-            res = smi_deep.weak_thresholds(progress=progress_printer, **args)
+        if m.layers != 3 and _given("sequential_route"):
+            fail("--sequential-route", "used only with --layers 3", sequential_route)
+        table = m.thresholds(digits=seq_digits, sequential=not no_sequential,
+                             route=sequential_route, progress=progress_printer)
+        res = [{"layer": r.details["layer"], "kind": r.details["kind"], "value": r.value,
+                "error": r.error, "method": r.method,
+                **{k: v for k, v in r.details.items() if k not in ("layer", "kind")}}
+               for r in table]
+        out = {"model": "smi", **m.channel.as_dict(), "thresholds": res}
+        if m.layers == 3:
             note = "L = 3: weak thresholds of each layer at Q = 0"
             if not no_sequential:
-                from .numerics import smi_deep_branch
-
-                route = (smi_deep_branch.sequential_thresholds_l3_lattice
-                         if sequential_route == "lattice"
-                         else smi_deep_branch.sequential_thresholds_l3)
-                seq = route(skip=args["skip"], beta=args["beta"], progress=progress_printer)
-                res += [{k: d[k] for k in ("layer", "kind", "value", "error", "q3", "q3_error",
-                                           "first", "method", "seconds")} for d in seq]
                 how = ("deterministic fibre lattice, error bar by refinement"
                        if sequential_route == "lattice" else "seeded Monte Carlo")
                 note += (f"; sequential: layers 1 and 2 once layer 3 is learned ({how}, --digits "
                          "does not apply); the smaller one ('first') is the next transition, the "
                          "other only an upper bound")
-            emit({"model": "smi", **args, "thresholds": res, "note": note}, kw["as_json"])
-            return
-        from .numerics import smi
-
-        if click.get_current_context().get_parameter_source("sequential_route") != \
-                click.core.ParameterSource.DEFAULT:
-            fail("--sequential-route", "used only with --layers 3", sequential_route)
-        res = smi.weak_thresholds(progress=progress_printer, sequential=not no_sequential,
-                                  digits=seq_digits, **args)
-        emit({"model": "smi", **args, "thresholds": res}, kw["as_json"])
+            out["note"] = note
+        emit(out, kw["as_json"])
         return
-    from . import thresholds
-
     if no_sequential:
         fail("--no-sequential", "used only with --model smi", True)
-    if click.get_current_context().get_parameter_source("sequential_route") != \
-            click.core.ParameterSource.DEFAULT:
+    if _given("sequential_route"):
         fail("--sequential-route", "used only with --model smi --layers 3", sequential_route)
-    ch, cc, params = aim_channel(kw)
-    if kind == "weak":
-        if not small_width:
-            fail("--small-width", "given for a weak-recovery threshold of the AIM (at finite rho "
-                 "q > rho for every alpha > 0: no uninformative fixed point)", False)
-        if kw.get("rho") is not None:
-            fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
-        t = thresholds.small_width_weak(ch, digits=digits, params=params)
-        name = "alpha_bar_c"
-    else:
-        rho = None if small_width else (0.5 if kw.get("rho") is None else kw["rho"])
-        if small_width and kw.get("rho") is not None:
-            fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
-        t = thresholds.perfect_recovery(ch, rho_value=rho, small_width=small_width,
-                                        digits=digits, params=params)
-        name = "alpha_bar_PR" if small_width else "alpha_PR"
-    out = {"model": "aim", "channel": ch.name, "tokens": ch.tokens, "threshold": name,
-           **t.as_dict()}
-    if certified:
-        from .certified import enclosure
-
-        lo, hi, _ = enclosure(t.expr, digits=max(digits, 30))
-        out["interval"] = [lo, hi]
-        out["certified"] = "ball arithmetic (python-flint arb) on the closed form"
+    if kind == "weak" and not small_width:
+        fail("--small-width", "given for a weak-recovery threshold of the AIM (at finite rho "
+             "q > rho for every alpha > 0: no uninformative fixed point)", False)
+    m = aim_model(kw, small_width=small_width)
+    r = m.threshold(kind, small_width=small_width, digits=digits, certified=certified)
+    out = {"model": "aim", "channel": m.channel.name, "tokens": m.channel.tokens,
+           "threshold": r.quantity, "kind": r.details["kind"], "value": r.value, "error": r.error,
+           "method": r.method, **{k: v for k, v in r.details.items() if k != "kind"}}
     emit(out, kw["as_json"], lambda o: (
-        f"{name} ({ch.name}, T={ch.tokens}) = {o['value']}  (error {o['error']:.1e})\n"
-        f"closed form: {o['closed_form']}\nmethod: {o['method']}"))
+        f"{r.quantity} ({m.channel.name}, T={m.channel.tokens}) = {o['value']}  "
+        f"(error {o['error']:.1e})\nclosed form: {o['closed_form']}\nmethod: {o['method']}"))
 
 
 @cli.command()
@@ -380,15 +329,8 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
 def check(**kw):
     """Run the identity checks on a channel; exit 1 if any fails."""
     model = check_model(kw)
-    if model == "smi":
-        from .numerics import smi
-
-        results = smi.run_checks(**smi_args(kw))
-    else:
-        from .checks import run_checks
-
-        ch, cc, params = aim_channel(kw)
-        results = run_checks(ch, params=params)
+    m = smi_model(kw) if model == "smi" else aim_model(kw)
+    results = [dict(r) for r in m.check()]
     ok = all(r["passed"] for r in results)
     emit({"passed": ok, "checks": results}, kw["as_json"], lambda o: "\n".join(
         f"{'PASS' if r['passed'] else 'FAIL'}  {r['name']}: {r['detail']}" for r in results
@@ -397,97 +339,86 @@ def check(**kw):
         sys.exit(1)
 
 
+def _damping_option(damping: str):
+    if damping == "auto":
+        return damping
+    try:
+        return float(damping)
+    except ValueError:
+        fail("--damping", "a number in [0, 1) or 'auto'", damping)
+
+
 @cli.command()
 @model_options
 @click.option("--alpha", type=float, default=None, help="sample ratio alpha = N/D^2 > 0")
 @click.option("--alphas", default=None, help="start:stop:num: run AMP at each (with --plot)")
-@click.option("--dim", type=int, default=100, show_default=True, help="D, 10..2000")
+@click.option("--dim", type=int, default=100, show_default=True, help="D: aim 10..2000, "
+              "smi 10..10000")
 @click.option("--seeds", type=int, default=4, show_default=True, help="1..1000")
-@click.option("--max-iter", type=int, default=100, show_default=True)
+@click.option("--max-iter", type=int, default=100, show_default=True, help="1..100000")
 @click.option("--damping", default="auto", show_default=True,
               help="in [0, 1), or 'auto': AIM tries 0.5, 0.7, 0.8, 0.9 until a run does not "
                    "diverge; SMI uses 0.3")
-@click.option("--rng-seed", type=int, default=0, show_default=True)
+@click.option("--rng-seed", type=int, default=0, show_default=True, help="an integer >= 0")
 @click.option("--out", "out_path", default=None, help="JSON file (written after every seed)")
-@click.option("--plot", "plot_path", default=None, help="PNG: AMP points over the SE curve")
+@click.option("--plot", "plot_path", default=None, help="figure: AMP points over the SE curve")
 def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_path, **kw):
     """Finite-size GAMP-RIE on synthetic data against the SE (mean, stderr, se_prediction)."""
     import os as _os
 
     _os.environ.setdefault("OMP_NUM_THREADS", "1")
     model = check_model(kw)
-    if damping != "auto":
-        try:
-            damping = float(damping)
-        except ValueError:
-            fail("--damping", "a number in [0, 1) or 'auto'", damping)
+    damping = _damping_option(damping)
+    settings = dict(dim=dim, seeds=seeds, max_iter=max_iter, rng_seed=rng_seed)
     if model == "smi":
         damping = 0.3 if damping == "auto" else damping
         if alpha is None or alphas is not None or plot_path:
             fail("--alpha", "one value for --model smi (no --alphas/--plot)", alpha or alphas)
-        if not alpha > 0:
-            fail("--alpha", "> 0", alpha)
-        if not 10 <= dim <= 10000:
-            fail("--dim", "in 10..10000", dim)
-        if not 1 <= seeds <= 1000:
-            fail("--seeds", "in 1..1000", seeds)
-        if not 0 <= damping < 1:
-            fail("--damping", "in [0, 1)", damping)
-        from .numerics import smi_amp
-
-        r = smi_amp.run_smi_amp(alpha=alpha, dim=dim, seeds=seeds, max_iter=max_iter,
-                                damping=damping, rng_seed=rng_seed, progress=progress_printer,
-                                **smi_args(kw))
-        keep = ("Q_mean", "Q_stderr", "Q_tail_mean", "Q_tail_stderr", "per_iteration",
-                "converged_fraction",
-                "se_prediction", "seconds")
+        m = smi_model(kw)
+        _check_outputs(out_path, None)
+        r = m.amp(alpha=alpha, damping=damping, progress=progress_printer, **settings)
+        d = r.details
         out = {"model": "smi", "alpha": alpha, "dim": dim, "seeds": seeds,
-               **{k: r.get(k) for k in keep}}
+               "Q_mean": list(r.value), "Q_stderr": list(r.error),
+               **{k: d[k] for k in ("Q_tail_mean", "Q_tail_stderr", "per_iteration",
+                                    "converged_fraction", "se_prediction", "seconds")}}
+        later = _Deferred()
         if out_path:
-            atomic_write(out_path, json.dumps(_finite(out), indent=2))
+            later.run("--out", lambda: atomic_write(out_path, json.dumps(_finite(out), indent=2)))
         emit(out, kw["as_json"])
+        later.finish()
         return
     if (alpha is None) == (alphas is None):
         fail("--alpha", "given (or --alphas, not both)", alpha)
-    grid = [alpha] if alpha is not None else list(parse_grid(alphas, "--alphas"))
-    if any(not a > 0 for a in grid):
-        fail("--alpha", "> 0", alpha if alpha is not None else alphas)
-    if not 10 <= dim <= 2000:
-        fail("--dim", "in 10..2000", dim)
-    if not 1 <= seeds <= 1000:
-        fail("--seeds", "in 1..1000", seeds)
-    if damping != "auto" and not 0 <= damping < 1:
-        fail("--damping", "in [0, 1) or 'auto'", damping)
-    if max_iter < 1:
-        fail("--max-iter", ">= 1", max_iter)
-    from .numerics import aim_se
-    from .numerics import amp as amp_mod
-
-    ch, cc, params = aim_channel(kw)
-    rho = 0.5 if kw.get("rho") is None else kw["rho"]
+    grid = [alpha] if alpha is not None else [float(a) for a in parse_grid(alphas, "--alphas")]
+    m = aim_model(kw)
+    _check_outputs(out_path, plot_path)
     results = []
     for i, a in enumerate(grid):
-        r = amp_mod.run_amp(ch, cc, alpha=float(a), rho=rho, dim=dim, seeds=seeds,
-                            max_iter=max_iter, damping=damping, rng_seed=rng_seed,
-                            progress=progress_printer,
-                            out=None if out_path is None else
-                            (out_path if len(grid) == 1 else f"{out_path}.{i}.json"))
-        results.append({"alpha": float(a), "dim": dim, "mean": r["mean"], "stderr": r["stderr"],
-                        "se_prediction": r["se_prediction"], "per_seed": r["per_seed"],
-                        "per_iteration": r["per_iteration"], "converged": r.get("converged"),
-                        "dampings": r.get("dampings"),
-                        "interrupted": r.get("interrupted", False)})
+        r = m.amp(alpha=a, damping=damping, progress=progress_printer,
+                  out=None if out_path is None else
+                  (out_path if len(grid) == 1 else f"{out_path}.{i}.json"), **settings)
+        d = r.details
+        results.append({"alpha": float(a), "dim": dim, "mean": r.value, "stderr": r.error,
+                        "se_prediction": d["se_prediction"], "per_seed": d["per_seed"],
+                        "per_iteration": d["per_iteration"], "converged": d["converged"],
+                        "dampings": d["dampings"], "interrupted": d["interrupted"]})
+    later = _Deferred()
     if plot_path:
+        from .plots import plot_amp_vs_se
+
         top = max(grid) * 1.3
-        curve_rows = aim_se.curve(cc, alphas=np.linspace(0, top, 41), rho=rho, tol=1e-8)
-        amp_mod.plot_amp_vs_se(results, curve_rows, plot_path,
-                               title=f"AIM {ch.name}, T={ch.tokens}, rho={rho}, D={dim}")
+        curve_rows = [dict(r) for r in m.curve(alphas=np.linspace(0, top, 41), tol=1e-8)]
+        later.run("--plot", lambda: plot_amp_vs_se(
+            results, curve_rows, plot_path,
+            title=f"AIM {m.channel.name}, T={m.channel.tokens}, rho={m.rho}, D={dim}"))
     out = results[0] if len(results) == 1 else {"points": results}
     if out_path and len(grid) > 1:
-        atomic_write(out_path, json.dumps(_finite(out), indent=2))
+        later.run("--out", lambda: atomic_write(out_path, json.dumps(_finite(out), indent=2)))
     emit(out, kw["as_json"], lambda o: "\n".join(
         f"alpha={r['alpha']:.6g} D={dim}: AMP {r['mean']:.5f} +- {r['stderr']:.5f}  "
         f"SE {r['se_prediction']:.5f}" for r in results))
+    later.finish()
 
 
 @cli.command()
@@ -498,40 +429,15 @@ def derive(fmt, **kw):
     """Print a channel's equations: Z_out, g_out, dg_out, SE map, Psi_out, stability."""
     model = check_model(kw)
     if model == "smi":
-        from .sheets import smi_sheet, strip_canonical
-
-        layers = smi_args(kw)["layers"]
-        click.echo(strip_canonical(smi_sheet(layers)))
+        click.echo(smi_model(kw).derive())
         return
-    from .codegen import numpy_source
-    from .output import derive as derive_channel
-    from .sheets import aim_expressions, aim_sheet, latex_document, strip_canonical
+    m = aim_model(kw)
+    if fmt == "markdown" and kw["as_json"]:
+        import sympy as sp
 
-    ch, cc, params = aim_channel(kw)
-    if fmt == "python":
-        click.echo(numpy_source(derive_channel(ch), params, ch))
-    elif fmt == "latex":
-        click.echo(latex_document(aim_expressions(ch), ch.tokens))
-    else:
-        text = strip_canonical(aim_sheet(ch))
-        if kw["as_json"]:
-            import sympy as sp
-
-            emit({k: sp.latex(v) for k, v in aim_expressions(ch).items()}, True)
-            return
-        click.echo(text)
-
-
-def _positive_rational(text: str, option: str):
-    from fractions import Fraction
-
-    try:
-        q = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        q = None
-    if q is None or not q > 0:
-        fail(option, "a finite real number > 0 (decimal or p/q)", text)
-    return q
+        emit({k: sp.latex(v) for k, v in m.expressions().items()}, True)
+        return
+    click.echo(m.derive(fmt))
 
 
 @cli.command()
@@ -544,35 +450,23 @@ def _positive_rational(text: str, option: str):
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def mmse(rho, delta, digits, certified, as_json):
     """mmse(Delta) of denoising the Wishart matrix S from S + sqrt(Delta) Z (THEORY 1.1)."""
-    _positive_rational(rho, "--rho")
-    _positive_rational(delta, "--delta")
-    if digits is not None and not 5 <= digits <= 200:
-        fail("--digits", "in 5..200", digits)
-    if certified:
-        from .numerics.certified_prior import mmse_enclosure
+    from .models import mmse as mmse_api
 
-        enc = mmse_enclosure(rho=rho, delta=delta, digits=20 if digits is None else digits)
-        out = {"rho": rho, "delta": delta, "value": enc.value, "error": enc.error,
-               "interval": [enc.lo, enc.hi], "width": enc.width, "mid": enc.mid,
-               "method": enc.method, "what_is_certified": enc.what_is_certified,
-               "precision_bits": enc.precision, "support": enc.extra["support"],
-               "support_masses": enc.extra["support_masses"]}
+    r = mmse_api(rho=rho, delta=delta, digits=digits, certified=certified)
+    if certified:
+        out = {"rho": rho, "delta": delta, "value": r.value, "error": r.error,
+               "interval": r.details["interval"], "width": r.details["width"],
+               "mid": r.details["mid"], "method": r.method,
+               "what_is_certified": r.details["what_is_certified"],
+               "precision_bits": r.details["precision_bits"], "support": r.details["support"],
+               "support_masses": r.details["support_masses"]}
         emit(out, as_json, lambda o: (
             f"mmse(Delta={delta}; rho={rho}) in [{o['interval'][0]}, {o['interval'][1]}] "
             f"(width {o['width']:.1e}, certified)\nmethod: {o['method']}\n"
             f"certified: {o['what_is_certified']}"))
         return
-    from .numerics import wishart
-
-    est = wishart.mmse_estimate(delta, rho=rho, dps=digits)
-    if digits is None:
-        value = est.value
-    else:
-        import mpmath
-
-        value = mpmath.nstr(est.value, digits)
-    out = {"rho": rho, "delta": delta, "value": value, "error": est.error, "method": est.method,
-           "precision": est.precision}
+    out = {"rho": rho, "delta": delta, "value": r.value, "error": r.error, "method": r.method,
+           "precision": r.precision}
     emit(out, as_json, lambda o: (
         f"mmse(Delta={delta}; rho={rho}) = {o['value']} +- {o['error']:.1e}\nmethod: {o['method']}"))
 
@@ -588,6 +482,9 @@ def main() -> None:
         sys.argv.append("--help")
     try:
         cli(standalone_mode=False)
+    except DomainError as e:
+        click.echo(f"aim-sym: error: {relabel(e)}", err=True)
+        sys.exit(2)
     except (OptionError, InputError, ChannelError) as e:
         click.echo(f"aim-sym: error: {e}", err=True)
         sys.exit(2)

@@ -9,7 +9,11 @@ from collections.abc import Callable
 import click
 import numpy as np
 
+from .domains import GRID_POINTS, DomainError
+
 MODELS = ("aim", "smi")
+#: API labels whose command-line option is not the domain's own spelling
+OPTION_OF_LABEL = {"alphas": "--alphas", "alpha_bar": "--alpha"}
 
 
 class OptionError(Exception):
@@ -45,8 +49,13 @@ def progress_printer(done: int, total: int, message: str) -> None:
     click.echo(f"[{done}/{total}] {message}", err=True)
 
 
+def relabel(e: DomainError) -> DomainError:
+    """An API domain error renamed with its command-line option (``beta`` -> ``--beta``)."""
+    return e.relabel(OPTION_OF_LABEL.get(e.label) or e.domain.option)
+
+
 def parse_grid(spec: str, option: str) -> np.ndarray:
-    """start:stop:num -> numpy.linspace(start, stop, num)."""
+    """start:stop:num -> numpy.linspace(start, stop, num); finite ends, num in 1..MAX_GRID."""
     parts = spec.split(":")
     try:
         if len(parts) != 3:
@@ -54,23 +63,27 @@ def parse_grid(spec: str, option: str) -> np.ndarray:
         a, b, n = float(parts[0]), float(parts[1]), int(parts[2])
     except ValueError:
         fail(option, "start:stop:num (e.g. 0:0.08:41)", spec)
-    if n < 1:
-        fail(option, "a grid with num >= 1", spec)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        fail(option, "a grid start:stop:num with finite start and stop", spec)
+    if not GRID_POINTS.contains(n):
+        fail(option, f"a grid start:stop:num with num {GRID_POINTS.allowed()}", spec)
     return np.linspace(a, b, n)
 
 
+def smi_channel(kw: dict):
+    """The SMI deep-attention channel named by the options (validated by its domains)."""
+    from .channels import DeepAttention
 
-def smi_args(kw: dict) -> dict:
     ch = kw.get("channel") or "deep-attention"
     if ch != "deep-attention":
         fail("--channel", "deep-attention for --model smi", ch)
-    layers = 2 if kw.get("layers") is None else kw["layers"]
-    if layers not in (2, 3):
-        fail("--layers", "2 or 3", layers)
-    skip = 1.0 if kw.get("skip") is None else kw["skip"]
-    if not skip >= 0:
-        fail("--skip", ">= 0", skip)
-    beta = 1.0 if kw.get("beta") is None else kw["beta"]
-    if kw["tokens"] != 2:
-        fail("--tokens", "2 for --model smi", kw["tokens"])
-    return {"layers": layers, "tokens": kw["tokens"], "skip": skip, "beta": beta}
+    given = {k: kw[k] for k in ("layers", "tokens", "skip", "beta") if kw.get(k) is not None}
+    try:
+        return DeepAttention(**given)
+    except DomainError as e:
+        raise relabel(e) from None
+
+
+def smi_args(kw: dict) -> dict:
+    """layers, tokens, skip, beta of the SMI channel named by the options."""
+    return smi_channel(kw).as_dict()

@@ -107,3 +107,23 @@ def test_cli_with_channel_file():
                         os.path.join(EX, "sign_similarity.py"), "--alpha", "0.1", "--rho", "0.5",
                         "--json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
+
+
+def test_cli_refuses_negative_parameters_of_a_channel_file():
+    for f, param in (("noisy_projection.py", "Delta=-1"), ("noisy_hardmax.py", "eps=2"),
+                     ("noisy_hardmax.py", "eps=nan")):
+        p = subprocess.run([sys.executable, "-m", "aim_sym", "se", "--channel-file",
+                            os.path.join(EX, f), "--param", param, "--alpha", "0.1"],
+                           capture_output=True, text=True, timeout=300)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and "--param" in lines[0], p.stderr
+
+
+def test_from_file_binds_values():
+    from aim_sym.channel_file import from_file
+
+    ch = from_file(os.path.join(EX, "noisy_hardmax.py"), tokens=2, eps=0.2)
+    a = small_width_weak(ch, params={"eps": 0.2}).expr
+    b = small_width_weak(load_channel_file(os.path.join(EX, "noisy_hardmax.py"), tokens=2),
+                         params={"eps": "0.2"}).expr
+    assert sp.simplify(a - b) == 0 and dict((s.name, v) for s, v in ch.params) == {"eps": 0.2}

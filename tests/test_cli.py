@@ -108,3 +108,36 @@ def test_smi_weak_thresholds_and_sweep(tmp_path):
     rows = list(csv.DictReader(open(csv_path)))
     assert [float(r["skip"]) for r in rows] == [1.0, 2.0] and os.path.getsize(png) > 1000
     assert float(rows[1]["weak_layer2"]) < float(rows[0]["weak_layer2"])
+
+
+def test_result_printed_when_output_cannot_be_written(tmp_path, monkeypatch, capsys):
+    # the folder is writable when checked, the write fails afterwards: the rows are printed
+    # and the command exits 2 naming --out
+    from aim_sym import tables
+    from aim_sym.cli import main
+
+    def broken(path, rows, **kw):
+        raise tables.OutputError(f"cannot write the table {path!r}: disk full")
+
+    monkeypatch.setattr(tables, "write_csv", broken)
+    monkeypatch.setattr(sys, "argv", ["aim-sym", "curve", "--channel", "softmax", "--alphas",
+                                      "0:0.05:2", "--out", str(tmp_path / "c.csv"), "--json"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    assert e.value.code == 2 and len(json.loads(out.out)["rows"]) == 2
+    assert out.err.strip().splitlines()[-1].startswith("aim-sym: error: --out")
+
+
+@pytest.mark.parametrize("args,option", [
+    (["se", "--alpha", "0.1", "--channel", "hardmax", "--beta", "inf"], "--beta"),
+    (["se", "--alpha", "0.1", "--channel", "linear", "--epsilon", "0.1"], "--epsilon"),
+    (["se", "--alpha", "0.1", "--channel", "softmax", "--tokens", "100"], "--tokens"),
+    (["se", "--model", "smi", "--alpha", "0.1", "--skip", "0"], "--skip"),
+    (["curve", "--model", "smi", "--alphas", "0:1:3", "--method", "traced"], "--method"),
+    (["amp", "--model", "smi", "--alpha", "0.5", "--dim", "20", "--max-iter", "0"], "--max-iter"),
+])
+def test_options_that_do_not_apply_or_overflow_are_refused(args, option):
+    p = run(*args, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and option in lines[0], p.stderr

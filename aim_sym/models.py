@@ -1,0 +1,494 @@
+"""Model objects of the public API (docs/api.md): :class:`AIM`, :class:`SMI` and :func:`mmse`.
+
+A model is a frozen specification (a channel with its parameter values, and the model's own
+parameters), validated when built through the parameter domains (:mod:`aim_sym.domains`,
+declared next to the channels). Its methods call the numeric engines exactly as the command
+line does and return :class:`aim_sym.results.Result` / :class:`aim_sym.results.ResultTable`.
+Depth is a parameter of the SMI channel (``layers=``), never a module choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from . import channels as _channels
+from .channels import Channel, DeepAttention, DiscreteChannel, GaussianChannel
+from .domains import (
+    ALPHA,
+    ALPHA_AMP,
+    ALPHA_BAR,
+    DAMPING,
+    DIM_AIM,
+    DIM_SMI,
+    MAX_ITER,
+    MMSE_DIGITS,
+    RHO,
+    RNG_SEED,
+    SE_DIGITS,
+    SEEDS,
+    SEQUENTIAL_DIGITS,
+    THRESHOLD_DIGITS,
+    TOL,
+    Domain,
+    DomainError,
+    check_grid,
+)
+from .numerics.records import InputError
+from .results import Result, ResultTable
+
+Progress = Callable[[int, int, str], None] | None
+
+CURVE_METHODS = ("traced", "per-alpha")
+SEQUENTIAL_ROUTES = ("lattice", "montecarlo")
+_L3_SEQUENTIAL_KEYS = ("layer", "kind", "value", "error", "q3", "q3_error", "first", "method",
+                       "seconds")
+
+
+def _damping(value) -> float | str:
+    if value == "auto":
+        return value
+    if isinstance(value, str):
+        raise DomainError(DAMPING, value, DAMPING.name, allowed="a number in [0, 1) or 'auto'")
+    return DAMPING.check(value)
+
+
+def _choice(value, name: str, allowed: tuple) -> str:
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------- AIM
+@dataclass(frozen=True)
+class AIM:
+    """The attention-indexed model (THEORY 1): ``AIM(am.channels.hardmax(tokens=2), rho=0.5)``.
+
+    ``channel``: a channel of :mod:`aim_sym.channels` (built-in or from a file) with its
+    parameter values bound; ``rho``: the width ratio. Frozen; validated when built.
+    """
+
+    channel: Channel
+    rho: float = 0.5
+
+    def __post_init__(self) -> None:
+        ch = self.channel
+        if not isinstance(ch, (GaussianChannel, DiscreteChannel)):
+            raise InputError("channel must be an AIM channel (e.g. am.channels.hardmax(tokens=2)); "
+                             f"got {type(ch).__name__}")
+        _channels.tokens_domain(ch).check(ch.tokens)
+        domains = _channels.parameter_domains(ch)
+        for sym, value in ch.params:
+            dom = domains[sym.name]
+            if value is not None:
+                dom.check(value)
+            elif dom.default is None and sym.name in dict(ch.domains):
+                raise DomainError(dom, None, dom.name,
+                                  allowed=f"given for channel {ch.name} ({dom.allowed()})")
+        object.__setattr__(self, "rho", RHO.check(self.rho))
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def values(self) -> dict:
+        """The channel's bound parameter values (symbol name -> value)."""
+        return _channels.values_of(self.channel)
+
+    @cached_property
+    def compiled(self):
+        """The compiled channel (:class:`aim_sym.compiled.CompiledChannel`) the engines consume."""
+        from .compiled import compile_channel
+
+        return compile_channel(self.channel, self.values)
+
+    def parameters(self, **extra) -> dict:
+        return {"model": "aim", "channel": self.channel.name, "tokens": self.channel.tokens,
+                "rho": self.rho, **self.values, **extra}
+
+    def _method(self, fp) -> str:
+        return (("closed-form output map" if not self.compiled.discrete else
+                 f"quadrature over omega, levels up to {fp.extra.get('level')}")
+                + " + Wishart prior quadrature; error = difference of two refinement levels")
+
+    # ------------------------------------------------------------------ state evolution
+    def fixed_points(self, *, alpha: float, tol: float = 1e-13) -> ResultTable:
+        """All SE fixed points at ``alpha`` (THEORY 1.1), the Bayes-optimal one flagged: one
+        Result (quantity "mmse") each, details q, q_hat, phi, stable, slope, bayes_optimal."""
+        from .numerics import aim_se
+
+        alpha, tol = ALPHA.check(alpha), TOL.check(tol)
+        fps = aim_se.fixed_points(self.compiled, alpha=alpha, rho=self.rho, tol=tol)
+        params = self.parameters(alpha=alpha)
+        return ResultTable(tuple(
+            Result(quantity="mmse", value=f.mmse, error=f.error, method=self._method(f),
+                   precision=16, parameters=params,
+                   details={k: v for k, v in f.as_dict().items() if k not in ("mmse", "error")})
+            for f in fps), params)
+
+    def state_evolution(self, *, alpha: float, digits: int | None = None,
+                        tol: float = 1e-13) -> Result:
+        """The Bayes-optimal fixed point at ``alpha``: mmse with q, q_hat, phi and all
+        ``fixed_points`` in details; ``digits`` (5..200, closed-form output maps only) adds
+        ``mmse_digits`` (value, error, method) by the many-digit solver."""
+        from .numerics import aim_se
+
+        alpha, tol = ALPHA.check(alpha), TOL.check(tol)
+        if digits is not None:
+            digits = SE_DIGITS.check(digits)
+            if self.compiled.discrete:
+                raise DomainError(SE_DIGITS, digits, "digits", allowed="omitted for a channel "
+                                  "without a closed-form output map (discrete channels)")
+        fps = aim_se.fixed_points(self.compiled, alpha=alpha, rho=self.rho, tol=tol)
+        bo = aim_se.bayes_optimal(fps)
+        details = {"q": bo.q, "q_hat": bo.q_hat, "phi": bo.phi,
+                   "fixed_points": [f.as_dict() for f in fps]}
+        if digits is not None and bo.mmse > 0:
+            est = aim_se.fixed_point_mp(self.compiled, alpha=alpha, rho=self.rho, dps=digits,
+                                        v0=bo.mmse)
+            details["mmse_digits"] = {"value": est.value, "error": est.error, "method": est.method}
+        return Result(quantity="mmse", value=bo.mmse, error=bo.error, method=self._method(bo),
+                      precision=16, parameters=self.parameters(alpha=alpha), details=details)
+
+    def small_width_state_evolution(self, *, alpha_bar: float) -> Result:
+        """The small-width limit rho -> 0 at alpha = alpha_bar rho (THEORY 1.2): the largest
+        stable overlap q (quantity "q"), all fixed points in details (``rho`` is not used)."""
+        from .numerics import aim_se
+
+        alpha_bar = ALPHA_BAR.check(alpha_bar)
+        fps = aim_se.small_width_fixed_points(self.compiled, alpha_bar=alpha_bar)
+        stable = [f for f in fps if f["stable"]]
+        best = max(stable, key=lambda f: f["q"]) if stable else fps[0]
+        params = {k: v for k, v in self.parameters(alpha_bar=alpha_bar).items() if k != "rho"}
+        return Result(quantity="q", value=best["q"], error=None,
+                      method="small-width SE map: roots on a grid, Brent", precision=16,
+                      parameters=params, details={"fixed_points": fps})
+
+    def curve(self, *, alphas, tol: float = 1e-13, method: str = "traced",
+              progress: Progress = None) -> ResultTable:
+        """The Bayes-optimal branch over an alpha grid: one row per alpha (alpha, q, q_hat,
+        mmse, phi, error, ...). ``method``: "traced" (alpha(Delta) traced once) or
+        "per-alpha"."""
+        from .numerics import aim_curve
+
+        grid = check_grid(alphas, ALPHA, label="alphas")
+        tol = TOL.check(tol)
+        _choice(method, "method", CURVE_METHODS)
+        rows = aim_curve.curve(self.compiled, alphas=list(grid), rho=self.rho, tol=tol,
+                               progress=progress, method=method)
+        return ResultTable(tuple(rows), self.parameters())
+
+    # ------------------------------------------------------------------ thresholds
+    def threshold(self, kind: str = "weak", *, small_width: bool = False, digits: int = 16,
+                  certified: bool = False) -> Result:
+        """A closed-form threshold (THEORY 1.2): ``"weak"`` (small width only: alpha_bar_c) or
+        ``"perfect"`` (alpha_PR, or alpha_bar_PR with ``small_width``). ``value`` is a decimal
+        string of ``digits`` digits; details: closed_form (LaTeX), sympy, and with
+        ``certified`` an ``interval`` by ball arithmetic."""
+        from . import thresholds
+
+        _choice(kind, "kind", ("weak", "perfect"))
+        digits = THRESHOLD_DIGITS.check(digits)
+        if kind == "weak":
+            if not small_width:
+                raise InputError("small_width must be True for a weak-recovery threshold of the "
+                                 "AIM (at finite rho q > rho for every alpha > 0: no uninformative "
+                                 "fixed point); got False")
+            t = thresholds.small_width_weak(self.channel, digits=digits, params=self.values)
+            name = "alpha_bar_c"
+        else:
+            t = thresholds.perfect_recovery(self.channel, rho_value=None if small_width else self.rho,
+                                            small_width=small_width, digits=digits,
+                                            params=self.values)
+            name = "alpha_bar_PR" if small_width else "alpha_PR"
+        d = t.as_dict()
+        details = {k: d[k] for k in ("kind", "digits", "closed_form", "sympy")}
+        if certified:
+            from .certified import enclosure
+
+            lo, hi, _ = enclosure(t.expr, digits=max(digits, 30))
+            details["interval"] = [lo, hi]
+            details["certified"] = "ball arithmetic (python-flint arb) on the closed form"
+        params = self.parameters()
+        if small_width:
+            params.pop("rho")
+        return Result(quantity=name, value=t.value, error=t.error, method=t.method,
+                      precision=digits, parameters=params, details=details)
+
+    def threshold_expr(self, kind: str = "weak", *, small_width: bool = True):
+        """The threshold as a sympy expression (see :meth:`threshold`)."""
+        from . import thresholds
+
+        _choice(kind, "kind", ("weak", "perfect"))
+        if kind == "weak":
+            return thresholds.small_width_weak_expr(self.channel, self.values)
+        return thresholds.perfect_recovery_expr(self.channel, rho_value=None if small_width
+                                                else self.rho, small_width=small_width,
+                                                params=self.values)
+
+    # ------------------------------------------------------------------ checks, AMP, equations
+    def check(self) -> ResultTable:
+        """The identity checks of the derivation (THEORY 4): one row per check (name, passed,
+        detail, value, tolerance)."""
+        from .checks import run_checks
+
+        return ResultTable(tuple(run_checks(self.channel, params=self.values)), self.parameters())
+
+    def amp(self, *, alpha: float, dim: int = 100, seeds: int = 4, max_iter: int = 100,
+            damping: float | str = "auto", rng_seed: int = 0, progress: Progress = None,
+            out: str | None = None) -> Result:
+        """GAMP-RIE at dimension ``dim`` over ``seeds`` instances against the SE (THEORY 4):
+        quantity "mse" (mean final ||S_hat - S||_F^2 / D, error = standard error over seeds);
+        details se_prediction, per_seed, per_iteration, converged, dampings, interrupted.
+        ``out``: a JSON file rewritten after every seed."""
+        from .amp_functions import amp_functions
+        from .numerics import amp as amp_mod
+
+        alpha = ALPHA_AMP.check(alpha)
+        dim, seeds = DIM_AIM.check(dim), SEEDS.check(seeds)
+        max_iter, rng_seed = MAX_ITER.check(max_iter), RNG_SEED.check(rng_seed)
+        damping = _damping(damping)
+        kw = dict(alpha=alpha, rho=self.rho, dim=dim, seeds=seeds, max_iter=max_iter,
+                  damping=damping, rng_seed=rng_seed, progress=progress, out=out)
+        r = amp_mod.run_amp(fns=amp_functions(self.channel, self.values), cc=self.compiled, **kw)
+        details = {"dim": dim, "se_prediction": r["se_prediction"], "per_seed": r["per_seed"],
+                   "per_iteration": r["per_iteration"], "converged": r.get("converged"),
+                   "dampings": r.get("dampings"), "interrupted": r.get("interrupted", False)}
+        return Result(quantity="mse", value=r["mean"], error=r["stderr"],
+                      method=f"GAMP-RIE at D = {dim}, {seeds} seeds; error = standard error",
+                      precision=16, parameters=self.parameters(alpha=alpha, dim=dim, seeds=seeds,
+                                                               rng_seed=rng_seed),
+                      details=details)
+
+    def expressions(self) -> dict:
+        """The channel's equations as sympy expressions (Z_out, g_out, SE map, ...)."""
+        from .sheets import aim_expressions
+
+        return aim_expressions(self.channel)
+
+    def derive(self, format: str = "markdown") -> str:
+        """The channel's equations as text: "markdown", "latex" or "python" (numpy code)."""
+        _choice(format, "format", ("markdown", "latex", "python"))
+        if format == "python":
+            from .codegen import numpy_source
+            from .output import derive as derive_channel
+
+            return numpy_source(derive_channel(self.channel), self.values, self.channel)
+        from .sheets import aim_expressions, aim_sheet, latex_document, strip_canonical
+
+        if format == "latex":
+            return latex_document(aim_expressions(self.channel), self.channel.tokens)
+        return strip_canonical(aim_sheet(self.channel))
+
+
+# ----------------------------------------------------------------------------- SMI
+@dataclass(frozen=True)
+class SMI:
+    """The sequence multi-index model with deep attention (THEORY 2):
+    ``SMI(am.channels.deep_attention(layers=2, tokens=2, skip=1.0))``."""
+
+    channel: DeepAttention = DeepAttention()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.channel, DeepAttention):
+            raise InputError("channel must be am.channels.deep_attention(...) for the SMI; got "
+                             f"{type(self.channel).__name__}")
+
+    @property
+    def layers(self) -> int:
+        return self.channel.layers
+
+    def _args(self) -> dict:
+        return self.channel.as_dict()
+
+    def parameters(self, **extra) -> dict:
+        return {"model": "smi", **self._args(), **extra}
+
+    def _require_layers(self, what: str, allowed: tuple = (2,)) -> None:
+        if self.layers not in allowed:
+            raise DomainError(_channels.LAYERS_DOMAIN, self.layers, "layers",
+                              allowed=f"{' or '.join(map(str, allowed))} for {what}")
+
+    def thresholds(self, *, digits: int = 4, sequential: bool = True, route: str = "lattice",
+                   progress: Progress = None) -> ResultTable:
+        """Weak-recovery thresholds of each layer at Q = 0 and (unless ``sequential=False``)
+        the sequential ones (THEORY 2.2): one Result each, quantity "alpha_weak" or
+        "alpha_sequential", details layer, kind, seconds (and q2, or q3 and ``first`` at L = 3).
+        ``digits``: accuracy of the L = 2 sequential threshold (1..9); ``route``: the L = 3
+        sequential route, "lattice" (deterministic) or "montecarlo"."""
+        digits = SEQUENTIAL_DIGITS.check(digits)
+        _choice(route, "route", SEQUENTIAL_ROUTES)
+        args = self._args()
+        if self.layers == 3:
+            from .numerics import smi_deep
+
+            res = smi_deep.weak_thresholds(progress=progress, **args)
+            if sequential:
+                from .numerics import smi_deep_branch
+
+                fn = (smi_deep_branch.sequential_thresholds_l3_lattice if route == "lattice"
+                      else smi_deep_branch.sequential_thresholds_l3)
+                seq = fn(skip=args["skip"], beta=args["beta"], progress=progress)
+                res += [{k: d[k] for k in _L3_SEQUENTIAL_KEYS} for d in seq]
+        else:
+            if route != "lattice":
+                raise InputError(f"route must be omitted (it applies to layers = 3); got {route!r}")
+            from .numerics import smi
+
+            res = smi.weak_thresholds(progress=progress, sequential=sequential, digits=digits,
+                                      **args)
+        params = self.parameters()
+        return ResultTable(tuple(
+            Result(quantity=f"alpha_{d['kind']}", value=d["value"], error=d["error"],
+                   method=d["method"], precision=None, parameters=params,
+                   details={k: v for k, v in d.items() if k not in ("value", "error", "method")})
+            for d in res), params)
+
+    def fixed_point(self, *, alpha: float) -> Result:
+        """The Bayes-optimal SE fixed point (THEORY 2.1): quantity "Q" (the diagonal overlaps,
+        one per layer), error per entry; details Q_hat, e_gen, phi, branch, stable, ..."""
+        from .numerics import smi
+
+        self._require_layers("the SMI state evolution")
+        alpha = ALPHA.check(alpha)
+        r = smi.fixed_point(alpha=alpha, **self._args())
+        return Result(quantity="Q", value=tuple(r["Q"]), error=tuple(r["error"]),
+                      method=r.get("method", "SMI state evolution (THEORY 2.1), branch "
+                                   f"{r.get('branch')}"),
+                      precision=16, parameters=self.parameters(alpha=alpha),
+                      details={k: v for k, v in r.items() if k not in ("Q", "error", "alpha")})
+
+    def curve(self, *, alphas, progress: Progress = None) -> ResultTable:
+        """The SE along an alpha grid: one flat row per alpha (alpha, Q_11, Q_22, ..., e_gen,
+        branch, ...)."""
+        from .numerics import smi
+
+        self._require_layers("the SMI state evolution")
+        grid = check_grid(alphas, ALPHA, label="alphas")
+        rows = smi.se_curve(alphas=list(grid), progress=progress, **self._args())
+        flat = []
+        for r in rows:
+            d = {}
+            for k, v in r.items():
+                if isinstance(v, (list, tuple)):  # diagonal entries Q_11, Q_22, ...
+                    d.update({f"{k}_{i + 1}{i + 1}": x for i, x in enumerate(v)})
+                else:
+                    d[k] = v
+            flat.append(d)
+        return ResultTable(tuple(flat), self.parameters())
+
+    def check(self) -> ResultTable:
+        """Identity checks of the SMI engine (THEORY 4): one row per check."""
+        from .numerics import smi
+
+        self._require_layers("the SMI checks")
+        return ResultTable(tuple(smi.run_checks(**self._args())), self.parameters())
+
+    def amp(self, *, alpha: float, dim: int = 100, seeds: int = 4, max_iter: int = 100,
+            damping: float = 0.3, rng_seed: int = 0, progress: Progress = None) -> Result:
+        """GAMP on synthetic data (THEORY 2.4): quantity "Q" (mean final overlaps per layer,
+        error = standard error over seeds); details Q_tail_mean, Q_tail_stderr,
+        per_iteration, converged_fraction, se_prediction, seconds."""
+        from .numerics import smi_amp
+
+        self._require_layers("SMI AMP")
+        alpha = ALPHA_AMP.check(alpha)
+        dim, seeds = DIM_SMI.check(dim), SEEDS.check(seeds)
+        max_iter, rng_seed = MAX_ITER.check(max_iter), RNG_SEED.check(rng_seed)
+        damping = DAMPING.check(damping)
+        r = smi_amp.run_smi_amp(alpha=alpha, dim=dim, seeds=seeds, max_iter=max_iter,
+                                damping=damping, rng_seed=rng_seed, progress=progress,
+                                **self._args())
+        keep = ("Q_tail_mean", "Q_tail_stderr", "per_iteration", "converged_fraction",
+                "se_prediction", "seconds")
+        return Result(quantity="Q", value=tuple(r["Q_mean"]), error=tuple(r["Q_stderr"]),
+                      method=f"GAMP at D = {dim}, {seeds} seeds; error = standard error",
+                      precision=16, parameters=self.parameters(alpha=alpha, dim=dim, seeds=seeds,
+                                                               rng_seed=rng_seed),
+                      details={k: r.get(k) for k in keep})
+
+    def derive(self) -> str:
+        """The SMI equations (fibre, inverse attention, SE) as a markdown sheet."""
+        from .sheets import smi_sheet, strip_canonical
+
+        return strip_canonical(smi_sheet(self.layers))
+
+
+# ----------------------------------------------------------------------------- the prior alone
+def _exact_positive(value: Any, domain: Domain):
+    """A positive finite real read exactly (str, int, Fraction or float) -> Fraction."""
+    from fractions import Fraction
+
+    q = None
+    if isinstance(value, str):
+        try:
+            q = Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            q = None
+    elif not isinstance(value, bool) and domain.contains(value):
+        q = Fraction(repr(float(value))) if isinstance(value, float) else Fraction(value)
+    if q is None or not q > 0 or not domain.contains(float(q)):
+        raise DomainError(domain, value, domain.name,
+                          allowed=f"{domain.allowed()} (decimal or p/q)")
+    return q
+
+
+def _engine_number(value: Any, digits: int | None):
+    """What the prior's engine reads: a float as its shortest decimal (0.2 = 1/5, as the
+    command line reads it), p/q as an mpmath number at the working precision."""
+    import mpmath
+
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str) and "/" in value:
+        from fractions import Fraction
+
+        q = Fraction(value.strip())
+        with mpmath.workdps((digits or 16) + 30):
+            return mpmath.mpf(q.numerator) / q.denominator
+    return value
+
+
+MMSE_RHO = RHO.with_(description="Wishart aspect ratio rho (read exactly), finite >= 1e-5: "
+                     "below, the double-precision prior quadrature loses its accuracy")
+MMSE_DELTA = Domain(name="delta", option="--delta", low=0, low_open=True, default=None,
+                    description="noise variance Delta > 0 (read exactly)")
+
+
+def mmse(*, rho, delta, digits: int | None = None, certified: bool = False) -> Result:
+    """mmse(Delta) of denoising the Wishart matrix S from S + sqrt(Delta) Z (THEORY 1.1).
+
+    ``rho``, ``delta``: positive reals (decimal strings read exactly, a float as its shortest
+    decimal: 0.2 means 1/5); ``digits``: mpmath
+    digits of the estimate (5..200; value then a decimal string), or significant digits of the
+    ``certified`` interval (default 20), found by ball arithmetic (python-flint)."""
+    _exact_positive(rho, MMSE_RHO)
+    _exact_positive(delta, MMSE_DELTA)
+    if digits is not None:
+        digits = MMSE_DIGITS.check(digits)
+    params = {"rho": rho, "delta": delta}
+    if certified:
+        from .numerics.certified_prior import mmse_enclosure
+
+        enc = mmse_enclosure(rho=rho, delta=delta, digits=20 if digits is None else digits)
+        return Result(quantity="mmse", value=enc.value, error=enc.error, method=enc.method,
+                      precision=enc.precision, parameters=params,
+                      details={"interval": [enc.lo, enc.hi], "width": enc.width, "mid": enc.mid,
+                               "what_is_certified": enc.what_is_certified,
+                               "precision_bits": enc.precision, "support": enc.extra["support"],
+                               "support_masses": enc.extra["support_masses"]})
+    from .numerics import wishart
+
+    exact = {k: _engine_number(v, digits) for k, v in params.items()}
+    est = wishart.mmse_estimate(exact["delta"], rho=exact["rho"], dps=digits)
+    if digits is None:
+        value = est.value
+    else:
+        import mpmath
+
+        value = mpmath.nstr(est.value, digits)
+    return Result(quantity="mmse", value=value, error=est.error, method=est.method,
+                  precision=est.precision, parameters=params)
+
+
+__all__ = ["AIM", "SMI", "mmse"]
