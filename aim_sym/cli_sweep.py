@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .channels import BUILTIN
+from .channels import BUILTIN, TOKENS_ARGMAX, TOKENS_GAUSSIAN
 from .cli_common import MODELS, emit, fail, parse_grid, progress_printer, smi_args
 from .plots import check_plot_path, plot_phase
 from .sweep import MAX_POINTS, aim_point, failed, grid, run_sweep, skip_columns, smi_point
@@ -21,10 +21,9 @@ from .sweep import sweep_skip as run_skip_sweep
 from .tables import check_writable, write_csv
 
 MAX_WORKERS = 256
-AIM_TOKENS = {"linear": (2, 4), "linear-noisy": (2, 4), "softmax": (2, 4), "hardmax": (2, 2),
-              "noisy-hardmax": (2, 2)}
-"""Token counts T a sweep accepts per built-in AIM channel (hardmax channels: T = 2, since T >= 3
-needs orthant probabilities in more than two dimensions; the others: the derivations checked)."""
+ARGMAX_CHANNELS = ("hardmax", "noisy-hardmax")
+"""Built-in channels whose token count follows ``TOKENS_ARGMAX`` (the others: ``TOKENS_GAUSSIAN``),
+the domains declared next to the channels (aim_sym/channels.py)."""
 
 
 @click.group()
@@ -88,10 +87,9 @@ def _aim_axes(channel, rhos, ts, tokens_, bs, betas, epsilon, delta_out, skips) 
     name = channel or "hardmax"
     if name not in BUILTIN:
         fail("--channel", "one of " + ", ".join(BUILTIN), name)
-    lo, hi = AIM_TOKENS.get(name, (2, 4))
-    if not all(lo <= t <= hi for t in ts):
-        fail("--tokens", f"integers in {lo}..{hi} for {name}" if hi > lo else f"{lo} for {name}",
-             tokens_)
+    domain = TOKENS_ARGMAX if name in ARGMAX_CHANNELS else TOKENS_GAUSSIAN
+    for t in ts:
+        domain.check(t, label="--tokens")
     r = _list(rhos or "0.5", "--rhos")
     _positive(r, "--rhos", rhos)
     axes: dict = {"channel": [name], "tokens": ts, "rho": r}
