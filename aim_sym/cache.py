@@ -76,26 +76,59 @@ def engine_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def cached(kind: str, key: str, build: Callable[[], object]) -> object:
-    """Return the cached object for (kind, key) or build, store and return it."""
+_FORMAT = "aim-sym-cache/1"
+
+
+def cache_path(d: Path, kind: str, key: str) -> Path:
+    """The file of entry (kind, key) in the cache folder ``d``."""
+    name = hashlib.sha256(f"{kind}|{engine_hash()}|{key}".encode()).hexdigest()[:32]
+    return d / f"{kind}-{name}.pickle"
+
+
+def _load(path: Path, kind: str, key: str, expect: type | tuple[type, ...] | None) -> tuple[bool, object]:
+    """(True, value) if ``path`` holds this entry: a complete pickle of the envelope written by
+    :func:`cached` for the same (kind, key), its value an instance of ``expect`` when given;
+    (False, None) for anything else (absent, empty, truncated, another format or entry)."""
+    if not (path.exists() and _private(path)):
+        return False, None
+    try:
+        with open(path, "rb") as fh:
+            env = pickle.load(fh)  # our own file in our own private folder
+    except Exception:
+        return False, None
+    if not (isinstance(env, dict) and env.get("format") == _FORMAT and env.get("kind") == kind
+            and env.get("key") == key and "value" in env):
+        return False, None
+    value = env["value"]
+    if expect is not None and not isinstance(value, expect):
+        return False, None
+    return True, value
+
+
+def cached(kind: str, key: str, build: Callable[[], object], *,
+           expect: type | tuple[type, ...] | None = None) -> object:
+    """Return the cached object for (kind, key) or build, store and return it.
+
+    What is read back is validated (:func:`_load`): an entry that is empty, truncated, not of
+    this format, of another (kind, key) or, with ``expect``, not an instance of it, is rebuilt
+    and overwritten, never returned."""
     d = usable_dir()
     if d is None:
         return build()
-    name = hashlib.sha256(f"{kind}|{engine_hash()}|{key}".encode()).hexdigest()[:32]
-    path = d / f"{kind}-{name}.pickle"
-    if path.exists() and _private(path):
-        try:
-            with open(path, "rb") as fh:
-                return pickle.load(fh)  # our own file in our own private folder
-        except Exception:
-            pass
+    path = cache_path(d, kind, key)
+    ok, value = _load(path, kind, key, expect)
+    if ok:
+        return value
     obj = build()
+    env = {"format": _FORMAT, "kind": kind, "key": key, "value": obj}
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
         with os.fdopen(fd, "wb") as fh:
-            pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(env, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
-    except Exception:
-        pass
+    except Exception:  # an unpicklable object or a full disk: the cache is only an optimisation
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
     return obj

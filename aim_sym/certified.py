@@ -13,20 +13,9 @@ from __future__ import annotations
 
 import sympy as sp
 
+from .numerics.records import NotCertifiable, load_flint
 
-class NotCertifiable(ValueError):
-    """The expression contains something without a certified evaluation."""
-
-
-def _flint():
-    try:
-        import flint
-    except ImportError as e:  # pragma: no cover - depends on the optional extra
-        raise NotCertifiable(
-            "certified enclosures need python-flint: pip install 'aim-sym[certified]'"
-        ) from e
-    return flint
-
+__all__ = ["NotCertifiable", "to_arb", "enclosure"]
 
 _FUNCS = {
     sp.asin: "asin", sp.acos: "acos", sp.atan: "atan", sp.sin: "sin", sp.cos: "cos",
@@ -36,7 +25,7 @@ _FUNCS = {
 
 def to_arb(expr: sp.Expr):
     """Evaluate ``expr`` as a flint arb ball at the current flint precision."""
-    flint = _flint()
+    flint = load_flint()
     arb = flint.arb
     e = sp.sympify(expr)
     if e.is_Integer:
@@ -85,7 +74,7 @@ def to_arb(expr: sp.Expr):
 
 def enclosure(expr: sp.Expr, *, digits: int = 30) -> tuple[str, str, float]:
     """[lo, hi] as decimal strings with ``digits`` decimals, rounded outward, containing expr."""
-    flint = _flint()
+    flint = load_flint()
     old = flint.ctx.prec
     try:
         flint.ctx.prec = int(digits * 3.33) + 64

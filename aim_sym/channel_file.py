@@ -76,8 +76,7 @@ def check_z_out(ch: Channel, path: str) -> None:
         return
     import sympy as sp
 
-    from .compiled import substitute_params
-    from .output import derive
+    from .output import derive, substitute_params
     from .symbols import V
 
     d = derive(ch)

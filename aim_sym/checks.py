@@ -8,7 +8,8 @@
    channels, numeric for discrete ones);
 4. closed forms of THEORY 1.2 where they apply (linear and softmax q_hat).
 
-Each check returns a record {name, passed, detail, value, tolerance}.
+Each check returns a record {name, passed, detail, value, tolerance}. An API-layer module
+(docs/api.md, "Layers"): check 3 runs the numeric output quadrature.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sympy as sp
 from .channels import Channel, GaussianChannel
 from .codegen import compile_expr
 from .compiled import compile_channel, substitute_params
+from .numerics.aim_se import output_moments
 from .output import derive, stationarity_residual
 from .symbols import V, weight_matrix
 
@@ -136,8 +138,6 @@ def check_stationarity(ch: Channel, *, params: dict | None = None):
         return [_record("free-entropy stationarity reproduces the SE map (symbolic)",
                         0 if ok else 1, 0.5,
                         "4 alpha dPsi_out/dq - q_hat simplifies to 0" if ok else f"residual {r}")]
-    from .numerics.aim_se import output_moments
-
     cc = compile_channel(ch, params)
     worst = 0.0
     Q0 = 1.5

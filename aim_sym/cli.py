@@ -416,8 +416,8 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
     if out_path and len(grid) > 1:
         later.run("--out", lambda: atomic_write(out_path, json.dumps(_finite(out), indent=2)))
     emit(out, kw["as_json"], lambda o: "\n".join(
-        f"alpha={r['alpha']:.6g} D={dim}: AMP {r['mean']:.5f} +- {r['stderr']:.5f}  "
-        f"SE {r['se_prediction']:.5f}" for r in results))
+        f"alpha={r['alpha']:.6g} D={dim}: AMP {_fmt(r['mean'])} +- {_fmt(r['stderr'])}  "
+        f"SE {_fmt(r['se_prediction'])}" for r in results))
     later.finish()
 
 
@@ -472,6 +472,11 @@ def mmse(rho, delta, digits, certified, as_json):
 
 
 cli.add_command(sweep)
+
+
+def _fmt(x) -> str:
+    """A number to 5 decimals, or n/a (one seed has no standard error; a diverged run no mean)."""
+    return "n/a" if x is None else f"{x:.5f}"
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy as sp
 
-from .channels import Channel, ChannelError, DiscreteChannel
+from .channels import Channel, DiscreteChannel
 from .codegen import compile_expr
-from .output import OutputDerivation, derive
+from .output import OutputDerivation, derive, expr_has, substitute_params
 from .symbols import V, weight_matrix, weights
 
 
@@ -51,25 +51,6 @@ class CompiledChannel:
     @property
     def K(self) -> int:
         return self.S.shape[0]
-
-
-def substitute_params(expr, ch: Channel, values: dict):
-    """Replace channel parameters by exact Rationals of the given values."""
-    subs = {}
-    for sym, _ in ch.params:
-        name = sym.name
-        if name not in values or values[name] is None:
-            if expr_has(expr, sym):
-                raise ChannelError(f"channel parameter {name} needs a value")
-            continue
-        subs[sym] = sp.Rational(str(values[name]))
-    return expr.subs(subs) if subs else expr
-
-
-def expr_has(expr, sym) -> bool:
-    if isinstance(expr, (list, tuple)):
-        return any(expr_has(e, sym) for e in expr)
-    return expr.has(sym)
 
 
 def pr_constant(ch: Channel, params: dict | None = None) -> sp.Expr:
@@ -129,3 +110,6 @@ def compile_channel(ch: Channel, params: dict | None = None) -> CompiledChannel:
         pr_constant=pr_constant(ch, params),
         **common,
     )
+
+
+__all__ = ["CompiledChannel", "compile_channel", "pr_constant", "substitute_params", "expr_has"]

@@ -20,7 +20,8 @@ from functools import lru_cache
 
 import sympy as sp
 
-from .channels import ChannelError, DiscreteChannel, GaussianChannel
+from .cache import cached
+from .channels import Channel, ChannelError, DiscreteChannel, GaussianChannel
 from .special import Phi, Phi2
 from .symbols import V, alpha, h_symbols, omega_symbols, q, weight_matrix, weights
 
@@ -245,12 +246,29 @@ def derive(ch) -> OutputDerivation:
         build = derive_discrete
     else:
         raise ChannelError(f"not a channel: {ch!r}")
-    from .cache import cached
-
     key = sp.srepr((type(ch).__name__, ch.name, ch.tokens,
                     [getattr(ch, f) for f in ("statistics", "noise", "outputs", "likelihood")
                      if hasattr(ch, f)], [s for s, _ in ch.params]))
-    return cached("derive", key, lambda: build(ch))
+    return cached("derive", key, lambda: build(ch), expect=OutputDerivation)
+
+
+def substitute_params(expr, ch: Channel, values: dict):
+    """Replace channel parameters by exact Rationals of the given values."""
+    subs = {}
+    for sym, _ in ch.params:
+        name = sym.name
+        if name not in values or values[name] is None:
+            if expr_has(expr, sym):
+                raise ChannelError(f"channel parameter {name} needs a value")
+            continue
+        subs[sym] = sp.Rational(str(values[name]))
+    return expr.subs(subs) if subs else expr
+
+
+def expr_has(expr, sym) -> bool:
+    if isinstance(expr, (list, tuple)):
+        return any(expr_has(e, sym) for e in expr)
+    return expr.has(sym)
 
 
 def stationarity_residual(d: OutputDerivation) -> sp.Expr:
@@ -262,4 +280,5 @@ def stationarity_residual(d: OutputDerivation) -> sp.Expr:
     return sp.simplify(4 * alpha * dpsi_dq - d.q_hat_map)
 
 
-__all__ = ["derive", "OutputDerivation", "Event", "parse_events", "stationarity_residual", "q"]
+__all__ = ["derive", "OutputDerivation", "Event", "parse_events", "stationarity_residual", "q",
+           "substitute_params", "expr_has"]

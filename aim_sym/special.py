@@ -3,13 +3,16 @@
 ``Phi`` is the standard normal CDF written through erfc (accurate in the lower tail);
 ``Phi2(a, b, r)`` is the bivariate standard normal CDF P(X <= a, Y <= b) at correlation r, a
 sympy Function whose partial derivatives are known in closed form, so that g_out and its
-Jacobian are derived exactly. Numeric implementations for numpy and mpmath are registered in
-:mod:`aim_sym.codegen`.
+Jacobian are derived exactly. Numeric implementations for numpy and mpmath live in the numeric
+leaf module :mod:`aim_sym.numerics.special_functions` (lambdify's modules in :mod:`aim_sym.codegen`).
 """
 
 from __future__ import annotations
 
+import mpmath
 import sympy as sp
+
+from .numerics.special_functions import mp_phi2
 
 
 class Phi(sp.Function):
@@ -57,10 +60,6 @@ class Phi2(sp.Function):
     def _eval_evalf(self, prec):
         if not all(x.is_number for x in self.args):
             return None
-        import mpmath
-
-        from .codegen import mp_phi2
-
         dps = mpmath.libmp.prec_to_dps(prec)
         with mpmath.workdps(dps + 10):
             a, b, r = (mpmath.mpf(str(sp.N(x, dps + 10))) for x in self.args)

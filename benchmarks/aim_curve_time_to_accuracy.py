@@ -1,7 +1,7 @@
 """Time to accuracy for the AIM hardmax SE curve (T = 2, rho = 0.5, 32 alphas): engine vs a
 plain Monte Carlo SE, side by side (issue: measured speed).
 
-Engine: ``aim_se.curve`` (alpha(Delta) traced once for all alphas, roots interpolated or
+Engine: ``aim_curve.curve`` (alpha(Delta) traced once for all alphas, roots interpolated or
 Newton-polished; each point's error from two quadrature levels, two interpolation orders and
 the prior's two orders), timed cold (the prior's and the quadrature's caches are cleared before
 each run; compilation is not timed), median of ``--repeats`` runs; wall and CPU time of this
@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 from aim_se_vs_montecarlo import mc_fixed_point  # benchmarks/ is on sys.path when run
-from aim_sym.numerics import aim_se, gauss, wishart
+from aim_sym.numerics import aim_curve, aim_se, gauss, wishart
 
 from aim_sym.channels import hardmax
 from aim_sym.compiled import compile_channel
@@ -64,14 +64,14 @@ def main() -> None:
     engine, per_alpha = {}, {}
     for eps in (1e-3, 1e-8):
         med, times, cpu, rows = _timed(
-            lambda eps=eps: aim_se.curve(cc, alphas=alphas, rho=rho, tol=eps), a.repeats)
+            lambda eps=eps: aim_curve.curve(cc, alphas=alphas, rho=rho, tol=eps), a.repeats)
         engine[eps] = {"time_s": med, "runs_s": times, "cpu_s": cpu, "rows": rows,
                        "max_error": max(r["error"] for r in rows)}
         # the former route (per-alpha V scan), tol 10x below eps as it was benchmarked before
-        t, _, _, rows_pa = _timed(lambda eps=eps: aim_se.curve(cc, alphas=alphas, rho=rho, tol=eps / 10,
+        t, _, _, rows_pa = _timed(lambda eps=eps: aim_curve.curve(cc, alphas=alphas, rho=rho, tol=eps / 10,
                                                             method="per-alpha"), 1)
         per_alpha[eps] = {"time_s": t, "max_error": max(r["error"] for r in rows_pa)}
-    ref = aim_se.curve(cc, alphas=alphas, rho=rho, tol=1e-11, method="per-alpha")
+    ref = aim_curve.curve(cc, alphas=alphas, rho=rho, tol=1e-11, method="per-alpha")
     for e in engine.values():
         dev = [abs(r["mmse"] - rr["mmse"]) for r, rr in zip(e["rows"], ref)]
         e["max_deviation_from_per_alpha"] = float(max(dev))

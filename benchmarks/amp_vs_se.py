@@ -1,6 +1,6 @@
 """Finite-size GAMP-RIE against the AIM state evolution (THEORY 4, check 7).
 
-For each alpha and each dimension D, runs :func:`numerics.amp.run_amp` over several seeds and
+For each alpha and each dimension D, runs :func:`aim_sym.numerics.amp.run_amp` over several seeds and
 prints the final error ||S_hat - S||_F^2 / D (mean +- standard error), the SE prediction, the
 deviation and the wall time; the deviation at two or more sizes shows the finite-size trend.
 Optionally plots the points over the SE curve, with published AMP measurements (a CSV with
@@ -26,11 +26,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from aim_sym.numerics import aim_se  # noqa: E402
-from aim_sym.numerics.amp import plot_amp_vs_se, run_amp  # noqa: E402
+from aim_sym.numerics import aim_curve  # noqa: E402
+from aim_sym.numerics.amp import run_amp  # noqa: E402
 
+from aim_sym.amp_functions import amp_functions  # noqa: E402
 from aim_sym.channels import builtin  # noqa: E402
 from aim_sym.compiled import compile_channel  # noqa: E402
+from aim_sym.plots import plot_amp_vs_se  # noqa: E402
 
 
 def read_reference(path: str) -> list[dict]:
@@ -65,11 +67,12 @@ def main() -> None:
     try:
         for alpha in alphas:
             for D in dims:
-                r = run_amp(ch, cc, alpha=alpha, rho=a.rho, dim=D, seeds=a.seeds,
+                r = run_amp(fns=amp_functions(ch), cc=cc, alpha=alpha, rho=a.rho, dim=D, seeds=a.seeds,
                             max_iter=a.max_iter, damping=a.damping, rng_seed=a.rng_seed)
                 dev = r["mean"] - r["se_prediction"]
-                print(f"{alpha:8.4f} {D:5d} {r['mean']:10.5f} {r['stderr']:8.5f} "
-                      f"{r['se_prediction']:10.5f} {dev:+10.5f} {dev / r['stderr']:+7.2f} "
+                se_ = r["stderr"] or float("nan")  # one seed: no standard error
+                print(f"{alpha:8.4f} {D:5d} {r['mean']:10.5f} {se_:8.5f} "
+                      f"{r['se_prediction']:10.5f} {dev:+10.5f} {dev / se_:+7.2f} "
                       f"{sum(r['converged']):2d}/{len(r['converged']):<2d} {r['time_s']:9.1f}",
                       flush=True)
                 rows.append(r)
@@ -80,7 +83,7 @@ def main() -> None:
         print("interrupted: keeping the finished points", file=sys.stderr)
     if a.plot and rows:
         grid = np.linspace(0, max(alphas) * 1.3, 40)
-        curve = aim_se.curve(cc, alphas=grid, rho=a.rho)
+        curve = aim_curve.curve(cc, alphas=grid, rho=a.rho)
         ref = read_reference(a.reference) if a.reference else None
         plot_amp_vs_se(rows, curve, a.plot, reference=ref,
                        title=f"{a.channel}, T = {a.tokens}, rho = {a.rho}")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import aim_se
+from . import aim_se, wishart
 from .gauss import TAIL_SD, gaussian_grid_many, tail_mass
 from .records import ConvergenceError, require
 
@@ -126,8 +126,6 @@ def _prior(rho: float, t: np.ndarray, phase: np.ndarray | None = None
     """mmse(Delta) and I(Delta) at Delta = exp(t), the prior's fine order (THEORY 1.1), all
     Delta in one vectorised pass; the number of support intervals of mu_Delta into ``phase``
     when given."""
-    from . import wishart
-
     rows = wishart.integrals_many(np.exp(t), rho=rho)
     V = np.array([r["mmse"] for r in rows])
     mi = np.array([r["mi"] for r in rows])
@@ -142,8 +140,6 @@ def _prior(rho: float, t: np.ndarray, phase: np.ndarray | None = None
 def _prior_error(rho: float, t: np.ndarray, V: np.ndarray) -> np.ndarray:
     """|V - coarse order| of the prior's mmse at Delta = exp(t), V its fine order from
     :func:`_prior` (as :func:`aim_sym.numerics.wishart.mmse_estimate`)."""
-    from . import wishart
-
     coarse = wishart.integrals_many(np.exp(t), rho=rho, coarse=True)
     return np.abs(V - np.array([c["mmse"] for c in coarse]))
 
@@ -538,15 +534,10 @@ def fixed_points_traced(cc, tr: _Trace, *, alpha: float, rho: float, tol: float,
     return aim_se._with_perfect_recovery(cc, alpha=alpha, rho=rho, fps=fps)
 
 
-def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
-          progress: Callable | None = None) -> list[dict]:
-    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha), from one
-    trace of alpha(Delta) shared by all alphas (to max(tol, 1e-4)), the roots it cannot give to
-    ``tol`` polished together by Newton's method."""
-    alphas = np.asarray(alphas, dtype=float).ravel()
-    for a in alphas:
-        aim_se._check(float(a), rho)
-    require(tol > 0, "tol", "> 0", tol)
+def _curve_traced(cc, *, alphas, rho: float, tol: float,
+                  progress: Callable | None) -> list[dict]:
+    """The traced route of :func:`curve`: one trace of alpha(Delta) shared by all alphas (to
+    max(tol, 1e-4)), the roots it cannot give to ``tol`` polished together by Newton's method."""
     pos = alphas[alphas > 0]
     tr = trace(cc, rho=rho, alphas=pos, tol=max(tol, _TRACE_TOL)) if len(pos) else None
     todo = [] if tr is None else [(a, r) for a, roots in tr.roots.items() for r in roots
@@ -557,8 +548,43 @@ def curve(cc, *, alphas, rho: float, tol: float = 1e-13,
     for i, a in enumerate(alphas):
         fps = fixed_points_traced(cc, tr, alpha=float(a), rho=rho, tol=tol, polished=polished)
         bo = aim_se.bayes_optimal(fps)
-        rows.append({"alpha": float(a), "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse,
-                     "phi": bo.phi, "error": bo.error, "n_fixed_points": len(fps)})
+        rows.append(_row(float(a), bo, len(fps)))
         if progress:
             progress(i + 1, len(alphas), f"alpha={float(a):.6g}")
     return rows
+
+
+def _curve_per_alpha(cc, *, alphas, rho: float, tol: float,
+                     progress: Callable | None) -> list[dict]:
+    """The per-alpha route of :func:`curve`: :func:`aim_sym.numerics.aim_se.fixed_points` (a V
+    scan) at each alpha."""
+    rows = []
+    for i, a in enumerate(alphas):
+        fps = aim_se.fixed_points(cc, alpha=float(a), rho=rho, tol=tol)
+        rows.append(_row(float(a), aim_se.bayes_optimal(fps), len(fps)))
+        if progress:
+            progress(i + 1, len(alphas), f"alpha={float(a):.6g}")
+    return rows
+
+
+def _row(alpha: float, bo: aim_se.FixedPoint, n: int) -> dict:
+    return {"alpha": alpha, "q": bo.q, "q_hat": bo.q_hat, "mmse": bo.mmse, "phi": bo.phi,
+            "error": bo.error, "n_fixed_points": n}
+
+
+def curve(cc, *, alphas, rho: float, tol: float = 1e-13, progress: Callable | None = None,
+          method: str = "traced") -> list[dict]:
+    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha; THEORY 1.1).
+
+    ``method="traced"`` (default): alpha(Delta) traced once for all alphas, the roots it cannot
+    give to ``tol`` polished by Newton's method; ``"per-alpha"``:
+    :func:`aim_sym.numerics.aim_se.fixed_points` at each alpha (a V scan per alpha), the
+    independent route the traced one is tested against.
+    """
+    require(method in ("traced", "per-alpha"), "method", "'traced' or 'per-alpha'", method)
+    alphas = np.asarray(alphas, dtype=float).ravel()
+    for a in alphas:
+        aim_se._check(float(a), rho)
+    require(tol > 0, "tol", "> 0", tol)
+    route = _curve_traced if method == "traced" else _curve_per_alpha
+    return route(cc, alphas=alphas, rho=rho, tol=tol, progress=progress)

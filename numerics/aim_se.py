@@ -8,6 +8,9 @@ never imports sympy) and the Wishart prior of :mod:`aim_sym.numerics.wishart`.
 * all fixed points in V in [0, 1] (q in [rho, Q0]), their stability and free entropy
   Phi = -q q_hat / 4 + q_hat Q0 / 4 - I(1 / q_hat) + alpha Psi_out;
 * the small-width limit (alpha = alpha_bar rho): q -> max(1 - t, 0)^2, t = 1 / q_hat_bar.
+
+Curves over many alphas (the traced route and the per-alpha route built on this module's
+:func:`fixed_points`) are :func:`aim_sym.numerics.aim_curve.curve`.
 """
 
 from __future__ import annotations
@@ -18,14 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import brentq
 
+from . import wishart
 from .gauss import TAIL_MASS, gaussian_grid
 from .records import ConvergenceError, Estimate, InputError, require
-
-
-def _wishart():
-    from . import wishart
-
-    return wishart
 
 
 # ----------------------------------------------------------------------------- output side
@@ -125,7 +123,7 @@ def se_map(cc, *, alpha: float, rho: float, V: float, level: int = 0) -> tuple[f
     q_hat = 2 * alpha * E
     if q_hat <= 0:
         return 1.0, 0.0
-    return float(_wishart().mmse(1.0 / q_hat, rho=rho)), q_hat
+    return float(wishart.mmse(1.0 / q_hat, rho=rho)), q_hat
 
 
 def free_entropy(cc, *, alpha: float, rho: float, V: float, q_hat: float, level: int = 0) -> float:
@@ -133,7 +131,7 @@ def free_entropy(cc, *, alpha: float, rho: float, V: float, q_hat: float, level:
     Q0 = 1.0 + rho
     q = Q0 - V
     _, psi, _ = output_moments(cc, q=q, V=V, level=level)
-    I = float(_wishart().mutual_information(1.0 / q_hat, rho=rho)) if q_hat > 0 else 0.0
+    I = float(wishart.mutual_information(1.0 / q_hat, rho=rho)) if q_hat > 0 else 0.0
     return -q * q_hat / 4 + q_hat * Q0 / 4 - I + alpha * psi
 
 
@@ -220,7 +218,7 @@ def solve_fixed_point(cc, *, alpha: float, rho: float, v0: float, tol: float,
         se_map(cc, alpha=alpha, rho=rho, V=v1 + dv, level=level)[0]
         - se_map(cc, alpha=alpha, rho=rho, V=v1 - dv, level=level)[0]
     ) / (2 * dv)
-    prior_err = _wishart().mmse_estimate(1.0 / q_hat, rho=rho).error
+    prior_err = wishart.mmse_estimate(1.0 / q_hat, rho=rho).error
     err = (0.0 if prev is None else abs(v1 - prev)) + prior_err / max(abs(1 - slope), 1e-3)
     err = max(err, 4 * np.finfo(float).eps * v1, xtol)  # resolution of a double / the solve
     phi = free_entropy(cc, alpha=alpha, rho=rho, V=v1, q_hat=q_hat, level=level)
@@ -261,39 +259,6 @@ def perfect_recovery_alpha(cc, *, rho: float) -> float | None:
     if k is None or float(k) == 0:
         return None
     return (2 * rho - rho**2 if rho <= 1 else 1.0) / (2 * float(k))
-
-
-def curve(cc, *, alphas, rho: float, tol: float = 1e-13, progress: Callable | None = None,
-          method: str = "traced") -> list[dict]:
-    """The Bayes-optimal fixed point over an alpha grid (one tidy row per alpha).
-
-    ``method="traced"`` (default): alpha(Delta) traced once for all alphas
-    (:func:`aim_sym.numerics.aim_curve.curve`); ``"per-alpha"``: :func:`fixed_points` at each alpha
-    (a V scan per alpha), the independent route the traced one is tested against.
-    """
-    require(method in ("traced", "per-alpha"), "method", "'traced' or 'per-alpha'", method)
-    if method == "traced":
-        from . import aim_curve
-
-        return aim_curve.curve(cc, alphas=alphas, rho=rho, tol=tol, progress=progress)
-    rows = []
-    for i, a in enumerate(alphas):
-        fps = fixed_points(cc, alpha=float(a), rho=rho, tol=tol)
-        bo = bayes_optimal(fps)
-        rows.append(
-            {
-                "alpha": float(a),
-                "q": bo.q,
-                "q_hat": bo.q_hat,
-                "mmse": bo.mmse,
-                "phi": bo.phi,
-                "error": bo.error,
-                "n_fixed_points": len(fps),
-            }
-        )
-        if progress:
-            progress(i + 1, len(alphas), f"alpha={float(a):.6g}")
-    return rows
 
 
 # ----------------------------------------------------------------------------- small width
@@ -354,7 +319,7 @@ def fixed_point_mp(cc, *, alpha, rho, dps: int, v0: float) -> Estimate:
 
             def f(v, a=a, r=r, work=work):
                 q_hat = 2 * a * cc.e_g2_mp(v)
-                return _wishart().mmse(1 / q_hat, rho=r, dps=work) - v
+                return wishart.mmse(1 / q_hat, rho=r, dps=work) - v
 
             x0 = mpmath.mpf(v0)
             vals.append(mpmath.findroot(f, (x0, x0 * (1 + mpmath.mpf(10) ** -8)),

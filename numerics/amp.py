@@ -48,13 +48,12 @@ the reported error is the last iterate.
 The D x D matrix sum g Z is formed as (X^T G X - (sum_a g_aa) I) / sqrt D with G_mu the T x T
 symmetric matrix (G_aa = g_aa, G_ab = G_ba = g_ab / 2): the N x D x D tensor of Z's is never built.
 
-The channel argument: :func:`run_amp` takes the channel object (``aim_sym.channels``), or
-an already compiled :class:`aim_sym.amp_functions.AmpFunctions`, and the
-:class:`aim_sym.compiled.CompiledChannel` for the SE prediction, i.e. exactly what
-``aim_sym.cli.aim_channel`` returns: ``ch, cc, params = aim_channel(kw);
-run_amp(ch, cc, alpha=..., rho=..., dim=..., seeds=...)``. Channel parameter values are read
-from ``cc.params`` (or ``params=``). This module never touches sympy trees; it calls
-:func:`aim_sym.amp_functions.amp_functions` for the compiled callables.
+The compiled callables: :func:`run_amp` takes ``fns``, the AMP view of a channel
+(:func:`aim_sym.amp_functions.amp_functions`: g_out and its Jacobian diagonal, the sampler), and
+``cc``, its :class:`aim_sym.compiled.CompiledChannel` for the SE prediction, both compiled by the
+caller with the channel's parameter values: ``run_amp(fns=amp_functions(ch, params),
+cc=compile_channel(ch, params), alpha=..., rho=..., dim=..., seeds=...)``. This module never
+imports sympy nor the symbolic and compiled layers (docs/api.md, "Layers").
 """
 
 from __future__ import annotations
@@ -66,36 +65,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from . import aim_se, wishart
 from .records import InputError, atomic_write, require
-
-
-def _wishart():
-    from . import wishart
-
-    return wishart
-
-
-def _aim_se():
-    from . import aim_se
-
-    return aim_se
-
-
-# ----------------------------------------------------------------------------- channel glue
-def _functions(channel, params: dict):
-    if hasattr(channel, "g_dg") and hasattr(channel, "sample"):
-        return channel
-    from aim_sym.amp_functions import amp_functions
-
-    return amp_functions(channel, params)
-
-
-def _compiled(channel, cc, params: dict):
-    if cc is not None:
-        return cc
-    from aim_sym.compiled import compile_channel
-
-    return compile_channel(channel, params)
 
 
 def pairs(T: int) -> list[tuple[int, int]]:
@@ -161,7 +132,7 @@ def adjoint(X: np.ndarray, g: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- denoiser
 def rie_step(R: np.ndarray, *, delta: float, rho: float, fd: float = 1e-6):
     """S_hat = xi(R) (RIE at noise delta) and V = (2 delta / D^2) div xi(R)."""
-    W = _wishart()
+    W = wishart
     D = R.shape[0]
     lam, U = np.linalg.eigh(R)
     xi = np.asarray(W.rie_denoiser(lam, rho=rho, delta=delta), dtype=float)
@@ -230,7 +201,7 @@ def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: flo
         noise.append(float(np.sum((R - S) ** 2) / D))
         new, Vnew = rie_step(R, delta=delta, rho=rho)
         if variance == "se":
-            Vnew = float(_wishart().mmse(delta, rho=rho))
+            Vnew = float(wishart.mmse(delta, rho=rho))
         change = float(np.sum((new - S_hat) ** 2) / D)
         S_hat, V, g_prev, A_prev = new, float(Vnew), g, A
         err.append(float(np.sum((S_hat - S) ** 2) / D))
@@ -256,8 +227,7 @@ def se_trajectory(cc, *, alpha: float, rho: float, n_iter: int, damping: float =
     """SE iterated from V^0 = 1 with the AMP's damping (q_hat^t <- (1 - d) q_hat(V^t) +
     d q_hat^{t-1}, V^{t+1} = mmse(1 / q_hat^t)): V^t and q_hat^t, which AMP's V^t and A^t
     track iteration by iteration (THEORY 1.1)."""
-    se = _aim_se()
-    W = _wishart()
+    se, W = aim_se, wishart
     Q0 = 1.0 + rho
     Vs, qh = [1.0], []
     for t in range(n_iter):
@@ -283,7 +253,7 @@ def se_prediction(cc, *, alpha: float, rho: float, max_iter: int = 20000,
                   tol: float = 1e-13) -> dict:
     """The SE fixed point reached from V = 1 (the one AMP tracks), matched to
     :func:`aim_sym.numerics.aim_se.fixed_points` for its error; plus the Bayes-optimal one."""
-    se = _aim_se()
+    se = aim_se
     V = 1.0
     for _ in range(max_iter):
         if V < 1e-14:
@@ -338,11 +308,13 @@ def _seed_list(seeds) -> list[int]:
     return out
 
 
-def _mean_se(vals) -> tuple[float, float]:
+def _mean_se(vals) -> tuple[float | None, float | None]:
+    """Mean and standard error of the per-seed errors; None where there is no value (no seed,
+    or a non-finite error among them: no NaN is reported) or no spread (one seed)."""
     a = np.asarray(vals, dtype=float)
-    if a.size == 0:
-        return float("nan"), float("nan")
-    se = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else float("nan")
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        return None, None
+    se = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else None
     return float(a.mean()), se
 
 
@@ -351,54 +323,74 @@ def _pad(rows: list[list[float]]) -> np.ndarray:
     return np.array([list(r) + [r[-1]] * (L - len(r)) for r in rows], dtype=float)
 
 
+def _mean_rows(rows: list[list[float]]) -> list[float]:
+    """Per-iteration mean over runs (finished runs held at their last value); [] if none."""
+    rows = [r for r in rows if r]
+    return _pad(rows).mean(axis=0).tolist() if rows else []
+
+
 def _write_json(path: str, obj: dict) -> None:
     atomic_write(path, json.dumps(obj, indent=1, default=float))
 
 
-def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
+def _is_amp_functions(fns) -> bool:
+    return all(hasattr(fns, a) for a in ("g_dg", "sample", "weights", "tokens", "name"))
+
+
+def _is_compiled_channel(cc) -> bool:
+    return all(hasattr(cc, a) for a in ("discrete", "e_g2_q0", "weights", "S"))
+
+
+def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
             seeds: int | Iterable[int] = 5, max_iter: int = 100, tol: float = 1e-8,
-            progress: Callable | None = None, rng_seed: int = 0, params: dict | None = None,
+            progress: Callable | None = None, rng_seed: int = 0,
             damping: float | str = "auto", variance: str = "divergence", se: bool = True,
             out: str | None = None) -> dict:
     """GAMP-RIE at dimension ``dim`` over several seeds, against the SE (THEORY 4, check 7).
 
-    ``channel``: an AIM channel object (or compiled :class:`AmpFunctions`); ``cc`` its
-    CompiledChannel (compiled here if None). Seed s draws its data from
+    ``fns``: the channel's compiled AMP functions (:func:`aim_sym.amp_functions.amp_functions`);
+    ``cc``: its compiled channel (:func:`aim_sym.compiled.compile_channel`) for the SE
+    prediction, None allowed only with ``se=False``; both compiled by the caller with the same
+    parameter values (InputError otherwise). Seed s draws its data from
     SeedSequence([rng_seed, s]), so each seed's run is reproducible on its own. Returns a dict:
-    ``mean``, ``stderr`` (of the final ||S_hat - S||_F^2 / D over seeds), ``per_seed``,
-    ``per_iteration`` (mean error at each iteration, finished runs held at their last value),
-    ``per_iteration_stderr``, ``se_prediction`` (SE fixed point reached from V = 1, float),
-    ``se`` (details), ``se_trajectory`` (SE V^t), ``V``/``A`` (mean AMP V^t, A^t),
-    ``q_hat_se``, ``iterations``, ``converged``, ``time_s``, ``interrupted``. A
-    KeyboardInterrupt stops the run and returns the finished seeds (``interrupted``: True);
-    with ``out`` the dict is written as JSON (atomically) after every seed. Runs that blow up
-    are kept (``reasons`` says 'diverged'), never dropped. ``se=False`` skips the SE.
+    ``mean``, ``stderr`` (of the final ||S_hat - S||_F^2 / D over seeds; None for one seed,
+    never NaN), ``per_seed``, ``per_iteration`` (mean error at each iteration, finished runs held
+    at their last value), ``per_iteration_stderr`` (None for one seed), ``se_prediction`` (SE
+    fixed point reached from V = 1, float), ``se`` (details), ``se_trajectory`` (SE V^t),
+    ``V``/``A`` (mean AMP V^t, A^t), ``q_hat_se``, ``iterations``, ``converged``, ``time_s``,
+    ``interrupted``. A KeyboardInterrupt stops the run and returns the finished seeds
+    (``interrupted``: True); with ``out`` the dict is written as JSON (atomically) after every
+    seed. Runs that blow up are kept (``reasons`` says 'diverged'), never dropped; ``mean`` is
+    None if one of them ended non-finite. ``se=False`` skips the SE.
     ``damping``: a number in [0, 1), or "auto" (default; :func:`damped_run`: 0.5, and on
     divergence 0.7, 0.8, 0.9 on the same data; ``dampings`` lists the one each seed used,
     ``attempts`` every try; the SE trajectory is the one damped at 0.5).
     """
-    require(np.isfinite(alpha) and alpha > 0, "alpha", "> 0", alpha)
-    require(np.isfinite(rho) and rho > 0, "rho", "> 0", rho)
+    require(_is_amp_functions(fns), "fns",
+            "the channel's compiled AMP functions (aim_sym.amp_functions.amp_functions)",
+            type(fns).__name__)
+    require(cc is None or _is_compiled_channel(cc), "cc",
+            "a compiled channel (aim_sym.compiled.compile_channel) or None with se=False",
+            type(cc).__name__)
+    require(cc is not None or not se, "cc",
+            "a compiled channel (aim_sym.compiled.compile_channel) when se=True", cc)
+    require(np.isfinite(alpha) and alpha > 0, "alpha", "finite and > 0", alpha)
+    require(np.isfinite(rho) and rho > 0, "rho", "finite and > 0", rho)
     require(isinstance(dim, (int, np.integer)) and dim >= 2, "dim", "an integer >= 2", dim)
-    require(isinstance(max_iter, (int, np.integer)) and max_iter >= 1, "max_iter", ">= 1",
-            max_iter)
+    require(isinstance(max_iter, (int, np.integer)) and max_iter >= 1, "max_iter",
+            "an integer >= 1", max_iter)
     require(damping == "auto" or (isinstance(damping, (int, float)) and 0 <= damping < 1),
             "damping", "'auto' or in [0, 1)", damping)
     seed_list = _seed_list(seeds)
-    params = dict(params if params is not None else getattr(cc, "params", {}) or {})
-    fns = _functions(channel, params)
     result: dict = {"channel": fns.name, "tokens": fns.tokens, "alpha": float(alpha),
                     "rho": float(rho), "dim": int(dim), "N": int(round(alpha * dim * dim)),
                     "rng_seed": int(rng_seed), "damping": damping, "variance": variance,
                     "se_prediction": None}
     if se:
-        ccc = cc if cc is not None or hasattr(channel, "g_dg") else _compiled(channel, cc, params)
-        if ccc is not None:
-            pred = se_prediction(ccc, alpha=alpha, rho=rho)
-            Vse, qh = se_trajectory(ccc, alpha=alpha, rho=rho, n_iter=max_iter,
-                                    damping=DAMPING_SCHEDULE[0] if damping == "auto"
-                                    else damping)
-            result.update(se_prediction=pred["mmse"], se=pred, se_trajectory=Vse, q_hat_se=qh)
+        pred = se_prediction(cc, alpha=alpha, rho=rho)
+        Vse, qh = se_trajectory(cc, alpha=alpha, rho=rho, n_iter=max_iter,
+                                damping=DAMPING_SCHEDULE[0] if damping == "auto" else damping)
+        result.update(se_prediction=pred["mmse"], se=pred, se_trajectory=Vse, q_hat_se=qh)
     runs: list[dict] = []
     done_seeds: list[int] = []
     t0 = time.perf_counter()
@@ -413,20 +405,15 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
                    reasons=[r["reason"] for r in runs],
                    dampings=[r["damping"] for r in runs],
                    attempts=[r["attempts"] for r in runs],
-                   time_s=time.perf_counter() - t0, interrupted=interrupted)
-        if runs:
+                   time_s=time.perf_counter() - t0, interrupted=interrupted,
+                   per_iteration=_mean_rows([r["error"] for r in runs]),
+                   per_iteration_stderr=None,
+                   V=_mean_rows([r["V"] for r in runs]),
+                   A=_mean_rows([r["A"] for r in runs]),
+                   noise=_mean_rows([r["noise"] for r in runs]))
+        if len(runs) > 1:
             E = _pad([r["error"] for r in runs])
-            res["per_iteration"] = E.mean(axis=0).tolist()
-            res["per_iteration_stderr"] = (
-                (E.std(axis=0, ddof=1) / math.sqrt(len(runs))).tolist() if len(runs) > 1
-                else [float("nan")] * E.shape[1])
-            res["V"] = _pad([r["V"] for r in runs]).mean(axis=0).tolist()
-            res["A"] = _pad([r["A"] for r in runs if r["A"]] or [[float("nan")]]).mean(
-                axis=0).tolist()
-            res["noise"] = _pad([r["noise"] for r in runs if r["noise"]] or [[float("nan")]]
-                                ).mean(axis=0).tolist()
-        else:
-            res["per_iteration"] = []
+            res["per_iteration_stderr"] = (E.std(axis=0, ddof=1) / math.sqrt(len(runs))).tolist()
         return res
 
     try:
@@ -452,52 +439,5 @@ def run_amp(channel, cc=None, *, alpha: float, rho: float, dim: int,
     return res
 
 
-# ----------------------------------------------------------------------------- plot
-def plot_amp_vs_se(points, curve, path: str, *, reference=None, title: str | None = None) -> None:
-    """AMP points with error bars over the SE curve (matplotlib Agg), written to ``path``.
-
-    ``points``: run_amp results (dicts with alpha, mean, stderr; ``dim`` used in the label);
-    ``curve``: rows with alpha and mmse (as :func:`aim_sym.numerics.aim_se.curve` returns), or a pair
-    (alphas, mmse); ``reference``: optional rows (alpha, mmse, mmse_std) drawn as other points
-    (e.g. published AMP measurements).
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if isinstance(curve, tuple):
-        ca, cm = curve
-    else:
-        ca = [r["alpha"] for r in curve]
-        cm = [r["mmse"] for r in curve]
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    ax.plot(ca, cm, "-", color="k", lw=1.2, label="SE (Bayes-optimal)")
-    dims = sorted({p.get("dim") for p in points}, key=lambda d: (d is None, d))
-    for d, mk in zip(dims, "osD^v<>" * 4, strict=False):
-        sel = [p for p in points if p.get("dim") == d and np.isfinite(p["mean"])
-               and p["mean"] < 1.1]
-        ax.errorbar([p["alpha"] for p in sel], [p["mean"] for p in sel],
-                    yerr=[0 if not np.isfinite(p["stderr"]) else p["stderr"] for p in sel],
-                    fmt=mk, ms=4, capsize=2, label=f"GAMP-RIE, D = {d}")
-    if reference is not None:
-        ax.errorbar([r["alpha"] for r in reference], [r["mmse"] for r in reference],
-                    yerr=[r.get("mmse_std", 0) for r in reference], fmt="x", ms=4, capsize=2,
-                    color="gray", label="reference AMP")
-    off = [p for p in points if not (np.isfinite(p["mean"]) and p["mean"] < 1.1)]
-    if off:  # a mean dominated by diverged seeds: marked at the top, not scaled to
-        ax.plot([p["alpha"] for p in off], [1.05] * len(off), "v", color="r",
-                label="diverged seeds (off scale)")
-    ax.set_ylim(-0.02, 1.1)
-    ax.set_xlabel(r"$\alpha$")
-    ax.set_ylabel(r"$\|\hat S - S\|_F^2 / D$")
-    if title:
-        ax.set_title(title)
-    ax.legend(frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-
-
 __all__ = ["run_amp", "amp_iterations", "generate", "forward", "adjoint", "rie_step",
-           "se_prediction", "se_trajectory", "plot_amp_vs_se", "InputError"]
+           "se_prediction", "se_trajectory", "InputError"]

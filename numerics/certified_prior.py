@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .records import ConvergenceError, require
+from .records import ConvergenceError, load_flint, require
 
 __all__ = ["Enclosure", "mmse_enclosure", "moment_enclosure"]
 
@@ -88,9 +88,8 @@ class Enclosure:
 
 
 def _flint() -> Any:
-    from aim_sym.certified import _flint as flint_module
-
-    return flint_module()
+    """python-flint (:func:`records.load_flint`: NotCertifiable with the install hint if absent)."""
+    return load_flint()
 
 
 def _exact(value: Any, name: str) -> Fraction:

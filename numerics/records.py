@@ -49,6 +49,22 @@ class ConvergenceError(RuntimeError):
         self.residual = residual
 
 
+class NotCertifiable(ValueError):
+    """A certified (ball-arithmetic) evaluation is not possible: python-flint is missing, or the
+    expression holds something without a certified evaluation."""
+
+
+def load_flint() -> Any:
+    """The python-flint module, or :class:`NotCertifiable` with the install hint."""
+    try:
+        import flint
+    except ImportError as e:
+        raise NotCertifiable(
+            "certified enclosures need python-flint: pip install 'aim-sym[certified]'"
+        ) from e
+    return flint
+
+
 def require(condition: bool, name: str, allowed: str, value: Any) -> None:
     """Raise :class:`InputError` naming ``name`` and its allowed range unless ``condition``."""
     if not condition:

@@ -57,6 +57,14 @@ _ORDER_F = 24  # Gauss-Legendre points per panel, double precision
 _ORDER_F_LO = 16  # the coarser order used for the error estimate
 _GUARD = 10  # extra decimal digits carried by the mpmath path
 _REAL_TOL_F = 1e-7  # |Im g_c| / |g_c| below which a critical point counts as real (double)
+# Smallest rho of the double-precision integrals (mmse, I, Sigma). mmse ~ 2 rho Delta comes out
+# of Delta/(1 + Delta) minus an integral: about log10(1/rho) digits cancel, and the bulk of mass
+# rho at x ~ 1/sqrt(rho) is resolved less and less well. Measured against the mpmath route and
+# the small-rho expansion 2 rho Delta - rho^2 Delta (1 + Delta) for Delta in [1e-10, 1e8]: at
+# rho = 1e-4 at least 6 correct digits; at rho = 1e-5 four, with the error estimate up to 2.4x
+# too small; at rho = 1e-8 none (Delta = 0.01: 1.1e-6 for 2e-10), at 1e-12 negative values.
+# Below it the mpmath route (dps given) is still exact, but slow (~1 min per point).
+RHO_MIN_DOUBLE = 1e-4
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,6 +83,20 @@ def _positive(value: Any) -> bool:
 def _check(rho: Any, delta: Any) -> None:
     require(_positive(rho), "rho", "a finite real number > 0", rho)
     require(_positive(delta), "delta", "a finite real number > 0", delta)
+
+
+def _check_double(rho: Any) -> None:
+    require(float(rho) >= RHO_MIN_DOUBLE, "rho",
+            f">= {RHO_MIN_DOUBLE:g} in double precision (smaller rho: give dps, the mpmath route)",
+            rho)
+
+
+def _check_mmse(value: Any, delta: Any) -> None:
+    """0 <= mmse <= Delta/(1 + Delta) (THEORY 1.1, the stable form: Delta/(1 + Delta) minus a
+    non-negative integral); a negative value is digits lost to cancellation, never a result."""
+    if not value >= 0:
+        raise ConvergenceError(f"mmse at Delta = {delta} came out negative: digits lost to "
+                               "cancellation", last_iterate=value, residual=None)
 
 
 def _check_dps(dps: Any) -> int:
@@ -677,6 +699,7 @@ def integrals_many(deltas, *, rho: float, coarse: bool = False) -> list[dict]:
     deltas = np.atleast_1d(np.asarray(deltas, dtype=float))
     for d in deltas:
         _check(rho, d)
+    _check_double(rho)
     if coarse:
         return _integrals_batch_f(float(rho), deltas, _ORDER_F_LO, 12.0)
     return _integrals_batch_f(float(rho), deltas, _ORDER_F, 16.0)
@@ -732,12 +755,15 @@ def _integrals_mp(rho: Any, delta: Any, digits: float, dps: int) -> dict:
 def _integrals(rho: Any, delta: Any, dps: int | None, *, coarse: bool = False) -> dict:
     _check(rho, delta)
     if dps is None:
-        if coarse:
-            return _integrals_f(float(rho), float(delta), _ORDER_F_LO, 12.0)
-        return _integrals_f(float(rho), float(delta), _ORDER_F, 16.0)
-    dps = _check_dps(dps)
-    digits = _mp_digits(dps, coarse)
-    return _integrals_mp(_mp_key(rho, dps), _mp_key(delta, dps), digits, dps)
+        _check_double(rho)
+        n, digits = (_ORDER_F_LO, 12.0) if coarse else (_ORDER_F, 16.0)
+        out = _integrals_f(float(rho), float(delta), n, digits)
+    else:
+        dps = _check_dps(dps)
+        digits = _mp_digits(dps, coarse)
+        out = _integrals_mp(_mp_key(rho, dps), _mp_key(delta, dps), digits, dps)
+    _check_mmse(out["mmse"], delta)
+    return out
 
 
 def _scalar_or_loop(delta: Any, rho: Any, dps: int | None, key: str) -> Any:

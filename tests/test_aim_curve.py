@@ -1,4 +1,4 @@
-"""The traced SE curve (numerics.aim_curve) against the per-alpha route of numerics.aim_se."""
+"""The traced SE curve (aim_curve.curve) against its per-alpha route (aim_se.fixed_points)."""
 
 from types import SimpleNamespace
 
@@ -34,7 +34,7 @@ HM_ALPHAS = [0.002, 0.12, 0.6, 2.0]
 
 @pytest.fixture(scope="module")
 def hm2_reference(hm2):
-    return aim_se.curve(hm2, alphas=HM_ALPHAS, rho=0.5, tol=1e-11, method="per-alpha")
+    return aim_curve.curve(hm2, alphas=HM_ALPHAS, rho=0.5, tol=1e-11, method="per-alpha")
 
 
 @pytest.mark.parametrize("tol", [1e-3, 1e-9])
@@ -42,7 +42,7 @@ def test_hardmax_traced_agrees_with_per_alpha(hm2, hm2_reference, tol):
     # small alpha (mmse near 1, the weak-recovery side), middle, and large alpha (mmse near 0,
     # towards perfect recovery): each traced value lies within its reported error (plus the
     # reference's) of the per-alpha route at tol 1e-11, and that error meets the target
-    rows = aim_se.curve(hm2, alphas=HM_ALPHAS, rho=0.5, tol=tol)
+    rows = aim_curve.curve(hm2, alphas=HM_ALPHAS, rho=0.5, tol=tol)
     ref = hm2_reference
     for r, rr in zip(rows, ref):
         assert r["error"] <= tol
@@ -56,8 +56,8 @@ def test_softmax_perfect_recovery_traced():
     cc = compile_channel(softmax(2))
     apr = aim_se.perfect_recovery_alpha(cc, rho=0.5)
     alphas = [apr - 2e-3, apr - 1e-3, apr + 1e-3]
-    rows = aim_se.curve(cc, alphas=alphas, rho=0.5, tol=1e-12)
-    ref = aim_se.curve(cc, alphas=alphas, rho=0.5, tol=1e-12, method="per-alpha")
+    rows = aim_curve.curve(cc, alphas=alphas, rho=0.5, tol=1e-12)
+    ref = aim_curve.curve(cc, alphas=alphas, rho=0.5, tol=1e-12, method="per-alpha")
     for r, rr, a in zip(rows[:2], ref, alphas):
         eps = apr - a
         assert r["mmse"] / (4 * eps) == pytest.approx(1, abs=30 * eps)
@@ -76,8 +76,8 @@ def test_interpolated_errors_bound_the_deviation(name):
     else:
         cc = compile_channel(linear(2, noisy=True), {"Delta_out": 0.5})
         rho, alphas = 0.3, [0.02, 0.412, 0.608, 0.804]
-    rows = aim_se.curve(cc, alphas=alphas, rho=rho, tol=1e-3)
-    ref = aim_se.curve(cc, alphas=alphas, rho=rho, tol=1e-12, method="per-alpha")
+    rows = aim_curve.curve(cc, alphas=alphas, rho=rho, tol=1e-3)
+    ref = aim_curve.curve(cc, alphas=alphas, rho=rho, tol=1e-12, method="per-alpha")
     for r, rr in zip(rows, ref):
         assert r["error"] <= 1e-3
         assert abs(r["mmse"] - rr["mmse"]) <= r["error"] + rr["error"], (r, rr)
@@ -123,14 +123,14 @@ def test_interpolated_roots_carry_their_errors(hm2):
 
 def test_bad_input(hm2):
     with pytest.raises(InputError, match="alpha"):
-        aim_se.curve(hm2, alphas=[0.1, -1], rho=0.5)
+        aim_curve.curve(hm2, alphas=[0.1, -1], rho=0.5)
     with pytest.raises(InputError, match="tol"):
-        aim_se.curve(hm2, alphas=[0.1], rho=0.5, tol=0)
+        aim_curve.curve(hm2, alphas=[0.1], rho=0.5, tol=0)
     with pytest.raises(InputError, match="method"):
-        aim_se.curve(hm2, alphas=[0.1], rho=0.5, method="fast")
+        aim_curve.curve(hm2, alphas=[0.1], rho=0.5, method="fast")
     with pytest.raises(InputError, match="rho"):
-        aim_se.curve(hm2, alphas=[0.1], rho=-0.5)
-    rows = aim_se.curve(hm2, alphas=[0.0, 0.05], rho=0.5, tol=1e-6)
+        aim_curve.curve(hm2, alphas=[0.1], rho=-0.5)
+    rows = aim_curve.curve(hm2, alphas=[0.0, 0.05], rho=0.5, tol=1e-6)
     assert rows[0]["mmse"] == 1.0 and 0 < rows[1]["mmse"] < 1
 
 

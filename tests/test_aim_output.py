@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import sympy as sp
 from aim_sym.numerics.aim_se import output_estimate, output_moments
+from aim_sym.numerics.special_functions import mp_phi2, np_phi2, np_phi2_from_kernel, np_phi2_kernel
 
 from aim_sym import checks
 from aim_sym.channels import ChannelError, hardmax, linear, noisy_hardmax, softmax
-from aim_sym.codegen import mp_phi2, np_phi2
 from aim_sym.compiled import compile_channel
 from aim_sym.output import derive
 from aim_sym.symbols import V
@@ -203,7 +203,6 @@ def test_phi2_orthants_share_one_kernel():
 
     from scipy.special import ndtr
 
-    from aim_sym.codegen import np_phi2_from_kernel, np_phi2_kernel
     from aim_sym.compiled import compile_channel
 
     a = np.array([0.3, -1.2, 2.0, -5.0, -7.5, 0.0])
@@ -228,9 +227,8 @@ def test_phi2_orthants_share_one_kernel():
 def test_phi2_lower_tail_rule_converged(r):
     # the joint lower tail at negative r (a, b < -1, a^2 + b^2 > 40): the rule in use against
     # 160 Gauss-Legendre nodes on the same positive integrand, to the rounding level
+    from aim_sym.numerics.special_functions import _gl01, _lower_tail
     from scipy.special import log_ndtr
-
-    from aim_sym.codegen import _gl01, _lower_tail
 
     rng = np.random.default_rng(0)
     a, b = -rng.uniform(1, 25, 2000), -rng.uniform(1, 25, 2000)

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from aim_sym.numerics import aim_se, wishart
+from aim_sym.numerics import aim_curve, aim_se, wishart
 from aim_sym.numerics.records import InputError
 
 from aim_sym.channels import hardmax, softmax
@@ -73,7 +73,7 @@ def test_small_width_limit_of_prior():
 
 def test_hardmax_curve_monotone_and_unique():
     cc = compile_channel(hardmax(2))
-    rows = aim_se.curve(cc, alphas=np.linspace(0.01, 0.2, 5), rho=0.5)
+    rows = aim_curve.curve(cc, alphas=np.linspace(0.01, 0.2, 5), rho=0.5)
     mm = [r["mmse"] for r in rows]
     assert all(a > b for a, b in zip(mm, mm[1:]))
     assert all(0 < m < 1 for m in mm)

@@ -1,7 +1,7 @@
 """Finite-size GAMP-RIE for the AIM (numerics.amp) against its own identities and the SE.
 
 Fast tests: data generation statistics, the operators, the denoiser's divergence, one
-iteration's normalisation, reproducibility, interruption, the plot. Slow tests
+iteration's normalisation, reproducibility, interruption, no NaN, the plot (aim_sym.plots). Slow tests
 (``pytest -m slow``): agreement of AMP with the SE for softmax and hardmax, T = 2, rho = 0.5.
 """
 
@@ -186,17 +186,17 @@ def test_one_iteration_shapes(soft):
 
 # ----------------------------------------------------------------------------- driver
 def test_run_amp_reproducible_and_keys(soft):
-    ch, cc, _ = soft
+    _, cc, fns = soft
     kw = dict(alpha=0.1, rho=RHO, dim=24, seeds=[0, 1], max_iter=5, se=False)
-    a = amp.run_amp(ch, cc, **kw)
-    b = amp.run_amp(ch, cc, **kw)
-    c = amp.run_amp(ch, cc, **{**kw, "rng_seed": 1})
+    a = amp.run_amp(fns=fns, cc=cc, **kw)
+    b = amp.run_amp(fns=fns, cc=cc, **kw)
+    c = amp.run_amp(fns=fns, cc=cc, **{**kw, "rng_seed": 1})
     for key in ("mean", "stderr", "per_seed", "per_iteration"):
         assert key in a
     assert a["per_seed"] == b["per_seed"] and a["per_iteration"] == b["per_iteration"]
     assert a["per_seed"] != c["per_seed"]
     # a seed's run does not depend on which other seeds run with it
-    d = amp.run_amp(ch, cc, **{**kw, "seeds": [1]})
+    d = amp.run_amp(fns=fns, cc=cc, **{**kw, "seeds": [1]})
     assert d["per_seed"][0] == a["per_seed"][1]
     assert len(a["per_iteration"]) == 6
     assert a["mean"] == pytest.approx(np.mean(a["per_seed"]))
@@ -204,15 +204,15 @@ def test_run_amp_reproducible_and_keys(soft):
 
 
 def test_run_amp_se_prediction(soft):
-    ch, cc, _ = soft
-    r = amp.run_amp(ch, cc, alpha=0.1, rho=RHO, dim=16, seeds=1, max_iter=3)
+    _, cc, fns = soft
+    r = amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=16, seeds=1, max_iter=3)
     bo = aim_se.bayes_optimal(aim_se.fixed_points(cc, alpha=0.1, rho=RHO))
     assert r["se_prediction"] == pytest.approx(bo.mmse, abs=1e-10)
     assert len(r["se_trajectory"]) == 4 and r["se_trajectory"][0] == 1.0
 
 
 def test_run_amp_interrupt_returns_partial(soft, tmp_path):
-    ch, cc, _ = soft
+    _, cc, fns = soft
     calls = []
 
     def progress(done, total, message):
@@ -221,7 +221,7 @@ def test_run_amp_interrupt_returns_partial(soft, tmp_path):
             raise KeyboardInterrupt
 
     out = tmp_path / "amp.json"
-    r = amp.run_amp(ch, cc, alpha=0.1, rho=RHO, dim=16, seeds=4, max_iter=3, se=False,
+    r = amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=16, seeds=4, max_iter=3, se=False,
                     progress=progress, out=str(out))
     assert r["interrupted"] and len(r["per_seed"]) == 2 and r["seeds"] == [0, 1]
     assert calls[0][:2] == (1, 4)
@@ -232,40 +232,86 @@ def test_run_amp_interrupt_returns_partial(soft, tmp_path):
 
 
 def test_run_amp_input_errors(soft):
-    ch, cc, _ = soft
+    _, cc, fns = soft
     with pytest.raises(InputError, match="alpha"):
-        amp.run_amp(ch, cc, alpha=-1, rho=RHO, dim=10, seeds=1)
+        amp.run_amp(fns=fns, cc=cc, alpha=-1, rho=RHO, dim=10, seeds=1)
     with pytest.raises(InputError, match="dim"):
-        amp.run_amp(ch, cc, alpha=0.1, rho=RHO, dim=1, seeds=1)
+        amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=1, seeds=1)
     with pytest.raises(InputError, match="damping"):
-        amp.run_amp(ch, cc, alpha=0.1, rho=RHO, dim=10, seeds=1, damping=1.0, se=False)
+        amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=10, seeds=1, damping=1.0, se=False)
+
+
+def test_run_amp_needs_the_compiled_objects(soft):
+    # the numeric layer compiles nothing: the caller passes fns and cc (keyword-only)
+    ch, cc, fns = soft
+    kw = dict(alpha=0.1, rho=RHO, dim=10, seeds=1, max_iter=2)
+    with pytest.raises(TypeError):
+        amp.run_amp(ch, cc, **kw)  # positional: refused
+    with pytest.raises(InputError, match="fns must be"):
+        amp.run_amp(fns=ch, cc=cc, **kw)  # a channel, not its compiled AMP functions
+    with pytest.raises(InputError, match="cc must be"):
+        amp.run_amp(fns=fns, cc=None, **kw)  # se=True needs the compiled channel
+    with pytest.raises(InputError, match="cc must be"):
+        amp.run_amp(fns=fns, cc=ch, **kw)
+    r = amp.run_amp(fns=fns, cc=None, se=False, **kw)
+    assert r["se_prediction"] is None and len(r["per_seed"]) == 1
+
+
+@pytest.mark.parametrize("max_iter", [1, 2, 3])
+def test_run_amp_one_seed_short_runs_report_no_nan(soft, max_iter):
+    # one seed has no standard error: None (shown as n/a), never NaN; every number is finite
+    _, cc, fns = soft
+    r = amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=12, seeds=1, max_iter=max_iter)
+    assert r["stderr"] is None and r["per_iteration_stderr"] is None
+    assert math.isfinite(r["mean"]) and r["mean"] == r["per_seed"][0]
+    assert len(r["per_iteration"]) == r["iterations"][0] + 1 <= max_iter + 1
+    for key in ("per_iteration", "V", "A", "noise", "se_trajectory", "q_hat_se"):
+        assert all(math.isfinite(x) for x in r[key]), key
+    assert math.isfinite(r["se_prediction"])
+    two = amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=12, seeds=2, max_iter=max_iter)
+    assert math.isfinite(two["stderr"]) and all(map(math.isfinite, two["per_iteration_stderr"]))
+    with pytest.raises(InputError, match="max_iter"):
+        amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=12, seeds=1, max_iter=0)
+
+
+def test_mean_se_never_nan():
+    assert amp._mean_se([]) == (None, None)
+    assert amp._mean_se([0.5]) == (0.5, None)
+    assert amp._mean_se([0.5, float("nan")]) == (None, None)
+    m, s = amp._mean_se([0.4, 0.6])
+    assert m == pytest.approx(0.5) and s == pytest.approx(0.1)
 
 
 def test_auto_damping_small_alpha_D(soft):
     # softmax, D = 100, alpha = 0.03 (N = 300): damping 0.5 diverges within a few iterations
     # for seed 0 (and for 7 of 8 seeds; benchmarks/amp_damping_grid.py); "auto" retries the
     # same data with 0.7 and converges; seed 3 converges at 0.5 and keeps it.
-    ch, cc, fns = soft
+    _, cc, fns = soft
     kw = dict(alpha=0.03, rho=RHO, dim=100, seeds=[0, 3], max_iter=40, se=False)
-    fixed = amp.run_amp(fns, cc, damping=0.5, **kw)
+    fixed = amp.run_amp(fns=fns, cc=cc, damping=0.5, **kw)
     assert fixed["reasons"][0] == "diverged"
-    auto = amp.run_amp(fns, cc, **kw)
+    auto = amp.run_amp(fns=fns, cc=cc, **kw)
     assert "diverged" not in auto["reasons"], auto["reasons"]
     assert auto["dampings"][0] > 0.5 and auto["dampings"][1] == 0.5
     assert auto["attempts"][0][0] == (0.5, "diverged")
     assert max(auto["per_seed"]) < 1.0          # below the prior's mmse: something was learned
     with pytest.raises(InputError, match="damping"):
-        amp.run_amp(fns, cc, damping="fast", **kw)
+        amp.run_amp(fns=fns, cc=cc, damping="fast", **kw)
 
 
 def test_plot(tmp_path):
+    # the figure lives in the presentation layer (aim_sym.plots); one seed's stderr is None
+    from aim_sym.plots import plot_amp_vs_se
+
     pts = [{"alpha": 0.05, "mean": 0.7, "stderr": 0.02, "dim": 50},
-           {"alpha": 0.1, "mean": 0.4, "stderr": float("nan"), "dim": 100}]
+           {"alpha": 0.1, "mean": 0.4, "stderr": float("nan"), "dim": 100},
+           {"alpha": 0.15, "mean": 0.3, "stderr": None, "dim": 100}]
     curve = ([0.0, 0.05, 0.1], [1.0, 0.72, 0.39])
     path = tmp_path / "amp.png"
-    amp.plot_amp_vs_se(pts, curve, str(path), reference=[{"alpha": 0.1, "mmse": 0.41,
-                                                          "mmse_std": 0.05}])
+    plot_amp_vs_se(pts, curve, str(path), reference=[{"alpha": 0.1, "mmse": 0.41,
+                                                      "mmse_std": 0.05}])
     assert path.stat().st_size > 1000
+    assert not hasattr(amp, "plot_amp_vs_se")
 
 
 # ----------------------------------------------------------------------------- slow
@@ -301,7 +347,7 @@ def channels(soft, hard):
 def test_amp_agrees_with_se(channels, name, alpha):
     _, cc, fns = channels[name]
     D = 100
-    r = amp.run_amp(fns, cc, alpha=alpha, rho=RHO, dim=D, seeds=12, max_iter=80, rng_seed=1)
+    r = amp.run_amp(fns=fns, cc=cc, alpha=alpha, rho=RHO, dim=D, seeds=12, max_iter=80, rng_seed=1)
     msg = (r["mean"], r["stderr"], r["se_prediction"], r["reasons"])
     assert all(np.isfinite(r["per_seed"])) and max(r["per_seed"]) < 2, msg
     assert abs(r["mean"] - r["se_prediction"]) < 3 * r["stderr"] + FINITE_SIZE_C / D, msg
@@ -313,8 +359,8 @@ def test_finite_size_deviation_shrinks(channels, name, alpha):
     # two sizes, D = 50 and D = 200: the deviation from the SE does not grow (within one
     # combined standard error) and at D = 200 it is within 3 stderr + FINITE_SIZE_C / 200
     _, cc, fns = channels[name]
-    r50 = amp.run_amp(fns, cc, alpha=alpha, rho=RHO, dim=50, seeds=32, max_iter=80, rng_seed=2)
-    r200 = amp.run_amp(fns, cc, alpha=alpha, rho=RHO, dim=200, seeds=8, max_iter=80,
+    r50 = amp.run_amp(fns=fns, cc=cc, alpha=alpha, rho=RHO, dim=50, seeds=32, max_iter=80, rng_seed=2)
+    r200 = amp.run_amp(fns=fns, cc=cc, alpha=alpha, rho=RHO, dim=200, seeds=8, max_iter=80,
                        rng_seed=2)
     se = r200["se_prediction"]
     d50, d200 = r50["mean"] - se, r200["mean"] - se
@@ -331,7 +377,7 @@ def test_amp_tracks_se_per_iteration(soft):
     # |V^t - V_SE^t| <= 0.021, |error^t - V_SE^t| <= 0.037 (largest at t = 1, where the t = 0
     # effective noise exceeds 1/A^0 by O(1/D)); tolerances 0.05, 0.03, 0.05.
     _, cc, fns = soft
-    r = amp.run_amp(fns, cc, alpha=0.1, rho=RHO, dim=200, seeds=2, max_iter=10, rng_seed=1)
+    r = amp.run_amp(fns=fns, cc=cc, alpha=0.1, rho=RHO, dim=200, seeds=2, max_iter=10, rng_seed=1)
     for t in range(1, 11):
         assert r["A"][t - 1] == pytest.approx(r["q_hat_se"][t - 1], rel=0.05), t
         assert r["V"][t] == pytest.approx(r["se_trajectory"][t], abs=0.03), t
@@ -354,7 +400,7 @@ SMALL_N_C = 8.0
 def test_auto_damping_agrees_with_se_small_alpha(soft, alpha):
     _, cc, fns = soft
     D = 100
-    r = amp.run_amp(fns, cc, alpha=alpha, rho=RHO, dim=D, seeds=12, max_iter=80, rng_seed=1)
+    r = amp.run_amp(fns=fns, cc=cc, alpha=alpha, rho=RHO, dim=D, seeds=12, max_iter=80, rng_seed=1)
     msg = (r["mean"], r["stderr"], r["se_prediction"], r["reasons"], r["dampings"])
     assert "diverged" not in r["reasons"], msg
     assert abs(r["mean"] - r["se_prediction"]) < 3 * r["stderr"] + SMALL_N_C / D, msg
@@ -364,6 +410,6 @@ def test_auto_damping_agrees_with_se_small_alpha(soft, alpha):
 def test_auto_damping_reduces_divergence_alpha_003(soft):
     _, cc, fns = soft
     kw = dict(alpha=0.03, rho=RHO, dim=100, seeds=12, max_iter=80, rng_seed=1, se=False)
-    fixed = amp.run_amp(fns, cc, damping=0.5, **kw)["reasons"].count("diverged")
-    auto = amp.run_amp(fns, cc, **kw)["reasons"].count("diverged")
+    fixed = amp.run_amp(fns=fns, cc=cc, damping=0.5, **kw)["reasons"].count("diverged")
+    auto = amp.run_amp(fns=fns, cc=cc, **kw)["reasons"].count("diverged")
     assert auto < fixed and auto <= 3, (auto, fixed)

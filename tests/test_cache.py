@@ -39,3 +39,54 @@ def test_cache_in_a_folder_others_can_write_is_never_read(tmp_path, monkeypatch)
     with pytest.warns(UserWarning, match="writable by others"):
         assert cache.cached("t", "k", lambda: "built") == "built"
     assert sorted(p.name for p in d.iterdir()) == ["planted.pickle"]
+
+
+@pytest.mark.parametrize("content", [
+    b"",                                                     # zero bytes
+    pickle.dumps({"format": "aim-sym-cache/1", "kind": "t", "key": "k",
+                  "value": {"x": 1}})[:-7],                  # truncated
+    pickle.dumps(["a", "list"]),                             # a valid pickle of another type
+    pickle.dumps({"x": 2}),                                  # the right type, not an envelope
+    pickle.dumps({"format": "aim-sym-cache/1", "kind": "t", "key": "other",
+                  "value": {"x": 2}}),                       # another entry's envelope
+    pickle.dumps({"format": "aim-sym-cache/1", "kind": "t", "key": "k",
+                  "value": ["wrong type"]}),                 # this entry, not of the expected type
+])
+def test_bad_cache_file_is_rebuilt(tmp_path, monkeypatch, content):
+    d = tmp_path / "c"
+    monkeypatch.setenv("AIM_SYM_CACHE_DIR", str(d))
+    monkeypatch.delenv("AIM_SYM_NO_CACHE", raising=False)
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"x": 1}
+
+    assert cache.cached("t", "k", build, expect=dict) == {"x": 1}
+    path = cache.cache_path(d, "t", "k")
+    path.write_bytes(content)
+    os.chmod(path, 0o600)
+    assert cache.cached("t", "k", build, expect=dict) == {"x": 1}
+    assert len(calls) == 2
+    # rebuilt and overwritten: the next call reads it back
+    assert cache.cached("t", "k", build, expect=dict) == {"x": 1}
+    assert len(calls) == 2 and sorted(p.name for p in d.iterdir()) == [path.name]
+
+
+def test_derivation_from_a_corrupt_cache_is_rebuilt(tmp_path, monkeypatch):
+    # the real consumer: output.derive with its cache entry replaced by a pickle of a string
+    from aim_sym import output
+    from aim_sym.channels import softmax
+
+    d = tmp_path / "c"
+    monkeypatch.setenv("AIM_SYM_CACHE_DIR", str(d))
+    monkeypatch.delenv("AIM_SYM_NO_CACHE", raising=False)
+    output.derive.cache_clear()
+    ref = output.derive(softmax(2))
+    files = [p for p in d.iterdir() if p.name.startswith("derive-")]
+    assert len(files) == 1
+    files[0].write_bytes(pickle.dumps("not a derivation"))
+    output.derive.cache_clear()
+    again = output.derive(softmax(2))
+    assert isinstance(again, output.OutputDerivation) and again.g_out == ref.g_out
+    output.derive.cache_clear()

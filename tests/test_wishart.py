@@ -245,3 +245,35 @@ def test_integrals_many_is_the_single_rule():
     assert W.integrals_many([], rho=rho) == []
     with pytest.raises(InputError, match="delta"):
         W.integrals_many([0.1, -1.0], rho=rho)
+
+
+def test_tiny_rho_is_refused_in_double_precision():
+    # at rho = 1e-12 the double-precision route printed mmse(0.01) = -3.3e-4 (true: 2e-14):
+    # below RHO_MIN_DOUBLE it is refused, naming rho and the way out (the mpmath route)
+    for call in (lambda: W.mmse_estimate(0.01, rho=1e-12), lambda: W.mmse(1.0, rho=1e-8),
+                 lambda: W.mutual_information(1.0, rho=5e-5),
+                 lambda: W.integrals_many([0.1, 1.0], rho=1e-6)):
+        with pytest.raises(InputError, match=r"rho must be >= 0\.0001 .*dps"):
+            call()
+
+
+@pytest.mark.parametrize("delta", [1e-10, 1e-6, 1e-2, 1.0])
+def test_mmse_at_the_smallest_rho_is_in_range_and_accurate(delta):
+    # 0 <= mmse <= Delta/(1 + Delta) (THEORY 1.1, stable form) and, at rho = RHO_MIN_DOUBLE, the
+    # small-rho expansion 2 rho Delta - rho^2 Delta (1 + Delta) (for rho max(1, Delta) << 1; it
+    # matched the mpmath route to 12 digits at rho <= 1e-6, Delta <= 1)
+    rho = W.RHO_MIN_DOUBLE
+    est = W.mmse_estimate(delta, rho=rho)
+    assert 0 < est.value <= delta / (1 + delta)
+    ref = 2 * rho * delta - rho**2 * delta * (1 + delta)
+    assert est.value == pytest.approx(ref, rel=1e-6)
+
+
+def test_negative_mmse_is_never_returned():
+    from aim_sym.numerics.records import ConvergenceError
+
+    W._check_mmse(0.0, 1.0)
+    with pytest.raises(ConvergenceError, match="negative"):
+        W._check_mmse(-3e-4, 0.01)
+    with pytest.raises(ConvergenceError):
+        W._check_mmse(float("nan"), 0.01)
