@@ -481,13 +481,18 @@ def mmse(*, rho, delta, digits: int | None = None, certified: bool = False) -> R
 
     exact = {k: _engine_number(v, digits) for k, v in params.items()}
     est = wishart.mmse_estimate(exact["delta"], rho=exact["rho"], dps=digits)
+    error = est.error
     if digits is None:
         value = est.value
     else:
         import mpmath
 
         value = mpmath.nstr(est.value, digits)
-    return Result(quantity="mmse", value=value, error=est.error, method=est.method,
+        # the printed value is rounded to ``digits`` significant digits: its bar covers that
+        # rounding too (two rules that agree to the working precision gave error 0 before)
+        error = float(max(mpmath.mpf(error), abs(mpmath.mpf(value) - est.value),
+                          mpmath.mpf(10) ** (mpmath.floor(mpmath.log10(abs(est.value))) - digits)))
+    return Result(quantity="mmse", value=value, error=error, method=est.method,
                   precision=est.precision, parameters=params)
 
 
