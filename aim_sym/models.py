@@ -490,8 +490,11 @@ def mmse(*, rho, delta, digits: int | None = None, certified: bool = False) -> R
         value = mpmath.nstr(est.value, digits)
         # the printed value is rounded to ``digits`` significant digits: its bar covers that
         # rounding too (two rules that agree to the working precision gave error 0 before)
-        error = float(max(mpmath.mpf(error), abs(mpmath.mpf(value) - est.value),
-                          mpmath.mpf(10) ** (mpmath.floor(mpmath.log10(abs(est.value))) - digits)))
+        with mpmath.workdps(digits + 20):
+            exact = mpmath.mpf(est.value)
+            rounding = abs(mpmath.mpf(value) - exact)
+            unit = mpmath.mpf(10) ** (mpmath.floor(mpmath.log10(abs(exact))) + 1 - digits) / 2
+            error = float(max(mpmath.mpf(error), rounding, unit))
     return Result(quantity="mmse", value=value, error=error, method=est.method,
                   precision=est.precision, parameters=params)
 

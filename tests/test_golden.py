@@ -2,8 +2,9 @@
 (tests/data/README.md), must be reproduced within their own error bars.
 
 Every numeric leaf is compared; its tolerance is twice the ``error`` of the nearest enclosing
-record that carries one (the quantity's own refinement bar), plus 1e-12 relative. Timings
-(``seconds``) and wording (method strings) are not compared; keys present then must be present
+record that carries one (the quantity's own refinement bar), plus 1e-12 relative; the bars
+themselves must stay non-negative numbers (a bar may tighten or widen). Timings (``seconds``)
+and wording (method strings) are not compared; keys present then must be present
 now (the ``--json`` keys are part of the interface).
 """
 
@@ -62,6 +63,10 @@ def compare(old, new, path="", bar=0.0, problems=None):
     else:
         a, b = _number(old), _number(new)
         if a is None:
+            return problems
+        if path.endswith("error") and b is not None:  # a bar may change; it stays a bar
+            if not b >= 0:
+                problems.append(f"{path}: {old!r} -> {new!r} (not a bar)")
             return problems
         if b is None:
             problems.append(f"{path}: {old!r} -> {new!r}")
