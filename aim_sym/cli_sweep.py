@@ -13,8 +13,17 @@ import sys
 
 import click
 
-from .channels import BUILTIN, TOKENS_ARGMAX, TOKENS_GAUSSIAN
+from .channels import (
+    BETA_DOMAIN,
+    BUILTIN,
+    DELTA_OUT_DOMAIN,
+    EPSILON_DOMAIN,
+    SKIP_DOMAIN,
+    TOKENS_ARGMAX,
+    TOKENS_GAUSSIAN,
+)
 from .cli_common import MODELS, emit, fail, parse_grid, progress_printer, smi_args
+from .domains import RHO, Domain
 from .plots import check_plot_path, plot_phase
 from .sweep import MAX_POINTS, aim_point, failed, grid, run_sweep, skip_columns, smi_point
 from .sweep import sweep_skip as run_skip_sweep
@@ -36,13 +45,6 @@ def _list(spec: str | None, option: str, cast=float) -> list | None:
     if spec is None:
         return None
     if ":" in spec:
-        parts = spec.split(":")
-        try:
-            num = int(parts[2]) if len(parts) == 3 else None
-        except ValueError:
-            num = None
-        if num is not None and num > MAX_POINTS:
-            fail(option, f"a grid of at most {MAX_POINTS} points", spec)
         return [cast(x) for x in parse_grid(spec, option)]
     try:
         values = [cast(x) for x in spec.split(",")]
@@ -53,9 +55,11 @@ def _list(spec: str | None, option: str, cast=float) -> list | None:
     return values
 
 
-def _positive(values: list[float], option: str, spec: str) -> None:
-    if not all(math.isfinite(v) and v > 0 for v in values):
-        fail(option, "finite values > 0", spec)
+def _each(values: list[float], domain: Domain, option: str) -> None:
+    """Every value of a list option in the parameter's declared domain (aim_sym.domains)."""
+    for v in values:
+        if not domain.contains(v):
+            fail(option, f"a list of values, each {domain.allowed()}", v)
 
 
 def _check_workers(workers: int | None) -> None:
@@ -91,21 +95,24 @@ def _aim_axes(channel, rhos, ts, tokens_, bs, betas, epsilon, delta_out, skips) 
     for t in ts:
         domain.check(t, label="--tokens")
     r = _list(rhos or "0.5", "--rhos")
-    _positive(r, "--rhos", rhos)
+    _each(r, RHO, "--rhos")
     axes: dict = {"channel": [name], "tokens": ts, "rho": r}
     if bs is not None:
         if name != "softmax":
             fail("--betas", "given only with --channel softmax", betas)
         axes["beta"] = bs
     if name == "noisy-hardmax":
-        if epsilon is None or not 0 <= epsilon < 0.5:
-            fail("--epsilon", "in [0, 0.5) (required for noisy-hardmax)", epsilon)
+        if epsilon is None:
+            fail("--epsilon", f"{EPSILON_DOMAIN.allowed()} (required for noisy-hardmax)", epsilon)
+        EPSILON_DOMAIN.check(epsilon, label="--epsilon")
         axes["epsilon"] = [epsilon]
     elif epsilon is not None:
         fail("--epsilon", "given only with --channel noisy-hardmax", epsilon)
     if name == "linear-noisy":
-        if delta_out is None or not (math.isfinite(delta_out) and delta_out >= 0):
-            fail("--delta-out", "finite and >= 0 (required for linear-noisy)", delta_out)
+        if delta_out is None:
+            fail("--delta-out", f"{DELTA_OUT_DOMAIN.allowed()} (required for linear-noisy)",
+                 delta_out)
+        DELTA_OUT_DOMAIN.check(delta_out, label="--delta-out")
         axes["delta_out"] = [delta_out]
     elif delta_out is not None:
         fail("--delta-out", "given only with --channel linear-noisy", delta_out)
@@ -141,7 +148,7 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, epsilon, delta_out,
     ts = _list(tokens_, "--tokens", int)
     bs = None if betas is None else _list(betas, "--betas")
     if bs is not None:
-        _positive(bs, "--betas", betas)
+        _each(bs, BETA_DOMAIN, "--betas")
     if model == "aim":
         axes = _aim_axes(channel, rhos, ts, tokens_, bs, betas, epsilon, delta_out, skips)
         task = aim_point
@@ -151,7 +158,7 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, epsilon, delta_out,
             if val is not None:
                 fail(opt, "not given with --model smi (it does not apply)", val)
         cs = _list(skips or "1", "--skips")
-        _positive(cs, "--skips", skips)
+        _each(cs, SKIP_DOMAIN, "--skips")
         if layers != 2:
             fail("--layers", "2 (the SMI SE is implemented for L = 2)", layers)
         if ts != [2]:
@@ -188,10 +195,8 @@ def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, 
     (L = 3: the weak thresholds of the three layers)."""
     args = smi_args({"channel": None, "layers": layers, "skip": 1.0, "beta": beta,
                      "tokens": tokens})
-    if not (math.isfinite(beta) and beta > 0):
-        fail("--beta", "finite and > 0", beta)
     cs = _list(skips, "--skips")
-    _positive(cs, "--skips", skips)
+    _each(cs, SKIP_DOMAIN, "--skips")
     _check_workers(workers)
     if plot_path:
         check_plot_path(plot_path, "--plot")

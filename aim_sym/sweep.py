@@ -35,11 +35,12 @@ from concurrent.futures import as_completed as cf_as_completed
 
 from .channels import builtin
 from .compiled import compile_channel
+from .domains import MAX_GRID
 from .numerics import aim_se, smi, smi_deep
 from .numerics.records import ConvergenceError, InputError, atomic_write, require
 from .numerics.smi_sequential import SEQ_DIGITS
 
-MAX_POINTS = 100_000
+MAX_POINTS = MAX_GRID  # one bound on grid sizes, declared with the domains
 """The largest sweep accepted (points), so that a typo in a grid does not start a week of work."""
 
 STATE_SUFFIX = ".partial"

@@ -8,7 +8,9 @@ import pytest
 from aim_sym import cache
 
 
-def test_private_cache_roundtrip(tmp_path, monkeypatch):
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """A private cache folder and a counted builder: (folder, build, calls)."""
     d = tmp_path / "c"
     monkeypatch.setenv("AIM_SYM_CACHE_DIR", str(d))
     monkeypatch.delenv("AIM_SYM_NO_CACHE", raising=False)
@@ -17,6 +19,12 @@ def test_private_cache_roundtrip(tmp_path, monkeypatch):
     def build():
         calls.append(1)
         return {"x": 1}
+
+    return d, build, calls
+
+
+def test_private_cache_roundtrip(private_cache):
+    d, build, calls = private_cache
 
     assert cache.cached("t", "k", build) == {"x": 1}
     assert cache.cached("t", "k", build) == {"x": 1}
@@ -52,16 +60,8 @@ def test_cache_in_a_folder_others_can_write_is_never_read(tmp_path, monkeypatch)
     pickle.dumps({"format": "aim-sym-cache/1", "kind": "t", "key": "k",
                   "value": ["wrong type"]}),                 # this entry, not of the expected type
 ])
-def test_bad_cache_file_is_rebuilt(tmp_path, monkeypatch, content):
-    d = tmp_path / "c"
-    monkeypatch.setenv("AIM_SYM_CACHE_DIR", str(d))
-    monkeypatch.delenv("AIM_SYM_NO_CACHE", raising=False)
-    calls = []
-
-    def build():
-        calls.append(1)
-        return {"x": 1}
-
+def test_bad_cache_file_is_rebuilt(private_cache, content):
+    d, build, calls = private_cache
     assert cache.cached("t", "k", build, expect=dict) == {"x": 1}
     path = cache.cache_path(d, "t", "k")
     path.write_bytes(content)
