@@ -433,23 +433,21 @@ def _exact_positive(value: Any, domain: Domain):
     return q
 
 
-def _engine_number(value: Any, digits: int | None):
+def _engine_number(value: Any, q, digits: int | None):
     """What the prior's engine reads: a float as its shortest decimal (0.2 = 1/5, as the
-    command line reads it), p/q as an mpmath number at the working precision."""
+    command line reads it), p/q (``q``, as :func:`_exact_positive` read it) as an mpmath
+    number at the working precision."""
     import mpmath
 
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str) and "/" in value:
-        from fractions import Fraction
-
-        q = Fraction(value.strip())
         with mpmath.workdps((digits or 16) + 30):
             return mpmath.mpf(q.numerator) / q.denominator
     return value
 
 
-MMSE_RHO = RHO.with_(description="Wishart aspect ratio rho (read exactly), finite >= 1e-5: "
+MMSE_RHO = RHO.with_(description=f"Wishart aspect ratio rho (read exactly), finite >= {RHO.low:g}: "
                      "below, the double-precision prior quadrature loses its accuracy")
 MMSE_DELTA = Domain(name="delta", option="--delta", low=0, low_open=True, default=None,
                     description="noise variance Delta > 0 (read exactly)")
@@ -462,8 +460,7 @@ def mmse(*, rho, delta, digits: int | None = None, certified: bool = False) -> R
     decimal: 0.2 means 1/5); ``digits``: mpmath
     digits of the estimate (5..200; value then a decimal string), or significant digits of the
     ``certified`` interval (default 20), found by ball arithmetic (python-flint)."""
-    _exact_positive(rho, MMSE_RHO)
-    _exact_positive(delta, MMSE_DELTA)
+    exact = {"rho": _exact_positive(rho, MMSE_RHO), "delta": _exact_positive(delta, MMSE_DELTA)}
     if digits is not None:
         digits = MMSE_DIGITS.check(digits)
     params = {"rho": rho, "delta": delta}
@@ -479,8 +476,8 @@ def mmse(*, rho, delta, digits: int | None = None, certified: bool = False) -> R
                                "support_masses": enc.extra["support_masses"]})
     from .numerics import wishart
 
-    exact = {k: _engine_number(v, digits) for k, v in params.items()}
-    est = wishart.mmse_estimate(exact["delta"], rho=exact["rho"], dps=digits)
+    engine = {k: _engine_number(v, exact[k], digits) for k, v in params.items()}
+    est = wishart.mmse_estimate(engine["delta"], rho=engine["rho"], dps=digits)
     error = est.error
     if digits is None:
         value = est.value
