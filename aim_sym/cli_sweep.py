@@ -24,6 +24,7 @@ from .channels import (
 )
 from .cli_common import MODELS, emit, fail, parse_grid, progress_printer, smi_args
 from .domains import RHO, Domain
+from .numerics.smi_fibre import SKIP_FLOORS
 from .plots import check_plot_path, plot_phase
 from .sweep import MAX_POINTS, aim_point, failed, grid, run_sweep, skip_columns, smi_point
 from .sweep import sweep_skip as run_skip_sweep
@@ -159,6 +160,10 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, epsilon, delta_out,
                 fail(opt, "not given with --model smi (it does not apply)", val)
         cs = _list(skips or "1", "--skips")
         _each(cs, SKIP_DOMAIN, "--skips")
+        floor = SKIP_FLOORS["sequential"]
+        for c in cs:
+            if c < floor:
+                fail("--skips", f"values >= {floor:g} for the SMI SE (the validated range)", c)
         if layers != 2:
             fail("--layers", "2 (the SMI SE is implemented for L = 2)", layers)
         if ts != [2]:

@@ -36,7 +36,7 @@ from concurrent.futures import as_completed as cf_as_completed
 from .channels import builtin
 from .compiled import compile_channel
 from .domains import MAX_GRID
-from .numerics import aim_se, smi, smi_deep
+from .numerics import aim_se, smi, smi_deep, smi_fibre
 from .numerics.records import ConvergenceError, InputError, atomic_write, require
 from .numerics.smi_sequential import SEQ_DIGITS
 
@@ -279,7 +279,7 @@ def aim_point(point: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- SMI tasks
-@sweep_task(name="smi_point", version="1")
+@sweep_task(name="smi_point", version="2")  # 2: small-c rules (issue 14)
 def smi_point(point: dict) -> dict:
     """One SMI deep-attention SE point: keys alpha, skip, beta, layers, tokens."""
     res = smi.fixed_point(alpha=float(point["alpha"]), layers=int(point["layers"]),
@@ -311,7 +311,7 @@ def skip_columns(layers: int) -> tuple[str, ...]:
     return ("skip", *weak, "seconds", "status")
 
 
-@sweep_task(name="skip_point", version="1")
+@sweep_task(name="skip_point", version="2")  # 2: small-c rules and floors (issue 14)
 def skip_point(point: dict) -> dict:
     """One skip strength c of the SMI phase diagram (THEORY.md 2.2): keys layers, tokens, skip,
     beta, sequential (and digits of the sequential threshold). The weak thresholds of every
@@ -321,6 +321,8 @@ def skip_point(point: dict) -> dict:
     layers, tokens = int(point["layers"]), int(point["tokens"])
     c, beta = float(point["skip"]), float(point["beta"])
     sequential = bool(point.get("sequential", False)) and layers == 2
+    below_floor = sequential and c < smi_fibre.SKIP_FLOORS["sequential"]
+    sequential = sequential and not below_floor
     row: dict = dict.fromkeys(skip_columns(layers), math.nan)
     row["skip"] = c
     t = time.perf_counter()
@@ -336,8 +338,12 @@ def skip_point(point: dict) -> dict:
             row[key], row[key + "_error"] = float(d["value"]), float(d["error"])
             if d["kind"] == "sequential":
                 row["sequential_q2"] = float(d["q2"])
-        row["status"] = ("ok" if sequential else "skipped sequential" if layers == 2
-                         else f"ok (weak only: sequential thresholds need L = 2, not {layers})")
+        row["status"] = (
+            "ok" if sequential
+            else "ok (weak only: the sequential threshold is validated for skip >= "
+            f"{smi_fibre.SKIP_FLOORS['sequential']:g})" if below_floor
+            else "skipped sequential" if layers == 2
+            else f"ok (weak only: sequential thresholds need L = 2, not {layers})")
         notes = [d["note"] for d in res if d.get("note")]
         if notes:
             row["status"] += "; " + "; ".join(notes)
@@ -363,6 +369,10 @@ def check_skip_sweep(*, skips, layers: int, tokens: int, beta: float) -> list[fl
     for c in cs:
         require(math.isfinite(c) and c > 0, "skip", "finite and > 0 (det A = c (1 + c) must not "
                 "vanish)", c)
+        if layers == 2:
+            smi.check_weak_skip(c)
+        else:
+            smi_fibre.check_skip_floor(c, "weak_l3")
     return cs
 
 

@@ -1,7 +1,8 @@
 """State evolution, stability thresholds and generalisation error of deep tied attention
 (sequence multi-index model, THEORY 2), by deterministic quadrature on the fibre of ``y``.
 
-Supported: ``layers = 2``, ``tokens = 2`` (one row per layer), skip ``c > 0``, ``beta > 0``.
+Supported: ``layers = 2``, ``tokens = 2`` (one row per layer), ``beta > 0``, skip ``c`` in [1e-4, 100] for
+the weak thresholds and ``c >= 0.5`` for the sequential threshold and the SE (validated floors).
 
 Coordinates (all integrals are Gaussian-weighted and smooth in them):
 
@@ -11,19 +12,25 @@ Coordinates (all integrals are Gaussian-weighted and smooth in them):
   / det A(z_1)``.  It differs from the density of ``y`` by the Jacobian ``|dh/dy|(y)``, which does
   not depend on ``omega`` or ``Q``: ``g_out`` and ``Q_hat`` are unchanged and ``Psi_out`` moves by
   a ``Q``-independent constant (we report ``phi`` relative to ``Q = 0``, which is convention-free).
-* inner (fibre) integral over ``z_1``: tensor Gauss-Hermite for ``N(z_1; omega_1, v_1)``;
-* ``h``: tensor Gauss-Hermite for ``N(h; 0, sigma_h^2)`` applied to ``Z_out(h) phi(h) /
-  N(h; 0, sigma_h^2)``; ``sigma_h^2 = 7.3 > max eig A A^T (= 3 + sqrt 5 at c = 1)`` so the ratio
-  decays: no domain is truncated;
+* weak thresholds (Q = 0, :func:`stability_matrix`): rotated coordinates ``s = (z0 + z1)/sqrt 2``,
+  ``d = (z0 - z1)/sqrt 2`` for z_1 and for h.  There ``A`` is upper triangular,
+  ``[[1 + c, tau], [0, kappa]]`` with ``kappa = det A / (1 + c) in [c, 1 + c)``; ``kappa -> c``
+  where the two softmax rows coincide (near d = 0, where ``kappa ~ c + beta d^2 / 2``), so the
+  fibre integrand varies in d on the scale ``sqrt(2 c / beta)`` and the density of h in ``h_d``
+  on the scale c.  Gauss-Hermite in the sums and sinh-mapped trapezoids in the differences
+  (:func:`aim_sym.numerics.smi_fibre.rotated_z1_rule`, ``rotated_h_rule``) resolve both at
+  every skip; the earlier tensor Gauss-Hermite rules (:func:`_weak_stats`, ``h`` for
+  ``N(0, SIGMA_H^2)``) never see them and are right for c >= 0.5 only.  Errors: the change
+  over three refinements.
 * ``omega_l``: tensor Gauss-Hermite for ``N(0, Q_ll)``.
 
-Errors are ``|value(order n) - value(order n')|`` for two sets of orders.  The sign symmetries
-``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer grid, and make
-``E[z | y] = 0`` exactly in the rule (so ``Q = 0`` is a fixed point, THEORY 2.2).
+The sign symmetries ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer
+grid, and make ``E[z | y] = 0`` exactly in the rule (so ``Q = 0`` is a fixed point, THEORY 2.2).
 
 The sequential threshold itself is computed by :mod:`aim_sym.numerics.smi_sequential` (trapezoid
-lattices for the fibre and for h, geometric convergence); the Laplace-mixture engine below is
-kept as the independent route :func:`sequential_threshold_mixture`.
+lattices for the fibre and for h, geometric convergence), for skip >= 0.5 (the validated floor,
+:data:`aim_sym.numerics.smi_fibre.SKIP_FLOORS`); the Laplace-mixture branch statistics below
+remain as a cross-check of its branch quantities.
 
 Layer-2 branch near q2 -> 1 (Laplace-mixture engine, :func:`_stats_branch_v2`): the layer-2
 posterior concentrates (V2 = 1 - q2 ~ 0.026 at the threshold).  Outer 6D rule in
@@ -64,53 +71,40 @@ from .records import ConvergenceError, Estimate, require
 from .smi_fibre import (
     attention_inverse,
     check,
+    check_skip_floor,
     fibre_jacobian,
     functions,
     gh,
     graded_omega_rule,
     grid2,
     laplace_proposal,
+    rotated_h_rule,
+    rotated_z1_rule,
 )
 from .smi_route_a import CHUNK, SIGMA_H
+from .smi_route_a import q0_sums as _weak_sums
 from .smi_route_a import stats as route_a_stats
 
 
 # ----------------------------------------------------------------------------- core sums
 def _weak_stats(*, c, beta, n_h, n_z):
-    """At Q = 0: lambda_l = E_y ||Cov[z_l | y] - I||_F^2 (the diagonal of F), lambda_12 =
-    E_y <Cov[z_1|y] - I, Cov[z_2|y] - I>_F (the off-diagonal mode), the cross block
-    E_y ||Cov[z_1, z_2 | y]||_F^2 (zero: F is block diagonal), and the mass."""
-    xz0, xz1, wz = grid2(n_z, 1.0, False)
-    Ai, det = attention_inverse(xz0, xz1, c, beta)
-    wi = wz / det / (2 * math.pi)
-    B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2, 2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
-                  Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
-    # z_2 z_2^T = Ai h h^T Ai^T: coefficients of h0^2, h0 h1, h1^2 for entries 00, 01, 11
-    K = []
-    for a, b in ((0, 0), (0, 1), (1, 1)):
-        K += [Ai[a, 0] * Ai[b, 0], Ai[a, 0] * Ai[b, 1] + Ai[a, 1] * Ai[b, 0], Ai[a, 1] * Ai[b, 1]]
-    Mz = np.stack([wi, wi * xz0 * xz0, wi * xz0 * xz1, wi * xz1 * xz1] + [wi * k for k in K]).T
+    """:func:`_weak_sums` on tensor Gauss-Hermite rules (z_1: order n_z; h: order n_h, ratio to
+    N(h; 0, SIGMA_H^2 I) on the half plane h_0 > 0).  Accurate for skip c >= 0.5 only: at small c
+    the integrands have features of width sqrt(c) in z_1 and c in h that these rules never see
+    (:func:`_weak_stats_rotated` resolves them)."""
+    z = grid2(n_z, 1.0, False)
     h0, h1, wh = grid2(n_h, SIGMA_H, True)
     wh = wh * (2 * math.pi * SIGMA_H**2) * np.exp(0.5 * (h0**2 + h1**2) / SIGMA_H**2)
-    acc = np.zeros(5)
-    step = max(1, CHUNK // xz0.size)
-    for s0 in range(0, h0.size, step):
-        sl = slice(s0, s0 + step)
-        hh = np.stack([h0[sl] ** 2, h0[sl] * h1[sl], h1[sl] ** 2]).T
-        E = np.exp(-0.5 * (hh @ B))
-        m = E @ Mz
-        Z = m[:, 0]
-        Zs = np.where(Z > 0, Z, 1.0)     # Z underflows to 0 only far out, where W = 0 too
-        C1 = m[:, 1:4] / Zs[:, None]
-        C2 = np.stack([(m[:, 4 + 3 * j: 7 + 3 * j] * hh).sum(1) for j in range(3)], 1) / Zs[:, None]
-        G1 = C1 - np.array([1.0, 0.0, 1.0])
-        G2 = C2 - np.array([1.0, 0.0, 1.0])
-        W = wh[sl] * Z
-        fro = np.array([1.0, 2.0, 1.0])
-        acc += np.array([W.sum(), W @ ((G1**2) @ fro), W @ ((G2**2) @ fro),
-                         W @ ((G1 * G2) @ fro), 0.0])
-    # cross block Cov[z_1, z_2 | y] = sum_s s (...) = 0 exactly in the symmetric rule
-    return dict(mass=acc[0], lam1=acc[1], lam2=acc[2], lam12=acc[3], cross=acc[4])
+    return _weak_sums(z, (h0, h1, wh), c=c, beta=beta)
+
+
+def _weak_stats_rotated(*, c, beta, order):
+    """:func:`_weak_sums` on the rotated rules of :mod:`aim_sym.numerics.smi_fibre`
+    (``order = (n_hs, dt_h, n_s, dt_z)``): sinh-mapped trapezoids in the difference coordinates
+    resolve kappa(z_1) = det A / (1 + c) -> c (width sqrt(2 c / beta) in z_1, c in h)."""
+    n_hs, dt_h, n_s, dt_z = order
+    return _weak_sums(rotated_z1_rule(n_s, dt_z, c, beta), rotated_h_rule(n_hs, dt_h, c),
+                      c=c, beta=beta)
 
 
 MIX = (0.2, 0.4, 0.4)  # prior component, +z1 mode, -z1 mode
@@ -207,19 +201,45 @@ def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
 
 
 # ----------------------------------------------------------------------------- public API
-WEAK_ORDERS = ((72, 96), (96, 128))  # (n_h, n_z) coarse and refined
+WEAK_ORDERS = ((72, 96), (96, 128))  # (n_h, n_z) of the Gauss-Hermite rules (c >= 0.5 only)
+# (n_hs, dt_h, n_s, dt_z) of the rotated rules (:func:`_weak_stats_rotated`), three refinements
+WEAK_ROTATED_ORDERS = ((80, 0.15, 80, 0.15), (96, 0.125, 96, 0.125), (128, 0.09375, 128, 0.09375))
+WEAK_SKIP_MIN = 1e-4     # validated against Monte Carlo (benchmarks/smi_small_skip.py)
+WEAK_SKIP_MAX = 100.0
+
+
+def _rotated_order(n: int) -> tuple:
+    return (n, 12.0 / n, n, 12.0 / n)
+
+
+def check_weak_skip(skip: float) -> None:
+    """InputError unless ``WEAK_SKIP_MIN <= skip <= WEAK_SKIP_MAX`` (the validated range)."""
+    require(WEAK_SKIP_MIN <= skip <= WEAK_SKIP_MAX, "skip",
+            f"in [{WEAK_SKIP_MIN:g}, {WEAK_SKIP_MAX:g}] for the L = 2 weak thresholds (the range "
+            "validated against Monte Carlo)", skip)
 
 
 def stability_matrix(*, layers=2, tokens=2, skip=1.0, beta=1.0, order=None) -> dict:
     """The linear map F of THEORY 2.2 at Q = 0, on symmetric M in the basis (M11, M22, M12):
     F(M)_11 = lam1 M11, F(M)_22 = lam2 M22, F(M)_12 = lam12 M12 (block diagonal between layers:
-    the cross covariances Cov[z_1, z_2 | y] vanish by the sign symmetry). Values are Estimates."""
+    the cross covariances Cov[z_1, z_2 | y] vanish by the sign symmetry). Values are Estimates.
+
+    Rules: :func:`_weak_stats_rotated` (sinh-mapped trapezoids in the difference coordinates of
+    z_1 and h, resolving det A(z_1) -> c (1 + c) at every skip c), three refinements (``order``
+    n selects n, n + 16, n + 48 nodes, step 12 / nodes).  Value: the finest rule; error: the sum
+    of the two changes (covers a non-monotone approach, seen at large beta) plus the deviation
+    of the finest rule's mass from 1 times the value."""
     check(layers, tokens, skip, beta)
-    orders = WEAK_ORDERS if order is None else ((order, order), (order + 16, order + 24))
-    lo = _weak_stats(c=skip, beta=beta, n_h=orders[0][0], n_z=orders[0][1])
-    hi = _weak_stats(c=skip, beta=beta, n_h=orders[1][0], n_z=orders[1][1])
-    meth = f"tensor Gauss-Hermite h x z_1, orders {orders[0]} vs {orders[1]}"
-    out = {k: Estimate(hi[k], abs(hi[k] - lo[k]), meth) for k in hi}
+    check_weak_skip(skip)
+    orders = (WEAK_ROTATED_ORDERS if order is None
+              else tuple(_rotated_order(order + k) for k in (0, 16, 48)))
+    runs = [_weak_stats_rotated(c=skip, beta=beta, order=o) for o in orders]
+    meth = ("rotated rules (Gauss-Hermite in the sums, sinh-mapped trapezoid in the differences "
+            f"of z_1 and h), orders {orders[0]}, {orders[1]}, {orders[2]}")
+    hi = runs[-1]
+    dm = abs(hi["mass"] - 1.0)
+    out = {k: Estimate(hi[k], abs(hi[k] - runs[1][k]) + abs(runs[1][k] - runs[0][k])
+                       + dm * abs(hi[k]), meth) for k in hi}
     out["matrix"] = np.diag([hi["lam1"], hi["lam2"], hi["lam12"]])
     return out
 
@@ -228,8 +248,6 @@ BRANCH_ORDERS = ((6, 8, 8, 8), (8, 10, 10, 10))  # (n_omega, n_z1, n_eta, n_inne
 # sequential threshold (branch engine v2): ((n_s, n_d) omega_2 rule, n_z1, n_eta, n_inner,
 # n_prior).  eta is smooth on the scale 1/sqrt(V2), so n_eta stays low.
 SEQ_ORDERS = (((4, 8), 8, 4, 8, 8), ((6, 12), 8, 4, 10, 10), ((6, 16), 10, 4, 12, 12))
-SEQ_SCAN_ORDER = ((4, 8), 6, 4, 6, 6)
-SEQ_SCAN = (0.6, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 
 
 def _branch(q2, c, beta, o):
@@ -244,100 +262,10 @@ def _branch_v2(q2, c, beta, o):
                             n_p=o[4])
 
 
-def _seq_resid(q2, c, beta, o, engine=None):
-    """``mu1(q2) - 1/alpha_branch(q2)`` (zero at the sequential threshold), ``mu1`` and the
-    branch statistics."""
-    st = (engine or _branch_v2)(q2, c, beta, o)
-    return st["mu1"] - (1 - q2) * st["K2"] / q2, st["mu1"], st
-
-
-def _root3(qs, rs):
-    """Root of the quadratic through three points (the one nearest to the stencil centre)."""
-    co = np.polyfit(qs, rs, 2)
-    roots = [r.real for r in np.roots(co) if abs(r.imag) < 1e-12]
-    if not roots:
-        raise ConvergenceError("no real root of the residual interpolant", last_iterate=qs,
-                               residual=rs)
-    mid = float(np.mean(qs))
-    return min(roots, key=lambda r: abs(r - mid))
-
-
 def sequential_threshold(*, skip=1.0, beta=1.0, progress=None, **kw) -> dict:
     """Sequential threshold of layer 1 (layer 2 learned): see
-    :func:`aim_sym.numerics.smi_sequential.sequential_threshold` (lattice rules, the default engine).
-    The earlier Laplace-mixture engine stays available as :func:`sequential_threshold_mixture`
-    (an independent route)."""
+    :func:`aim_sym.numerics.smi_sequential.sequential_threshold` (lattice rules)."""
     return smi_sequential.sequential_threshold(skip=skip, beta=beta, progress=progress, **kw)
-
-
-def sequential_threshold_mixture(*, skip=1.0, beta=1.0, orders=SEQ_ORDERS,
-                                 progress=None) -> dict:
-    """Threshold of layer 1 at the fixed point where layer 2 is learned (q1 = 0 < q2), with the
-    Laplace-mixture fibre rule and Gauss-Hermite outer rules (the earlier engine; its outer
-    rule in the true z_1 and eta converges slowly, and Gauss-Hermite in s = (w0 + w1)/sqrt 2
-    misses the width-sqrt(V) feature of the omega_2 integrand at omega_2 = 0, which biases
-    alpha by about +0.011 at c = 1: see benchmarks/RESULTS.md).
-
-    On the branch, ``alpha(q2) = q2 / ((1 - q2) K2(q2))`` with ``K2 = E sum_m g_2m^2`` at
-    ``Q = diag(0, q2)``; the Jacobian of the SE map is triangular there (``Q_hat_11 = 0`` for all
-    q2 by the sign symmetry), so the unlearned direction has eigenvalue ``alpha mu1(q2)``,
-    ``mu1 = E ||Cov[z_1 | y, omega_2] - I||_F^2``.  The threshold solves
-    ``r(q2) = mu1 - (1 - q2) K2 / q2 = 0``; then ``alpha_seq = 1 / mu1(q2*)``.  A root beyond
-    q2 = 0.997 (large c) raises :class:`ConvergenceError` (the rules are not validated there).
-
-    Quadrature: :func:`_stats_branch_v2` (graded omega_2 rule resolving d = w0 - w1 ~ sqrt(V),
-    Gauss-Newton-mode mixture rule on the fibre).  Work is reused across the root search: a sign
-    change is located on :data:`SEQ_SCAN` at a cheap order; the first order fits a parabola
-    through three q2 around it; each further order evaluates two q2 (the previous root and a
-    step beside it) and takes the secant root (r is smooth; the interpolation error is
-    ~1e-4 in alpha).  ``error`` = spread of alpha over the orders plus ``alpha`` times the
-    relative Nishimori residual ``|E g^2 + E dg/domega| / E g^2`` of the last order at the root
-    (a direct measure of the inner-rule error, not seen by order refinement).
-    """
-    check(2, 2, skip, beta)
-    scan, lo, hi = [], None, None
-    for qv in SEQ_SCAN:                                  # lazy: stop at the first sign change
-        scan.append((qv, _seq_resid(qv, skip, beta, SEQ_SCAN_ORDER)[0]))
-        if len(scan) > 1 and scan[-2][1] * scan[-1][1] <= 0:
-            lo, hi = scan[-2], scan[-1]
-            break
-    if lo is None:
-        raise ConvergenceError(f"sequential threshold not bracketed in q2 in {SEQ_SCAN}",
-                               last_iterate=[q for q, _ in scan], residual=[r for _, r in scan])
-    q = lo[0] - lo[1] * (hi[0] - lo[0]) / (hi[1] - lo[1])     # regula falsi start
-    vals, qroots, nis = [], [], []
-    for k, o in enumerate(orders):
-        h = 0.28 * (1 - q)                                        # stencil step ~ 0.007
-        if k == 0:
-            qs = np.clip(np.array([q - h, q, q + h]), 0.5, 0.999)
-            ev = [_seq_resid(x, skip, beta, o) for x in qs]
-            rs = np.array([e[0] for e in ev])
-            q = _root3(qs, rs)
-            if not qs[0] - 2 * h <= q <= qs[2] + 2 * h:
-                raise ConvergenceError("sequential root left the interpolation stencil",
-                                       last_iterate=q, residual=rs.tolist())
-            mu = float(np.polyval(np.polyfit(qs, [e[1] for e in ev], 2), q))
-            st = min(zip(qs, ev), key=lambda t: abs(t[0] - q))[1][2]
-        else:
-            qs = np.array([q, min(q + 0.4 * h, 0.999)])
-            ev = [_seq_resid(x, skip, beta, o) for x in qs]
-            (r0, m0, s0), (r1, m1, _) = ev
-            q = float(qs[0] - r0 * (qs[1] - qs[0]) / (r1 - r0))
-            mu = float(m0 + (m1 - m0) * (q - qs[0]) / (qs[1] - qs[0]))
-            st = s0
-        vals.append(1.0 / mu)
-        qroots.append(q)
-        nis.append(abs(st["nishimori"]) / st["K2"])
-        if progress:
-            progress(k + 1, len(orders), "sequential threshold")
-    spread = max(vals) - min(vals)
-    err = spread + vals[-1] * nis[-1]
-    return dict(value=vals[-1], error=err, q2=qroots[-1], q2_error=max(qroots) - min(qroots),
-                values=vals, q2_values=qroots, nishimori=nis, spread=spread,
-                method=("root in q2 of mu1 - (1-q2) K2/q2 on the layer-2 SE branch; 6D outer "
-                        "(graded omega_2 rule) x Gauss-Newton-mode mixture fibre rule, orders "
-                        f"{list(orders)}; error = spread over the orders + alpha x relative "
-                        "Nishimori residual"))
 
 
 def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
@@ -349,6 +277,9 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
     at the threshold).  ``digits``: accuracy asked of the sequential threshold (1..8, see
     :data:`aim_sym.numerics.smi_sequential.SEQ_DIGITS`)."""
     check(layers, tokens, skip, beta)
+    check_weak_skip(skip)
+    if sequential:
+        check_skip_floor(skip, "sequential")
     if order is not None:
         require(isinstance(order, (int, np.integer)) and 8 <= order <= 400 and order % 2 == 0,
                 "order", "an even integer in [8, 400]", order)
@@ -443,6 +374,7 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     map's Jacobian: layer-1 direction on the layer-2 branch, largest |.| otherwise), note (why
     a value is NaN: phi at alpha = 1 exactly)."""
     check(layers, tokens, skip, beta, alpha)
+    check_skip_floor(skip, "sequential")
     if init is not None:
         require(len(init) == 2 and all(0 < float(q) < 1 for q in init), "init",
                 "a pair of overlaps in (0, 1)", init)
@@ -520,6 +452,9 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
     alpha(q2)) plus the Nishimori residual propagated the same way. The layer-1 direction is
     stable iff ``alpha mu1(q2) < 1`` (``eigenvalue``).
     Same record as :func:`fixed_point`."""
+    check(2, 2, skip, beta, alpha)
+    check_skip_floor(skip, "sequential")
+
     def stats(q, o):
         return smi_sequential.branch_stats(q, c=skip, beta=beta, n_w=o[0], dh=o[1], dz=o[2],
                                            workers=workers or min(2, os.cpu_count() or 1))
@@ -593,6 +528,7 @@ def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -
     """SE along ``alphas`` (see :func:`fixed_point`): per alpha its record plus ``seconds``.
     On the both-learned branch each Newton solve starts from the previous alpha's point."""
     check(layers, tokens, skip, beta)
+    check_skip_floor(skip, "sequential")
     alphas = [float(a) for a in alphas]
     for a in alphas:
         require(np.isfinite(a) and a >= 0, "alpha", ">= 0", a)
@@ -633,31 +569,45 @@ def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -
 
 # ----------------------------------------------------------------------------- Monte Carlo route
 def montecarlo_stability(*, skip=1.0, beta=1.0, samples=4000, inner=4000, seed=0,
-                         box=None) -> dict:
+                         box=None, control=True) -> dict:
     """Independent (seeded) Monte Carlo estimate of lambda_l = E_y ||Cov[z_l | y] - I||_F^2.
 
     Outer: ``z ~ N(0, I)``, ``h = A(z_1) z_2``.  Inner: self-normalised importance sampling over
-    the fibre with ``z_1' ~ N(0, I)``, weight ``N(A(z_1')^{-1} h) / det A(z_1')``.  The square is
-    estimated from two independent inner halves, <C_a - I, C_b - I>_F, which removes the O(1/K)
-    variance bias of ||C - I||^2 (only the O(1/K) ratio bias remains).  ``box``: if given, the
-    inner samples are drawn uniformly in [-box, box]^2 instead (the literature's truncated
-    scheme; biased by the cut mass).  Returns Estimates (error = standard error over the outer
-    samples).
-    """
+    the fibre, weight ``N(z_1') N(A(z_1')^{-1} h) / det A(z_1') / q(z_1')``, with ``q`` the
+    mixture ``1/2 N(0, I) + 1/2 [s ~ N(0, 1), d = g sinh(t), t ~ N(0, 2.5^2)]`` in
+    ``s = (z0 + z1)/sqrt 2``, ``d = (z0 - z1)/sqrt 2``, ``g = min(sqrt(2 c / beta), 1)``: the second
+    component puts samples where det A -> c (1 + c) (d ~ sqrt(c)), which prior samples miss at
+    small skip.  The square is estimated from two independent inner halves, <C_a - I, C_b - I>_F,
+    which removes the O(1/K) variance bias of ||C - I||^2 (only the O(1/K) ratio bias remains).
+    ``control``: regress on ``||z_l z_l^T - I||_F^2 - 6`` (mean 0; O(1/samples) bias).
+    ``box``: if given, the inner samples are drawn uniformly in [-box, box]^2 instead (the
+    literature's truncated scheme; biased by the cut mass).  Returns Estimates (error =
+    standard error over the outer samples)."""
     check(2, 2, skip, beta)
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((samples, 4))
     Ai, _ = attention_inverse(z[:, 0], z[:, 1], skip, beta)
     A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
     h = np.einsum("nab,nb->na", A, z[:, 2:])
+    gam, sig_t = min(math.sqrt(2 * skip / beta), 1.0), 2.5
     vals = np.zeros((samples, 2))
-    step = max(1, 4_000_000 // inner)
+    step = max(1, 2_000_000 // inner)
     for s0 in range(0, samples, step):
         sl = slice(s0, s0 + step)
         n = h[sl].shape[0]
         if box is None:
             y = rng.standard_normal((n, inner, 2))
-            logq = np.zeros((n, inner))
+            t = sig_t * rng.standard_normal((n, inner))
+            sd = np.stack([y[..., 0], gam * np.sinh(t)], -1)
+            comp = rng.random((n, inner)) < 0.5
+            y = np.where(comp[..., None], y, (sd @ np.array([[1.0, 1.0], [1.0, -1.0]]))
+                         / math.sqrt(2))
+            ss, dd = (y[..., 0] + y[..., 1]) / math.sqrt(2), (y[..., 0] - y[..., 1]) / math.sqrt(2)
+            ta = np.arcsinh(dd / gam)
+            q = 0.5 * np.exp(-0.5 * (ss**2 + dd**2)) / (2 * math.pi) + 0.5 * (
+                np.exp(-0.5 * ss**2 - 0.5 * (ta / sig_t) ** 2) / (2 * math.pi * sig_t)
+                / (gam * np.cosh(ta)))
+            logq = -0.5 * (y**2).sum(-1) - np.log(q)
         else:
             y = rng.uniform(-box, box, (n, inner, 2))
             logq = -0.5 * (y**2).sum(-1)
@@ -678,9 +628,17 @@ def montecarlo_stability(*, skip=1.0, beta=1.0, samples=4000, inner=4000, seed=0
         fro = np.array([1.0, 2.0, 1.0])
         vals[sl, 0] = (G[0][0] * G[1][0]) @ fro
         vals[sl, 1] = (G[0][1] * G[1][1]) @ fro
+    if control:
+        r1, r2 = (z[:, :2] ** 2).sum(1), (z[:, 2:] ** 2).sum(1)
+        cv = np.stack([r1**2 - 2 * r1 + 2 - 6.0, r2**2 - 2 * r2 + 2 - 6.0], 1)
+        for k in range(2):
+            X = cv[:, k] - cv[:, k].mean()
+            vals[:, k] = vals[:, k] - cv[:, k] * (X @ (vals[:, k] - vals[:, k].mean())) / (X @ X)
     mean = vals.mean(0)
     se = vals.std(0, ddof=1) / math.sqrt(samples)
-    meth = f"Monte Carlo, {samples} outer x {inner} inner samples, seed {seed}"
+    meth = (f"Monte Carlo, {samples} outer x {inner} inner samples, seed {seed}"
+            + (f", inner box {box}" if box is not None else ", small-skip mixture proposal")
+            + (", control variates" if control else ""))
     return {"lam1": Estimate(mean[0], se[0], meth), "lam2": Estimate(mean[1], se[1], meth)}
 
 

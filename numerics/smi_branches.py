@@ -30,12 +30,15 @@ from .records import Estimate, require
 from .smi_fibre import (
     attention_inverse,
     check,
+    check_skip_floor,
     fibre_jacobian,
     functions,
     graded_omega_rule,
     laplace_proposal,
+    rotated_h_rule,
+    rotated_z1_rule,
 )
-from .smi_route_a import stats as route_a_stats
+from .smi_route_a import q0_sums
 
 
 @lru_cache(maxsize=64)
@@ -178,15 +181,17 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
 
 
 # ----------------------------------------------------------------------------- records
-PSI0_ORDERS = ((24, 32), (32, 40))   # (n_h, n_z) of route A at Q = 0
+# (n_hs, dt_h, n_s, dt_z) of the rotated rules at Q = 0 (route A's Gauss-Hermite rules, (24, 32)
+# vs (32, 40), gave -2.35614 +- 7e-3 at c = 0.5 against -2.367051098 from these)
+PSI0_ORDERS = ((64, 0.1875, 64, 0.1875), (80, 0.15, 80, 0.15))
 
 
 @lru_cache(maxsize=16)
 def psi_zero(skip: float, beta: float) -> tuple[float, float]:
-    """``E log Z_out`` at ``Q = 0`` (route A, :func:`aim_sym.numerics.smi_route_a.stats`): value and the
-    difference of two orders."""
-    v = [route_a_stats(0.0, 0.0, c=skip, beta=beta, n_w1=2, n_w2=2, n_h=a, n_z=b,
-                       want_psi=True)["psi"] for a, b in PSI0_ORDERS]
+    """``E log Z_out`` at ``Q = 0`` (:func:`aim_sym.numerics.smi_route_a.q0_sums` on the rotated
+    rules, which resolve det A -> c (1 + c)): value and the difference of two orders."""
+    v = [q0_sums(rotated_z1_rule(o[2], o[3], skip, beta), rotated_h_rule(o[0], o[1], skip),
+                 c=skip, beta=beta)["psi"] for o in PSI0_ORDERS]
     return float(v[1]), float(abs(v[1] - v[0]))
 
 
@@ -248,6 +253,7 @@ def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0
     dT/dQ), note, detail (the solver's report).  Raises :class:`ConvergenceError` if Newton
     fails or reaches ``q1 = 0``."""
     check(2, 2, skip, beta, alpha)
+    check_skip_floor(skip, "sequential")
     r = smi_learned.solve_branch(alpha=alpha, init=init, c=skip, beta=beta, rule=rule,
                                  progress=progress)
     p0, p0e = psi_zero(float(skip), float(beta))
@@ -270,6 +276,7 @@ def recovery_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0) -> dic
     ``-log(1 + Q_hat_ll)/2 ~ log(V_l)/2`` and ``Psi_out ~ -log V`` (a 2D density of width
     ``sqrt(V)``), ``phi ~ (alpha - 1) log(1/V)`` as ``V -> 0``)."""
     require(alpha >= 1, "alpha", ">= 1 for the perfect-recovery point", alpha)
+    check_skip_floor(skip, "sequential")
     pr = perfect_recovery(skip=skip, beta=beta)
     lam = max(1.0 / alpha, abs(pr["ratio_multiplier"]) / alpha)
     note = ("" if alpha > 1 else "alpha = 1: marginal (eigenvalue 1); phi is the finite limit "

@@ -34,12 +34,15 @@ import time
 import numpy as np
 
 from .records import Estimate, require
-from .smi_fibre import check, functions, gh
+from .smi_fibre import check, check_skip_floor, functions, gh
 
 SUPPORTED_LAYERS = (2, 3)
 SIGMA_H_FACTOR = 1.4  # sigma_h^2 = factor * sup ||M||^2
 # ((outer coarse, outer fine), inner orders): outer = (n_u, n_theta) polar rule, inner = n_z
-ORDERS = {2: (((100, 24), (150, 32)), (48, 64, 80)), 3: (((90, 24), (120, 32)), (16, 20, 24))}
+# L = 3: inner orders 16, 20, 24 gave layer 2 8.7017, 8.6862, 8.6875 (a sign change the tail
+# estimate read as converged, 8.6875 +- 0.0018); 24, 28, 32, 36 give 8.6875, 8.6915, 8.6945,
+# 8.6963 (ratio ~0.6-0.75): from (24, 28, 32) 8.6945 +- 0.012, covering 36 and the Monte Carlo
+ORDERS = {2: (((100, 24), (150, 32)), (48, 64, 80)), 3: (((90, 24), (120, 32)), (24, 28, 32))}
 _CHUNK = 4_000_000
 U_LO, U_HI = 16.0, 2.2  # log-radius window around log(sigma_h): below, the disc r < e^-16 sigma carries
 # above, |h|^2 > e^3.2 sigma^2 = 24 sup ||M||^2 sigma-units: Gaussian tail < exp(-12 * 1.4)
@@ -161,11 +164,12 @@ def lambdas(*, layers: int, skip: float, beta: float, n_h, n_z: int) -> dict:
 
 def _tail_estimate(v: list[float]) -> tuple[float, float]:
     """Value and error from three refinements v0, v1, v2: error = |d2| (1 + r / (1 - r)) with
-    r = |d2 / d1|, the geometric tail of the remaining refinements; r >= 0.8 means the rule is
-    not in its convergent regime and the whole spread is reported instead."""
+    r = |d2 / d1|, the geometric tail of the remaining refinements; r >= 0.8 or a change of
+    sign between d1 and d2 means the rule is not in its convergent regime and the whole spread
+    (times 5) is reported instead."""
     d1, d2 = v[1] - v[0], v[2] - v[1]
     r = abs(d2) / abs(d1) if d1 != 0 else 0.0
-    if r >= 0.8:
+    if r >= 0.8 or d1 * d2 < 0:
         return v[2], abs(v[2] - v[0]) * 5.0
     return v[2], abs(d2) * (1.0 + r / (1.0 - r))
 
@@ -173,8 +177,12 @@ def _tail_estimate(v: list[float]) -> tuple[float, float]:
 def stability(*, layers: int = 3, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
               orders=None) -> dict:
     """lambda_l as Estimates from three inner orders at the finer outer rule (error: geometric
-    tail of the refinements, :func:`_tail_estimate`) plus the outer-rule change, and the mass."""
+    tail of the refinements, :func:`_tail_estimate`) plus the outer-rule change plus the
+    deviation of the mass from 1 times the value, and the mass.  Skip below
+    :data:`aim_sym.numerics.smi_fibre.SKIP_FLOORS` is refused (the Gauss-Hermite fibre rule does
+    not resolve det A -> c (1 + c) there)."""
     check(layers, tokens, skip, beta, supported=SUPPORTED_LAYERS)
+    check_skip_floor(skip, "weak_l3" if layers == 3 else "weak_deep_l2")
     orders = ORDERS[layers] if orders is None else orders
     (outer_lo, outer_hi), inner = orders
     runs = [lambdas(layers=layers, skip=skip, beta=beta, n_h=outer_hi, n_z=n) for n in inner]
@@ -182,9 +190,10 @@ def stability(*, layers: int = 3, tokens: int = 2, skip: float = 1.0, beta: floa
     meth = (f"polar trapezoid over h (log-radius x angle) {outer_lo} vs {outer_hi} x tensor "
             f"Gauss-Hermite over {2 * (layers - 1)} fibre coordinates, orders {tuple(inner)}")
     out = {}
+    dm = abs(runs[-1]["mass"] - 1.0)      # what the rules lose of the h-density (1e-4 at c = 0.5)
     for k in runs[-1]:
         v, e = _tail_estimate([r[k] for r in runs])
-        out[k] = Estimate(v, e + abs(v - coarse[k]), meth)
+        out[k] = Estimate(v, e + abs(v - coarse[k]) + dm * abs(v), meth)
     return out
 
 
@@ -210,6 +219,7 @@ def montecarlo_lambdas(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
     the free rows (self-normalised importance weights N(M^{-1} h) / det M). Returns, per layer,
     (mean, standard error) over the outer samples. The ratio estimator has an O(1/inner) bias."""
     check(layers, 2, skip, beta, supported=SUPPORTED_LAYERS)
+    check_skip_floor(skip, "weak_l3" if layers == 3 else "weak_deep_l2")
     fwd = functions(layers)["forward"]
     rng = np.random.default_rng(seed)
     vals = np.zeros((samples, layers))

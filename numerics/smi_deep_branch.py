@@ -64,7 +64,7 @@ import numpy as np
 
 from . import smi_sequential
 from .records import ConvergenceError, Estimate, require
-from .smi_fibre import functions
+from .smi_fibre import check_skip_floor, functions
 
 H_PAD = 6.0          # h-box padding in standard deviations of the blur sqrt(V) M eta
 RADIUS = 6.0         # fibre lattice radius (4D); prior mass outside: (1 + R^2/2) exp(-R^2/2)
@@ -76,6 +76,7 @@ _CHUNK = 8192        # fibre nodes per block: 8 x 8192 x 8 B = 512 kB per work a
 def _check_channel(skip: float, beta: float) -> None:
     require(isinstance(skip, (int, float)) and np.isfinite(skip) and skip > 0, "skip",
             "> 0 (det A = c (1 + c) must not vanish)", skip)
+    check_skip_floor(skip, "sequential_l3")
     require(isinstance(beta, (int, float)) and np.isfinite(beta) and beta > 0, "beta", "> 0",
             beta)
 

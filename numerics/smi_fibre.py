@@ -42,6 +42,26 @@ def check(layers, tokens, skip, beta, alpha=None, *, supported: tuple = TWO_LAYE
         require(np.isfinite(alpha) and alpha >= 0, "alpha", ">= 0", alpha)
 
 
+# Validated skip floors (benchmarks/smi_small_skip.py): below them a rule's features of width
+# sqrt(2 c / beta) (fibre) and c (h) are not resolved, so the quantity is refused, not printed.
+SKIP_FLOORS = {
+    "sequential": 0.5,      # L = 2 sequential threshold and SE points (trapezoid lattices)
+    "weak_l3": 0.5,         # L = 3 weak thresholds (tensor Gauss-Hermite fibre rule)
+    "weak_deep_l2": 0.1,    # L = 2 weak thresholds through numerics.smi_deep (cross-check route)
+    "sequential_l3": 1.0,   # L = 3 sequential thresholds (validated at c = 1 only)
+}
+
+
+def check_skip_floor(skip: float, what: str) -> None:
+    """InputError unless ``skip >= SKIP_FLOORS[what]`` (one line naming ``skip``)."""
+    floor = SKIP_FLOORS[what]
+    label = {"sequential": "the L = 2 sequential threshold and SE",
+             "weak_l3": "the L = 3 weak thresholds",
+             "weak_deep_l2": "the L = 2 weak thresholds of numerics.smi_deep",
+             "sequential_l3": "the L = 3 sequential thresholds"}[what]
+    require(skip >= floor, "skip", f">= {floor:g} for {label} (validated range)", skip)
+
+
 # ----------------------------------------------------------------------------- rules
 @lru_cache(maxsize=64)
 def gh(n: int):
@@ -124,3 +144,64 @@ def laplace_proposal(z, h, v1, v2, skip, beta):
     P[:, 1, 1] = 1 / v1 + (j01**2 + j11**2) / v2
     S = 2.0 * np.linalg.inv(P)
     return S, np.linalg.cholesky(S)
+
+
+# ----------------------------------------------------------------------------- small-skip rules
+# Rotated coordinates s = (z0 + z1)/sqrt 2, d = (z0 - z1)/sqrt 2 (for z_1 and for h).  With
+# kappa(z_1) = det A(z_1) / (1 + c) in [c, 1 + c), A acts on (s, d) as [[1 + c, tau], [0, kappa]]:
+# h_d = kappa z2_d.  kappa -> c where both softmax rows coincide (near d = 0, kappa ~ c + beta d^2
+# / 2), so the fibre integrand varies in d on the scale sqrt(2 c / beta) and the density of h in
+# h_d on the scale c: both get a sinh-mapped trapezoid (exponential convergence on every scale).
+Z1_TAIL = 9.0      # |d| <= 9: the cut Gaussian mass of z_1 is < 1e-18
+H_TAIL = 9.0       # |h_d| <= 9 (1 + c) >= 9 sup kappa: the cut mass of h is < 1e-18
+
+
+def _sinh_nodes(gamma: float, extent: float, dt: float, half: bool):
+    """Trapezoid in t, x = gamma sinh(t), |x| <= extent: nodes x and weights dx/dt dt (t >= 0
+    only when ``half``, the t = 0 node counted once, the others twice)."""
+    tmax = math.asinh(extent / gamma)
+    k = np.arange(0 if half else -math.ceil(tmax / dt), math.ceil(tmax / dt) + 1)
+    t = k * dt
+    w = dt * gamma * np.cosh(t)
+    if half:
+        w = np.where(k == 0, w, 2.0 * w)
+    return gamma * np.sinh(t), w
+
+
+@lru_cache(maxsize=32)
+def rotated_z1_rule(n_s: int, dt: float, c: float, beta: float):
+    """Rule for z_1 ~ N(0, I) (weights sum to 1 up to the rule's error): Gauss-Hermite (n_s
+    nodes) in s, the sinh-mapped trapezoid (step dt) in d with scale sqrt(2 c / beta) (capped at
+    1), resolving kappa(z_1) -> c near d = 0.  Returns (z0, z1, w)."""
+    xs, ws = gh(n_s)
+    gamma = min(math.sqrt(2.0 * c / beta), 1.0)
+    d, wd = _sinh_nodes(gamma, Z1_TAIL, dt, half=False)
+    wd = wd * np.exp(-0.5 * d**2) / math.sqrt(2 * math.pi)
+    S, D = np.repeat(xs, d.size), np.tile(d, xs.size)
+    W = np.repeat(ws, d.size) * np.tile(wd, xs.size)
+    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
+
+
+def sigma_hs(c: float) -> float:
+    """Scale of the Gaussian-ratio rule in h_s: sigma^2 = 1.4 ((1 + c)^2 + 1) exceeds the
+    conditional variance (1 + c)^2 + tau^2 of h_s given z_1 (|tau| <= 1), so the ratio decays."""
+    return math.sqrt(1.4 * ((1.0 + c) ** 2 + 1.0))
+
+
+@lru_cache(maxsize=32)
+def rotated_h_rule(n_s: int, dt: float, c: float):
+    """Outer rule for integrals ``int dh f(h)`` of integrands even in h_s and in h_d (h -> -h
+    and the token swap): Gauss-Hermite ratio rule in h_s > 0 (n_s even, scale :func:`sigma_hs`,
+    weights divided by the Gaussian density), sinh-mapped trapezoid in h_d >= 0 with scale c
+    (the width of the ridge h_d ~ kappa z2_d, kappa >= c).  Weights carry the factor 4 of the
+    quarter plane.  Returns (h0, h1, w)."""
+    require(n_s % 2 == 0, "order", "even", n_s)
+    sig = sigma_hs(c)
+    x, w = gh(n_s)
+    keep = x > 0
+    hs = sig * x[keep]
+    ws = 2.0 * w[keep] * math.sqrt(2 * math.pi) * sig * np.exp(0.5 * x[keep] ** 2)
+    hd, wd = _sinh_nodes(min(c, 1.0), H_TAIL * (1.0 + c), dt, half=True)
+    S, D = np.repeat(hs, hd.size), np.tile(hd, hs.size)
+    W = np.repeat(ws, hd.size) * np.tile(wd, hs.size)
+    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W

@@ -44,7 +44,7 @@ from functools import lru_cache
 import numpy as np
 
 from .records import ConvergenceError, require
-from .smi_fibre import functions
+from .smi_fibre import check_skip_floor, functions
 
 TRAP_R = 7.5          # lattice radius in u: cut prior mass exp(-R^2/2) < 1e-12
 _BLOCK = 1_500_000    # (outer x node) pairs per block
@@ -271,6 +271,7 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
     ``stable``: all |.| < 1.  Raises
     :class:`ConvergenceError` if Newton fails or lands on ``q1 = 0``."""
     require(np.isfinite(alpha) and 0 < alpha < 1, "alpha", "in (0, 1)", alpha)
+    check_skip_floor(c, "sequential")
     require(len(init) == 2 and all(0 < float(q) < 1 for q in init), "init",
             "a pair of overlaps in (0, 1)", init)
     rule = dict(LEARNED_RULE, **(rule or {}))

@@ -2,9 +2,11 @@
 at ``Q = diag(q1, q2)`` by tensor Gauss-Hermite rules in ``omega_1``, ``omega_2``, ``h`` and the
 fibre coordinate ``z_1`` (coordinates and conventions: :mod:`aim_sym.numerics.smi`).
 
-Accurate while the posterior is broad (small q2); used for ``E log Z_out`` at ``Q = 0``
-(:func:`aim_sym.numerics.smi_branches.psi_zero`), small-q2 layer-2 points and the identity
-checks.
+Accurate while the posterior is broad (small q2) and the skip c is not small (its Gauss-Hermite
+rules in h and z_1 miss the width-c ridge of the density of h: at c = 0.5 the mass is 1.005 at
+n_h = 32); used for small-q2 layer-2 points and the identity checks.  :func:`q0_sums`: the
+moments at ``Q = 0`` on any rules (the rotated rules of :mod:`aim_sym.numerics.smi_fibre` are
+right at every c), for the weak thresholds and ``E log Z_out`` at ``Q = 0``.
 """
 
 from __future__ import annotations
@@ -101,3 +103,44 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
             if want_psi:
                 acc["psi"] += W @ np.log(Zs)
     return acc
+
+
+def q0_sums(zrule, hrule, *, c, beta):
+    """At Q = 0: lambda_l = E_y ||Cov[z_l | y] - I||_F^2 (the diagonal of F), lambda_12 =
+    E_y <Cov[z_1|y] - I, Cov[z_2|y] - I>_F (the off-diagonal mode), the cross block
+    E_y ||Cov[z_1, z_2 | y]||_F^2 (zero: F is block diagonal), the mass and ``psi = E log Z_out``
+    (``Z_out`` of the pair {h, -h}, the convention of route A), from a rule
+    ``zrule = (z0, z1, w)`` for z_1 ~ N(0, I) and ``hrule = (h0, h1, w)`` for ``int dh`` over
+    integrands even in h (THEORY 2.2, 2.3)."""
+    xz0, xz1, wz = zrule
+    Ai, det = attention_inverse(xz0, xz1, c, beta)
+    wi = wz / det / (2 * math.pi)
+    B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2, 2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
+                  Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
+    # z_2 z_2^T = Ai h h^T Ai^T: coefficients of h0^2, h0 h1, h1^2 for entries 00, 01, 11
+    K = []
+    for a, b in ((0, 0), (0, 1), (1, 1)):
+        K += [Ai[a, 0] * Ai[b, 0], Ai[a, 0] * Ai[b, 1] + Ai[a, 1] * Ai[b, 0], Ai[a, 1] * Ai[b, 1]]
+    Mz = np.stack([wi, wi * xz0 * xz0, wi * xz0 * xz1, wi * xz1 * xz1] + [wi * k for k in K]).T
+    h0, h1, wh = hrule
+    acc = np.zeros(6)
+    step = max(1, CHUNK // xz0.size)
+    for s0 in range(0, h0.size, step):
+        sl = slice(s0, s0 + step)
+        hh = np.stack([h0[sl] ** 2, h0[sl] * h1[sl], h1[sl] ** 2]).T
+        with np.errstate(under="ignore"):
+            E = np.exp(-0.5 * (hh @ B))
+        m = E @ Mz
+        Z = m[:, 0]
+        Zs = np.where(Z > 0, Z, 1.0)     # Z underflows to 0 only far out, where W = 0 too
+        C1 = m[:, 1:4] / Zs[:, None]
+        C2 = np.stack([(m[:, 4 + 3 * j: 7 + 3 * j] * hh).sum(1) for j in range(3)], 1) / Zs[:, None]
+        G1 = C1 - np.array([1.0, 0.0, 1.0])
+        G2 = C2 - np.array([1.0, 0.0, 1.0])
+        W = wh[sl] * Z
+        fro = np.array([1.0, 2.0, 1.0])
+        acc += np.array([W.sum(), W @ ((G1**2) @ fro), W @ ((G2**2) @ fro),
+                         W @ ((G1 * G2) @ fro), 0.0, W @ np.log(2.0 * Zs)])
+    # cross block Cov[z_1, z_2 | y] = sum_s s (...) = 0 exactly in the symmetric rule
+    return dict(mass=acc[0], lam1=acc[1], lam2=acc[2], lam12=acc[3], cross=acc[4],
+                psi=acc[5])

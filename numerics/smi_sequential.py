@@ -39,7 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from .records import ConvergenceError, require
-from .smi_fibre import attention_inverse, graded_omega_rule
+from .smi_fibre import attention_inverse, check_skip_floor, graded_omega_rule
 
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
@@ -585,6 +585,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     import time
 
     require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
+    check_skip_floor(skip, "sequential")
     require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
     if orders is None:
         require(digits in SEQ_DIGITS, "digits", f"an integer in {min(SEQ_DIGITS)}.."

@@ -116,7 +116,7 @@ def test_grid_bound_and_task_identity():
     with pytest.raises(InputError, match=f"at most {MAX_POINTS} points; got 1000000"):
         grid(a=list(range(1000)), b=list(range(1000)))
     assert grid(a=[1, 2], b=["x"]) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
-    assert task_identity(sw.skip_point) == {"task": "skip_point", "task_version": "1"}
+    assert task_identity(sw.skip_point) == {"task": "skip_point", "task_version": "2"}
 
 
 def test_local_processes_match_in_process(tmp_path):
