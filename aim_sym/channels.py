@@ -79,8 +79,15 @@ TOKENS_GAUSSIAN = Domain(
     "derived symbolically, about 30 s at T = 8 and growing steeply beyond")
 TOKENS_ARGMAX = Domain(
     name="tokens", option="--tokens", kind="integer", low=2, high=2, default=2,
-    note="T >= 3 needs orthant probabilities in more than two dimensions, not yet supported",
-    description="tokens T of an argmax channel (hardmax, noisy-hardmax): T = 2 only today")
+    note="T >= 3 needs orthant probabilities in more than two dimensions, not yet supported; "
+    "hardmax's small-width weak threshold takes T = 2..5",
+    description="tokens T of an argmax channel (hardmax, noisy-hardmax) in the SE, curves, AMP "
+    "and checks: T = 2 only today (threshold weak --small-width: hardmax T = 2..5)")
+TOKENS_HARDMAX_WEAK = Domain(
+    name="tokens", option="--tokens", kind="integer", low=2, high=5, default=2,
+    note="the ordered-cone recursion integrates over 2^(T(T-1)/2) subsets: 1024 at T = 5",
+    description="tokens T of the hardmax small-width weak-recovery threshold (THEORY 1.4): "
+    "T = 2 in closed form, 3..5 by the ordered-cone recursion (under a second at T = 5)")
 TOKENS_FILE = TOKENS_GAUSSIAN.with_(
     description="tokens T passed to a channel file's channel(tokens) (2..8, as for Gaussian "
     "channels; the file may accept fewer)")

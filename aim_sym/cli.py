@@ -199,13 +199,18 @@ def se(alpha, small_width, digits, **kw):
     out = {"model": "aim", "channel": m.channel.name, "tokens": m.channel.tokens, "rho": m.rho,
            "alpha": alpha, "q": d["q"], "q_hat": d["q_hat"], "mmse": r.value, "phi": d["phi"],
            "error": r.error, "method": r.method, "precision": r.precision,
+           **{k: d[k] for k in ("e_gen", "e_gen_error", "e_gen_plugin", "e_gen_plugin_error",
+                                "e_gen_method")},
            "fixed_points": d["fixed_points"]}
     if "mmse_digits" in d:
         out["mmse_digits"] = d["mmse_digits"]
     emit(out, kw["as_json"], lambda o: (
         f"AIM {o['channel']} T={o['tokens']} rho={m.rho} alpha={alpha}: mmse = {o['mmse']:.15g} "
         f"+- {o['error']:.1e}, q = {o['q']:.15g}, q_hat = {o['q_hat']:.15g}, phi = {o['phi']}\n"
-        f"fixed points: {len(o['fixed_points'])}"))
+        + (f"e_gen (Bayes-optimal) = {o['e_gen']:.12g} +- {o['e_gen_error']:.1e}, plug-in = "
+           f"{o['e_gen_plugin']:.12g} +- {o['e_gen_plugin_error']:.1e}\n"
+           if o["e_gen"] is not None else "")
+        + f"fixed points: {len(o['fixed_points'])}"))
 
 
 @cli.command()
@@ -314,6 +319,10 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
     if kind == "weak" and not small_width:
         fail("--small-width", "given for a weak-recovery threshold of the AIM (at finite rho "
              "q > rho for every alpha > 0: no uninformative fixed point)", False)
+    if (kind == "weak" and (kw.get("channel") or "hardmax") == "hardmax"
+            and not kw.get("channel_file") and kw["tokens"] != 2):
+        _hardmax_weak(kw, digits, certified)
+        return
     m = aim_model(kw, small_width=small_width)
     r = m.threshold(kind, small_width=small_width, digits=digits, certified=certified)
     out = {"model": "aim", "channel": m.channel.name, "tokens": m.channel.tokens,
@@ -322,6 +331,33 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
     emit(out, kw["as_json"], lambda o: (
         f"{r.quantity} ({m.channel.name}, T={m.channel.tokens}) = {o['value']}  "
         f"(error {o['error']:.1e})\nclosed form: {o['closed_form']}\nmethod: {o['method']}"))
+
+
+def _hardmax_weak(kw: dict, digits: int, certified: bool) -> None:
+    """``threshold weak --channel hardmax --small-width --tokens 3..5``: the ordered-cone
+    quadrature of THEORY 1.4 (no closed form; T = 2 keeps the closed-form path)."""
+    from .thresholds import hardmax_small_width_weak
+
+    if kw.get("rho") is not None:
+        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    if certified:
+        fail("--certified", "used only for closed-form thresholds (hardmax: --tokens 2)", True)
+    for name in ("beta", "delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel hardmax (it has no such "
+                 "parameter)", kw[name])
+    try:
+        r = hardmax_small_width_weak(tokens=kw["tokens"],
+                                     digits=digits if _given("digits") else 15)
+    except DomainError as e:
+        raise relabel(e) from None
+    out = {"model": "aim", "channel": "hardmax", "tokens": kw["tokens"],
+           "threshold": r.quantity, "kind": r.details["kind"], "value": r.value, "error": r.error,
+           "method": r.method, **{k: v for k, v in r.details.items() if k != "kind"}}
+    emit(out, kw["as_json"], lambda o: (
+        f"{r.quantity} (hardmax, T={o['tokens']}) = {o['value']}  (error {o['error']:.1e})\n"
+        f"softmax 1/(T^2+T-2) = {o['softmax']:.16g}; linear 1/(T(T+1)) = {o['linear']:.16g}\n"
+        f"method: {o['method']}"))
 
 
 @cli.command()
@@ -402,13 +438,18 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
         results.append({"alpha": float(a), "dim": dim, "mean": r.value, "stderr": r.error,
                         "se_prediction": d["se_prediction"], "per_seed": d["per_seed"],
                         "per_iteration": d["per_iteration"], "converged": d["converged"],
-                        "dampings": d["dampings"], "interrupted": d["interrupted"]})
+                        "dampings": d["dampings"], "interrupted": d["interrupted"],
+                        **{k: d[k] for k in (
+                            "test_error", "test_error_stderr", "test_error_plugin",
+                            "test_error_plugin_stderr", "e_gen_se", "e_gen_se_error",
+                            "e_gen_se_plugin", "e_gen_se_plugin_error") if k in d}})
     later = _Deferred()
     if plot_path:
         from .plots import plot_amp_vs_se
 
         top = max(grid) * 1.3
-        curve_rows = [dict(r) for r in m.curve(alphas=np.linspace(0, top, 41), tol=1e-8)]
+        curve_rows = [dict(r) for r in m.curve(alphas=np.linspace(0, top, 41), tol=1e-8,
+                                               generalisation=False)]
         later.run("--plot", lambda: plot_amp_vs_se(
             results, curve_rows, plot_path,
             title=f"AIM {m.channel.name}, T={m.channel.tokens}, rho={m.rho}, D={dim}"))

@@ -106,6 +106,73 @@ class AIM:
         return {"model": "aim", "channel": self.channel.name, "tokens": self.channel.tokens,
                 "rho": self.rho, **self.values, **extra}
 
+    @cached_property
+    def egen_channel(self):
+        """What the generalisation error needs of the channel (THEORY 1.5), or None where the
+        output y is not a T x T matrix the engine knows (Gaussian channel files, discrete
+        channels whose outputs are not the argmax of each row)."""
+        import numpy as np
+
+        from .numerics.egen import EgenChannel
+
+        ch, T = self.channel, self.channel.tokens
+        if isinstance(ch, GaussianChannel):
+            if ch.name in ("linear", "linear-noisy"):
+                return EgenChannel("linear", T, delta_out=float(self.values.get("Delta_out", 0.0)))
+            if ch.name == "softmax":
+                beta = self.values.get("beta")
+                return EgenChannel("softmax", T, beta=float(_channels.BETA_DOMAIN.default
+                                                            if beta is None else beta))
+            return None
+        argmax = all(isinstance(y, tuple) and len(y) == T
+                     and all(isinstance(b, int) and 1 <= b <= T for b in y) for y in ch.outputs)
+        if not argmax:
+            return None
+        R = np.zeros((len(ch.outputs), T * T))
+        for i, y in enumerate(ch.outputs):
+            for a, b in enumerate(y):
+                R[i, a * T + b - 1] = 1.0
+        return EgenChannel("discrete", T, readout=R)
+
+    def generalisation_error(self, *, q: float, V: float, V_error: float = 0.0,
+                             method: bool = False) -> dict:
+        """e_gen (Bayes-optimal, E||y - E[y | omega]||_F^2 over all T^2 entries) at the SE point
+        (q, V) and the plug-in error E||y(h) - y(omega)||_F^2 beside it (THEORY 1.5), each with
+        its error: keys e_gen, e_gen_error, e_gen_plugin, e_gen_plugin_error (None where the
+        channel's y is not a known matrix, see :attr:`egen_channel`); with ``method`` also
+        e_gen_method (the route, and beta for a softmax)."""
+        from .numerics import egen
+
+        spec = self.egen_channel
+        if spec is None:
+            out = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None,
+                   "e_gen_plugin_error": None}
+            if method:
+                out["e_gen_method"] = ("not computed: the channel's output is not a T x T "
+                                       "matrix the engine knows")
+            return out
+        try:
+            est = egen.generalisation_error(spec, self.compiled, q=float(q), V=float(V),
+                                            V_error=float(V_error), level=-1)
+        except InputError as e:  # a parameter beyond the e_gen engine (softmax at large beta)
+            out = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None,
+                   "e_gen_plugin_error": None}
+            if method:
+                out["e_gen_method"] = f"not computed: {e}"
+            return out
+        out = {"e_gen": est.value, "e_gen_error": est.error,
+               "e_gen_plugin": est.extra.get("plugin"),
+               "e_gen_plugin_error": est.extra.get("plugin_error")}
+        if method:
+            note = ""
+            if spec.kind == "softmax":
+                note = (f"; beta = {spec.beta:g}" + (" (default: beta is not bound)"
+                                                      if "beta" not in self.values else ""))
+            out["e_gen_method"] = ("Bayes-optimal E||y - E[y|omega]||_F^2 (plug-in "
+                                   "E||y(h) - y(omega)||_F^2 beside it): " + est.method + note
+                                   + "; error adds |de_gen/dV| x the fixed point's error")
+        return out
+
     def _method(self, fp) -> str:
         return (("closed-form output map" if not self.compiled.discrete else
                  f"quadrature over omega, levels up to {fp.extra.get('level')}")
@@ -114,7 +181,8 @@ class AIM:
     # ------------------------------------------------------------------ state evolution
     def fixed_points(self, *, alpha: float, tol: float = 1e-13) -> ResultTable:
         """All SE fixed points at ``alpha`` (THEORY 1.1), the Bayes-optimal one flagged: one
-        Result (quantity "mmse") each, details q, q_hat, phi, stable, slope, bayes_optimal."""
+        Result (quantity "mmse") each, details q, q_hat, phi, stable, slope, bayes_optimal,
+        e_gen, e_gen_error, e_gen_plugin, e_gen_plugin_error (THEORY 1.5)."""
         from .numerics import aim_se
 
         alpha, tol = ALPHA.check(alpha), TOL.check(tol)
@@ -123,14 +191,17 @@ class AIM:
         return ResultTable(tuple(
             Result(quantity="mmse", value=f.mmse, error=f.error, method=self._method(f),
                    precision=16, parameters=params,
-                   details={k: v for k, v in f.as_dict().items() if k not in ("mmse", "error")})
+                   details={**{k: v for k, v in f.as_dict().items() if k not in ("mmse", "error")},
+                            **self.generalisation_error(q=f.q, V=f.mmse, V_error=f.error)})
             for f in fps), params)
 
     def state_evolution(self, *, alpha: float, digits: int | None = None,
                         tol: float = 1e-13) -> Result:
-        """The Bayes-optimal fixed point at ``alpha``: mmse with q, q_hat, phi and all
-        ``fixed_points`` in details; ``digits`` (5..200, closed-form output maps only) adds
-        ``mmse_digits`` (value, error, method) by the many-digit solver."""
+        """The Bayes-optimal fixed point at ``alpha``: mmse with q, q_hat, phi, the
+        generalisation errors (e_gen, e_gen_error, e_gen_plugin, e_gen_plugin_error; THEORY 1.5)
+        and all ``fixed_points`` (each with its e_gen) in details; ``digits`` (5..200,
+        closed-form output maps only) adds ``mmse_digits`` (value, error, method) by the
+        many-digit solver."""
         from .numerics import aim_se
 
         alpha, tol = ALPHA.check(alpha), TOL.check(tol)
@@ -141,8 +212,13 @@ class AIM:
                                   "without a closed-form output map (discrete channels)")
         fps = aim_se.fixed_points(self.compiled, alpha=alpha, rho=self.rho, tol=tol)
         bo = aim_se.bayes_optimal(fps)
+        egens = [self.generalisation_error(q=f.q, V=f.mmse, V_error=f.error, method=True)
+                 for f in fps]
         details = {"q": bo.q, "q_hat": bo.q_hat, "phi": bo.phi,
-                   "fixed_points": [f.as_dict() for f in fps]}
+                   **egens[fps.index(bo)],
+                   "fixed_points": [{**f.as_dict(), **{k: v for k, v in e.items()
+                                                       if k != "e_gen_method"}}
+                                    for f, e in zip(fps, egens)]}
         if digits is not None and bo.mmse > 0:
             est = aim_se.fixed_point_mp(self.compiled, alpha=alpha, rho=self.rho, dps=digits,
                                         v0=bo.mmse)
@@ -165,10 +241,11 @@ class AIM:
                       parameters=params, details={"fixed_points": fps})
 
     def curve(self, *, alphas, tol: float = 1e-13, method: str = "traced",
-              progress: Progress = None) -> ResultTable:
+              progress: Progress = None, generalisation: bool = True) -> ResultTable:
         """The Bayes-optimal branch over an alpha grid: one row per alpha (alpha, q, q_hat,
-        mmse, phi, error, ...). ``method``: "traced" (alpha(Delta) traced once) or
-        "per-alpha"."""
+        mmse, phi, error, ..., e_gen, e_gen_error, e_gen_plugin, e_gen_plugin_error).
+        ``method``: "traced" (alpha(Delta) traced once) or "per-alpha";
+        ``generalisation=False`` leaves the e_gen columns out (faster)."""
         from .numerics import aim_curve
 
         grid = check_grid(alphas, ALPHA, label="alphas")
@@ -176,6 +253,9 @@ class AIM:
         _choice(method, "method", CURVE_METHODS)
         rows = aim_curve.curve(self.compiled, alphas=list(grid), rho=self.rho, tol=tol,
                                progress=progress, method=method)
+        if generalisation:
+            rows = [{**r, **self.generalisation_error(q=r["q"], V=r["mmse"], V_error=r["error"])}
+                    for r in rows]
         return ResultTable(tuple(rows), self.parameters())
 
     # ------------------------------------------------------------------ thresholds
@@ -239,8 +319,11 @@ class AIM:
             out: str | None = None) -> Result:
         """GAMP-RIE at dimension ``dim`` over ``seeds`` instances against the SE (THEORY 4):
         quantity "mse" (mean final ||S_hat - S||_F^2 / D, error = standard error over seeds);
-        details se_prediction, per_seed, per_iteration, converged, dampings, interrupted.
-        ``out``: a JSON file rewritten after every seed."""
+        details se_prediction, per_seed, per_iteration, converged, dampings, interrupted, and
+        (channels with a known output matrix, THEORY 1.5) the test error of the final estimate
+        on fresh samples, test_error (Bayes-optimal predictor at AMP's omega, V) and
+        test_error_plugin with their standard errors, beside the SE's e_gen_se and
+        e_gen_se_plugin at the SE prediction. ``out``: a JSON file rewritten after every seed."""
         from .amp_functions import amp_functions
         from .numerics import amp as amp_mod
 
@@ -248,17 +331,58 @@ class AIM:
         dim, seeds = DIM_AIM.check(dim), SEEDS.check(seeds)
         max_iter, rng_seed = MAX_ITER.check(max_iter), RNG_SEED.check(rng_seed)
         damping = _damping(damping)
+        fns = amp_functions(self.channel, self.values)
         kw = dict(alpha=alpha, rho=self.rho, dim=dim, seeds=seeds, max_iter=max_iter,
-                  damping=damping, rng_seed=rng_seed, progress=progress, out=out)
-        r = amp_mod.run_amp(fns=amp_functions(self.channel, self.values), cc=self.compiled, **kw)
+                  damping=damping, rng_seed=rng_seed, progress=progress, out=out,
+                  draw_y=self._draw_y(fns))
+        r = amp_mod.run_amp(fns=fns, cc=self.compiled, **kw)
         details = {"dim": dim, "se_prediction": r["se_prediction"], "per_seed": r["per_seed"],
                    "per_iteration": r["per_iteration"], "converged": r.get("converged"),
                    "dampings": r.get("dampings"), "interrupted": r.get("interrupted", False)}
+        if kw["draw_y"] is not None:
+            se = r.get("se") or {}
+            V_se = r["se_prediction"]
+            e = (self.generalisation_error(q=1.0 + self.rho - V_se, V=V_se,
+                                           V_error=se.get("error", 0.0))
+                 if V_se is not None else {})
+            details.update({k: r.get(k) for k in (
+                "test_error", "test_error_stderr", "test_error_plugin",
+                "test_error_plugin_stderr")})
+            details.update({"e_gen_se": e.get("e_gen"), "e_gen_se_error": e.get("e_gen_error"),
+                            "e_gen_se_plugin": e.get("e_gen_plugin"),
+                            "e_gen_se_plugin_error": e.get("e_gen_plugin_error")})
         return Result(quantity="mse", value=r["mean"], error=r["stderr"],
                       method=f"GAMP-RIE at D = {dim}, {seeds} seeds; error = standard error",
                       precision=16, parameters=self.parameters(alpha=alpha, dim=dim, seeds=seeds,
                                                                rng_seed=rng_seed),
                       details=details)
+
+    def _draw_y(self, fns):
+        """y (N x T^2, all entries) drawn from P_out(. | h) for AMP's test error, or None where
+        the output is not a known matrix (:attr:`egen_channel`)."""
+        import numpy as np
+
+        spec = self.egen_channel
+        if spec is None:
+            return None
+        T = spec.tokens
+        if spec.kind == "softmax":
+            if fns.observe is None:
+                return None
+            return lambda h, rng: fns.observe(h).reshape(h.shape[0], T * T)
+        if spec.kind == "discrete":
+            R = spec.readout
+            return lambda h, rng: R[np.asarray(fns.sample(h, rng), dtype=int)]
+        idx = [(a, b) for a in range(T) for b in range(a, T)]
+
+        def linear(h, rng):
+            u = fns.sample(h, rng)  # the pairs a <= b (+ noise)
+            Y = np.empty((h.shape[0], T, T))
+            for k, (a, b) in enumerate(idx):
+                Y[:, a, b] = Y[:, b, a] = u[:, k]
+            return Y.reshape(h.shape[0], T * T)
+
+        return linear
 
     def expressions(self) -> dict:
         """The channel's equations as sympy expressions (Z_out, g_out, SE map, ...)."""

@@ -113,3 +113,47 @@ def perfect_recovery(ch: Channel, *, rho_value=None, small_width: bool = False, 
         "closed form: parameter counting, mmse(Delta)/Delta -> 2 rho - rho^2 (rho <= 1), 1 (rho >= 1)",
         digits,
     )
+
+
+#: digits a double-precision quadrature can certify; more is refused for the numeric route
+HARDMAX_DIGITS_MAX = 15
+
+
+def hardmax_small_width_weak(*, tokens: int, digits: int = 15, nodes: int = 128):
+    """alpha_bar_c of hardmax at small width for T = ``tokens`` (THEORY 1.4): T = 2 in closed
+    form (:func:`small_width_weak`), T = 3..5 by the ordered-cone recursion of
+    :mod:`aim_sym.numerics.hardmax` on two Chebyshev rules (error = their difference, a rounding
+    gauge and the truncation bound). Returns a :class:`aim_sym.results.Result` ("alpha_bar_c"),
+    value a decimal string of ``digits`` significant digits (at most 15 for T >= 3); details:
+    kind, S, softmax (1/(T^2 + T - 2)), linear (1/(T(T + 1)), the lower bound), seconds."""
+    from .channels import TOKENS_HARDMAX_WEAK, hardmax
+    from .domains import THRESHOLD_DIGITS, DomainError
+    from .numerics import hardmax as hm
+    from .results import Result
+
+    T = TOKENS_HARDMAX_WEAK.check(tokens)
+    digits = THRESHOLD_DIGITS.check(digits)
+    params = {"model": "aim", "channel": "hardmax", "tokens": T}
+    comparison = {"softmax": 1.0 / (T * T + T - 2), "linear": 1.0 / (T * (T + 1))}
+    if T == 2:
+        t = small_width_weak(hardmax(2), digits=digits)
+        d = t.as_dict()
+        return Result(quantity="alpha_bar_c", value=t.value, error=t.error, method=t.method,
+                      precision=digits, parameters=params,
+                      details={**{k: d[k] for k in ("kind", "digits", "closed_form", "sympy")},
+                               **comparison})
+    if digits > HARDMAX_DIGITS_MAX:
+        raise DomainError(THRESHOLD_DIGITS, digits, "digits",
+                          allowed=f"an integer in 1..{HARDMAX_DIGITS_MAX} for hardmax with "
+                          "T >= 3 (double-precision quadrature)")
+    est = hm.weak_threshold(T, nodes=nodes)
+    value = f"{est.value:.{digits}g}"
+    if est.value < comparison["linear"]:
+        raise ChannelError(f"hardmax alpha_bar_c({T}) = {value} is below the linear channel's "
+                           f"1/(T(T+1)) = {comparison['linear']:.6g}: the quadrature is wrong")
+    return Result(quantity="alpha_bar_c", value=value, error=est.error, method=est.method,
+                  precision=digits, parameters=params,
+                  details={"kind": "weak (small width)", "digits": digits, "S": est.extra["S"],
+                           "probability_sum": est.extra["probability_sum"],
+                           "orbits": est.extra["orbits"], "seconds": est.extra["seconds"],
+                           **comparison})

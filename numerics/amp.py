@@ -221,6 +221,36 @@ def amp_iterations(fns, data: dict, *, rho: float, max_iter: int = 100, tol: flo
             "reason": reason, "iterations": len(err) - 1, "S_hat": S_hat}
 
 
+# ----------------------------------------------------------------------------- test error
+def test_error(draw_y: Callable, *, S: np.ndarray, S_hat: np.ndarray, V: float,
+               weights: np.ndarray, tokens: int, n_test: int, draws: int, rng) -> dict:
+    """AMP's generalisation error on ``n_test`` fresh samples (THEORY 1.5): omega = <Z, S_hat>
+    (a new sample carries no Onsager term), h | omega ~ N(omega, (1 + delta_ab) V) with AMP's
+    final V. ``draw_y(h, rng)`` draws the output y (N x T^2, all entries) from P_out(. | h).
+
+    * Bayes-optimal predictor y_hat = E[y | omega]: estimated by the mean of ``draws`` draws of
+      y from h | omega; the finite-draw excess (the draws' variance / draws, unbiased) is
+      subtracted per sample, so the mean is unbiased for E||y - E[y | omega]||^2;
+    * plug-in: y drawn at h = omega.
+
+    Returns the means and standard errors over the test samples."""
+    D = S.shape[0]
+    n = len(weights)
+    X = rng.standard_normal((n_test, tokens, D))
+    h = preactivations(X, S)
+    omega = preactivations(X, S_hat)
+    y = draw_y(h, rng)
+    plug = np.sum((y - draw_y(omega, rng)) ** 2, axis=1)
+    sd = np.sqrt(np.asarray(weights, dtype=float) * max(V, 0.0))
+    hs = omega[None] + rng.standard_normal((draws, n_test, n)) * sd
+    ys = draw_y(hs.reshape(-1, n), rng).reshape(draws, n_test, -1)
+    excess = ys.var(axis=0, ddof=1).sum(axis=1) / draws
+    bo = np.sum((y - ys.mean(axis=0)) ** 2, axis=1) - excess
+    return {"bayes": float(bo.mean()), "bayes_stderr": float(bo.std(ddof=1) / math.sqrt(n_test)),
+            "plugin": float(plug.mean()),
+            "plugin_stderr": float(plug.std(ddof=1) / math.sqrt(n_test))}
+
+
 # ----------------------------------------------------------------------------- SE side
 def se_trajectory(cc, *, alpha: float, rho: float, n_iter: int, damping: float = 0.0,
                   v_floor: float = 1e-13, delta_floor: float = 1e-6):
@@ -345,7 +375,8 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
             seeds: int | Iterable[int] = 5, max_iter: int = 100, tol: float = 1e-8,
             progress: Callable | None = None, rng_seed: int = 0,
             damping: float | str = "auto", variance: str = "divergence", se: bool = True,
-            out: str | None = None) -> dict:
+            out: str | None = None, draw_y: Callable | None = None, n_test: int = 2000,
+            draws: int = 32) -> dict:
     """GAMP-RIE at dimension ``dim`` over several seeds, against the SE (THEORY 4, check 7).
 
     ``fns``: the channel's compiled AMP functions (:func:`aim_sym.amp_functions.amp_functions`);
@@ -365,6 +396,10 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
     ``damping``: a number in [0, 1), or "auto" (default; :func:`damped_run`: 0.5, and on
     divergence 0.7, 0.8, 0.9 on the same data; ``dampings`` lists the one each seed used,
     ``attempts`` every try; the SE trajectory is the one damped at 0.5).
+    ``draw_y`` (the channel's output as N x T^2 from pre-activations): each seed's final
+    estimate is also scored on ``n_test`` fresh samples (:func:`test_error`, its own stream
+    SeedSequence([rng_seed, s, 1])): ``test_error`` (Bayes-optimal predictor, ``draws`` draws
+    per sample) and ``test_error_plugin``, means and standard errors over seeds.
     """
     require(_is_amp_functions(fns), "fns",
             "the channel's compiled AMP functions (aim_sym.amp_functions.amp_functions)",
@@ -411,6 +446,13 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
                    V=_mean_rows([r["V"] for r in runs]),
                    A=_mean_rows([r["A"] for r in runs]),
                    noise=_mean_rows([r["noise"] for r in runs]))
+        if draw_y is not None:
+            for key, name in (("bayes", "test_error"), ("plugin", "test_error_plugin")):
+                vals = [r["test"][key] for r in runs if r.get("test") is not None]
+                res[name + "_per_seed"] = vals
+                res[name], res[name + "_stderr"] = _mean_se(vals)
+                if len(vals) == 1:  # one seed: the test samples' own standard error
+                    res[name + "_stderr"] = runs[0]["test"][key + "_stderr"]
         if len(runs) > 1:
             E = _pad([r["error"] for r in runs])
             res["per_iteration_stderr"] = (E.std(axis=0, ddof=1) / math.sqrt(len(runs))).tolist()
@@ -422,7 +464,13 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
             data = generate(fns, alpha=alpha, rho=rho, dim=dim, rng=rng)
             r = damped_run(fns, data, rho=rho, damping=damping, max_iter=max_iter, tol=tol,
                            variance=variance)
-            r.pop("S_hat")
+            S_hat = r.pop("S_hat")
+            if draw_y is not None:
+                ok = np.all(np.isfinite(S_hat)) and np.isfinite(r["V"][-1])
+                trng = np.random.default_rng(np.random.SeedSequence([int(rng_seed), int(s), 1]))
+                r["test"] = test_error(draw_y, S=data["S"], S_hat=S_hat, V=float(r["V"][-1]),
+                                       weights=fns.weights, tokens=fns.tokens, n_test=n_test,
+                                       draws=draws, rng=trng) if ok else None
             runs.append(r)
             done_seeds.append(s)
             if progress:
@@ -439,5 +487,5 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
     return res
 
 
-__all__ = ["run_amp", "amp_iterations", "generate", "forward", "adjoint", "rie_step",
+__all__ = ["run_amp", "amp_iterations", "test_error", "generate", "forward", "adjoint", "rie_step",
            "se_prediction", "se_trajectory", "InputError"]
