@@ -54,6 +54,7 @@ _EXPORTS = {
     "AIM": "models",
     "SMI": "models",
     "mmse": "models",
+    "ERM": "erm",
     "Result": "results",
     "ResultTable": "results",
     "Domain": "domains",

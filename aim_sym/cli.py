@@ -33,7 +33,7 @@ from .numerics.records import ConvergenceError, InputError, atomic_write
 # ----------------------------------------------------------------------------- options
 def model_options(f):
     opts = [
-        click.option("--model", default="aim", show_default=True, help="aim or smi"),
+        click.option("--model", default="aim", show_default=True, help="aim, smi or erm"),
         click.option("--channel", default=None, help="aim: linear, linear-noisy, softmax, "
                      "hardmax, noisy-hardmax; smi: deep-attention"),
         click.option("--channel-file", default=None, help="a Python file defining a channel "
@@ -47,6 +47,13 @@ def model_options(f):
         click.option("--skip", type=float, default=None, help="smi deep-attention: skip c >= 0"),
         click.option("--param", "param", multiple=True, help="channel-file parameter "
                      "NAME=VALUE (repeatable)"),
+        click.option("--kappa0", type=float, default=None, help="erm: the target's rank ratio"),
+        click.option("--delta", type=float, default=None, help="erm: label noise variance Delta "
+                     ">= 0 (default 0)"),
+        click.option("--lam", type=float, default=None, help="erm: weight decay lambda >= 0 "
+                     "(default 0.01)"),
+        click.option("--beta0", type=float, default=None, help="erm: the teacher's inverse "
+                     "temperature > 0 (default 1)"),
         click.option("--json", "as_json", is_flag=True, help="print JSON"),
     ]
     for o in reversed(opts):
@@ -56,6 +63,9 @@ def model_options(f):
 
 AIM_ONLY = ("rho", "delta_out", "epsilon", "channel_file", "param")
 SMI_ONLY = ("layers", "skip")
+ERM_ONLY = ("kappa0", "delta", "lam", "beta0")
+NOT_WITH = {"aim": SMI_ONLY + ERM_ONLY, "smi": AIM_ONLY + ERM_ONLY,
+            "erm": ("channel",) + AIM_ONLY + SMI_ONLY}
 
 
 def _given(name: str) -> bool:
@@ -64,16 +74,23 @@ def _given(name: str) -> bool:
     return src not in (None, click.core.ParameterSource.DEFAULT)
 
 
-def check_model(kw: dict) -> str:
+def check_model(kw: dict, allowed: tuple = ("aim", "smi")) -> str:
+    """The --model, after refusing the options that do not apply to it."""
     model = kw["model"]
     if model not in MODELS:
-        fail("--model", "one of aim, smi", model)
-    bad = SMI_ONLY if model == "aim" else AIM_ONLY
-    for name in bad:
+        fail("--model", "one of " + ", ".join(MODELS), model)
+    if model not in allowed:
+        fail("--model", "one of " + ", ".join(allowed) + " for this command", model)
+    for name in NOT_WITH[model]:
         if kw.get(name) not in (None, ()):
             fail("--" + name.replace("_", "-"), f"not given with --model {model} (it does not apply)",
                  kw[name])
     return model
+
+
+def erm_opts(kw: dict) -> dict:
+    """The ERM model options (kappa0, delta, lam, tokens, beta, beta0) of the command line."""
+    return {k: kw.get(k) for k in ("kappa0", "delta", "lam", "tokens", "beta", "beta0")}
 
 
 def _param_values(items) -> dict:
@@ -175,7 +192,16 @@ def cli() -> None:
               "point to this many digits (5..200; closed-form output maps only)")
 def se(alpha, small_width, digits, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
-    model = check_model(kw)
+    model = check_model(kw, ("aim", "smi", "erm"))
+    if model == "erm":
+        if small_width:
+            fail("--small-width", "used only with --model aim", True)
+        if digits is not None:
+            fail("--digits", "used only with --model aim", digits)
+        from . import cli_erm
+
+        emit(cli_erm.se_json(alpha=alpha, **erm_opts(kw)), kw["as_json"], cli_erm.se_human)
+        return
     if model == "smi":
         if small_width:
             fail("--small-width", "used only with --model aim", True)
@@ -225,11 +251,23 @@ def se(alpha, small_width, digits, **kw):
               help="aim: trace alpha(Delta) once for all alphas, or solve each alpha on its own")
 def curve(alphas, out_path, plot_path, tol, method, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
-    model = check_model(kw)
+    model = check_model(kw, ("aim", "smi", "erm"))
     grid = parse_grid(alphas, "--alphas")
     if not np.all(grid >= 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
-    if model == "smi":
+    if model == "erm":
+        for opt, value in (("tol", tol), ("method", method)):
+            if _given(opt):
+                fail("--" + opt, "used only with --model aim", value)
+        from . import cli_erm
+
+        opts = erm_opts(kw)
+        cli_erm.erm_model(**opts)  # validate before any output file is touched
+        _check_outputs(out_path, plot_path)
+        rows = cli_erm.curve_rows(alphas=grid, **opts)
+        ycols = list(cli_erm.CURVE_COLUMNS)
+        title = f"ERM kappa0={kw['kappa0']}, Delta={kw['delta'] or 0}, lambda={kw['lam']}"
+    elif model == "smi":
         for opt, value in (("tol", tol), ("method", method)):
             if _given(opt):
                 fail("--" + opt, "used only with --model aim", value)
@@ -274,9 +312,39 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
               default="lattice", show_default=True, help="smi --layers 3: the sequential "
               "thresholds by the deterministic fibre lattice (error bar by refinement, ~10-20 "
               "min on 2 cores) or by seeded Monte Carlo (standard error, ~11 min)")
-def threshold(kind, small_width, digits, certified, no_sequential, sequential_route, **kw):
-    """Weak-recovery or perfect-recovery threshold (closed form where it exists)."""
-    model = check_model(kw)
+@click.option("--direct", is_flag=True, help="erm perfect: the direct (element-wise, "
+              "Frobenius) parameterisation instead of the factorised one")
+def threshold(kind, small_width, digits, certified, no_sequential, sequential_route, direct,
+              **kw):
+    """Weak-recovery or perfect-recovery threshold (closed form where it exists); for
+    --model erm the interpolation or perfect-recovery threshold (THEORY 3)."""
+    model = check_model(kw, ("aim", "smi", "erm"))
+    if model == "erm":
+        for opt, value in (("small_width", small_width), ("certified", certified),
+                           ("no_sequential", no_sequential),
+                           ("sequential_route", sequential_route)):
+            if _given(opt):
+                fail("--" + opt.replace("_", "-"), "used only with --model aim or smi", value)
+        if kind not in ("interpolation", "perfect"):
+            fail("KIND", "interpolation or perfect for --model erm", kind)
+        if direct and kind != "perfect":
+            fail("--direct", "used only with KIND perfect", True)
+        # lambda -> 0+ and the output temperatures do not enter; perfect recovery is noiseless
+        unused = ("lam", "beta", "beta0") + (("delta",) if kind == "perfect" else ())
+        for name in unused:
+            if kw.get(name) is not None:
+                fail("--" + name, f"omitted for the ERM {kind} threshold (it does not depend on "
+                     "it)", kw[name])
+        from . import cli_erm
+
+        out = cli_erm.threshold_json(kind, direct=direct,
+                                     digits=digits if _given("digits") else 30, **erm_opts(kw))
+        for name in unused:
+            out.pop(name, None)
+        emit(out, kw["as_json"], cli_erm.threshold_human)
+        return
+    if direct:
+        fail("--direct", "used only with --model erm", True)
     if kind not in ("weak", "perfect"):
         fail("KIND", "weak or perfect", kind)
     if not 1 <= digits <= 1000:
@@ -479,6 +547,32 @@ def derive(fmt, **kw):
         emit({k: sp.latex(v) for k, v in m.expressions().items()}, True)
         return
     click.echo(m.derive(fmt))
+
+
+@cli.command()
+@model_options
+@click.option("--alpha", type=float, required=True, help="sample ratio alpha > 0")
+@click.option("--points", type=int, default=400, show_default=True,
+              help="points of the density grid")
+@click.option("--plot", "plot_path", default=None, help="figure of the singular-value density "
+              "(.png, .pdf or .svg)")
+def spectrum(alpha, points, plot_path, **kw):
+    """ERM: the learned spectrum of S_hat, eta ReLU(S0 + delta Z - eps I) (THEORY 3): densities
+    of eigenvalues and singular values, rank, atom at 0."""
+    check_model(kw, ("erm",))
+    from . import cli_erm
+
+    opts = erm_opts(kw)
+    cli_erm.erm_model(**opts)
+    _check_outputs(None, plot_path)
+    spec = cli_erm.spectrum_json(alpha=alpha, points=points, **opts)
+    later = _Deferred()
+    if plot_path:
+        later.run("--plot", lambda: cli_erm.spectrum_plot(spec, plot_path))
+    emit(spec, kw["as_json"], lambda o: (
+        f"ERM learned spectrum at alpha={alpha}: rank = {o['rank']:.10g} +- "
+        f"{o['rank_error']:.1e}, atom at 0 = {o['atom']:.10g}"))
+    later.finish()
 
 
 @cli.command()

@@ -11,7 +11,7 @@ import numpy as np
 
 from .domains import GRID_POINTS, DomainError
 
-MODELS = ("aim", "smi")
+MODELS = ("aim", "smi", "erm")
 #: API labels whose command-line option is not the domain's own spelling
 OPTION_OF_LABEL = {"alphas": "--alphas", "alpha_bar": "--alpha"}
 

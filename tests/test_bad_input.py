@@ -23,6 +23,8 @@ GAUSS_FILE = os.path.join(EXAMPLES, "noisy_projection.py")
 SE = ["se", "--model", "aim"]
 SMI_SE = ["se", "--model", "smi"]
 AIM_A = ["--alpha", "0.1"]
+ERM_SE = ["se", "--model", "erm"]
+ERM_K = ["--kappa0", "0.5"]
 
 # (case id, arguments, option the message must name)
 CASES = [
@@ -91,6 +93,29 @@ CASES = [
     ("smi-small-width", SMI_SE + ["--alpha", "0.5", "--small-width"], "--small-width"),
     ("smi-channel", SMI_SE + ["--alpha", "0.5", "--channel", "hardmax"], "--channel"),
     ("smi-beta-inf", SMI_SE + ["--alpha", "0.5", "--beta", "inf"], "--beta"),
+    # ERM (THEORY 3)
+    ("erm-kappa0-missing", ERM_SE + ["--alpha", "0.5"], "--kappa0"),
+    ("erm-kappa0-negative", ERM_SE + ["--alpha", "0.5", "--kappa0", "-1"], "--kappa0"),
+    ("erm-delta-negative", ERM_SE + ERM_K + ["--alpha", "0.5", "--delta", "-1"], "--delta"),
+    ("erm-lam-nan", ERM_SE + ERM_K + ["--alpha", "0.5", "--lam", "nan"], "--lam"),
+    ("erm-alpha-zero", ERM_SE + ERM_K + ["--alpha", "0"], "--alpha"),
+    ("erm-tokens-3", ERM_SE + ERM_K + ["--alpha", "0.5", "--tokens", "3"], "--tokens"),
+    ("erm-rho", ERM_SE + ERM_K + ["--alpha", "0.5", "--rho", "0.5"], "--rho"),
+    ("erm-skip", ERM_SE + ERM_K + ["--alpha", "0.5", "--skip", "1"], "--skip"),
+    ("erm-channel", ERM_SE + ERM_K + ["--alpha", "0.5", "--channel", "softmax"], "--channel"),
+    ("erm-small-width", ERM_SE + ERM_K + ["--alpha", "0.5", "--small-width"], "--small-width"),
+    ("erm-kind-weak", ["threshold", "weak", "--model", "erm"] + ERM_K, "KIND"),
+    ("erm-interp-lam", ["threshold", "interpolation", "--model", "erm", "--lam", "0.1"] + ERM_K,
+     "--lam"),
+    ("erm-interp-direct", ["threshold", "interpolation", "--model", "erm", "--direct"] + ERM_K,
+     "--direct"),
+    ("erm-perfect-delta", ["threshold", "perfect", "--model", "erm", "--delta", "0.5"] + ERM_K,
+     "--delta"),
+    ("erm-direct-with-aim", ["threshold", "perfect", "--direct", "--rho", "0.5"], "--direct"),
+    ("erm-check", ["check", "--model", "erm"] + ERM_K, "--model"),
+    ("kappa0-with-aim", SE + AIM_A + ["--kappa0", "0.5"], "--kappa0"),
+    ("spectrum-without-erm", ["spectrum", "--alpha", "1"], "--model"),
+    ("spectrum-alpha-zero", ["spectrum", "--model", "erm", "--alpha", "0"] + ERM_K, "--alpha"),
     # curve
     ("alphas-two-parts", ["curve", "--alphas", "0:1"], "--alphas"),
     ("alphas-text", ["curve", "--alphas", "a:b:c"], "--alphas"),

@@ -1,0 +1,127 @@
+"""Command-line handlers of ``--model erm`` (THEORY 3): plain functions the click commands of
+:mod:`aim_sym.cli` call with their parsed options; each returns the dict that ``emit`` prints
+(or writes a figure).  API domain errors come back relabelled with the option's spelling
+(``kappa0`` -> ``--kappa0``), so the command line prints one line and exits 2.
+
+Options (the issue's names): --kappa0, --delta (noise variance Delta), --lam, --tokens, --beta,
+--beta0, --alpha / --alphas, --direct, --digits, --points.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from .cli_common import relabel
+from .domains import DomainError
+from .erm import ERM
+
+__all__ = ["ERM_OPTIONS", "erm_model", "se_json", "se_human", "threshold_json",
+           "threshold_human", "curve_rows", "CURVE_COLUMNS", "spectrum_json", "spectrum_plot"]
+
+#: the model options of --model erm and their defaults (None: required)
+ERM_OPTIONS = {"kappa0": None, "delta": 0.0, "lam": 0.01, "tokens": 2, "beta": 1.0, "beta0": 1.0}
+#: the columns of a curve a plot shows by default
+CURVE_COLUMNS = ("test", "train", "mse")
+
+
+def _relabelled(f: Callable) -> Callable:
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except DomainError as e:
+            raise relabel(e) from None
+
+    return wrapper
+
+
+def erm_model(**opts: Any) -> ERM:
+    """The :class:`aim_sym.erm.ERM` of the options (unknown keys are ignored; None = default)."""
+    kw = {k: (opts.get(k) if opts.get(k) is not None else d) for k, d in ERM_OPTIONS.items()}
+    if kw["kappa0"] is None:
+        from .cli_common import fail
+
+        fail("--kappa0", "given with --model erm (a finite real >= 0.0001)", None)
+    return ERM(**kw)
+
+
+@_relabelled
+def se_json(*, alpha: float, **opts: Any) -> dict:
+    """``aim-sym se --model erm``: the six order parameters, train, test, mse, rank (each with
+    ``*_error``) of the global-minimum fixed point, and every fixed point found."""
+    m = erm_model(**opts)
+    table = m.state_evolution(alpha=alpha)
+    out: dict = {**m.parameters(), "alpha": float(alpha)}
+    for r in table:
+        out[r.quantity] = r.value
+        out[f"{r.quantity}_error"] = r.error
+    first = table[0]
+    out.update(method=first.method, precision=first.precision,
+               fixed_points=first.details["fixed_points"])
+    return out
+
+
+def se_human(o: dict) -> str:
+    keys = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "train", "test", "mse", "rank")
+    lines = [f"ERM T={o['tokens']} kappa0={o['kappa0']} Delta={o['delta']} lambda={o['lam']} "
+             f"alpha={o['alpha']}:"]
+    lines += [f"  {k:9s} = {o[k]:.10g} +- {o[k + '_error']:.1e}" for k in keys]
+    lines.append(f"fixed points: {len(o['fixed_points'])}")
+    return "\n".join(lines)
+
+
+@_relabelled
+def threshold_json(kind: str, *, direct: bool = False, digits: int = 30, **opts: Any) -> dict:
+    """``aim-sym threshold {interpolation,perfect} --model erm [--direct]``: alpha (a decimal
+    string), its error, and alpha_bar = alpha (T^2 + T - 2)/2 beside it."""
+    m = erm_model(**opts)
+    r = m.threshold(kind, direct=direct, digits=digits)
+    return {**dict(r.parameters), "kind": kind, "quantity": r.quantity, "alpha": r.value,
+            "error": r.error, "method": r.method, "precision": r.precision, **dict(r.details)}
+
+
+def threshold_human(o: dict) -> str:
+    return (f"ERM {o['quantity']} = {o['alpha']} +- {o['error']:.1e} (alpha_bar = "
+            f"{o['alpha_bar']} +- {o['alpha_bar_error']:.1e}; Bayes-optimal alpha_bar = "
+            f"{o['alpha_bar_bayes']})")
+
+
+@_relabelled
+def curve_rows(*, alphas, **opts: Any) -> list[dict]:
+    """``aim-sym curve --model erm``: one row per alpha (write with tables.write_csv and plot
+    with plots.plot_curve(rows, CURVE_COLUMNS, ...))."""
+    m = erm_model(**opts)
+    return [dict(r) for r in m.curve(alphas=list(alphas))]
+
+
+@_relabelled
+def spectrum_json(*, alpha: float, points: int = 400, **opts: Any) -> dict:
+    """``aim-sym spectrum --model erm``: the learned spectrum's densities (eigenvalues and
+    singular values), rank, atom at 0 and support intervals."""
+    m = erm_model(**opts)
+    r = m.spectrum(alpha=alpha, points=points)
+    return {**dict(r.parameters), "rank": r.value, "rank_error": r.error, **dict(r.details)}
+
+
+def spectrum_plot(spec: dict, path: str, *, singular: bool = True) -> None:
+    """Figure of :func:`spectrum_json`'s density (singular values by default; eigenvalues
+    with ``singular=False``); the atom at 0 is written in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = spec["singular_value"] if singular else spec["eigenvalue"]
+    y = spec["singular_density"] if singular else spec["eigenvalue_density"]
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.plot(x, y, label=f"theory (rank {spec['rank']:.4f}, atom {spec['atom']:.4f} at 0)")
+    ax.set_xlabel("singular value of S_hat" if singular else "eigenvalue of S_hat")
+    ax.set_ylabel("density")
+    ax.set_title(f"ERM kappa0={spec['kappa0']} Delta={spec['delta']} lambda={spec['lam']} "
+                 f"alpha={spec['alpha']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,217 @@
+"""Empirical risk minimisation of one tied attention layer (THEORY 3): the :class:`ERM` model.
+
+``ERM(kappa0=0.5, delta=0.5, lam=0.01)`` is the teacher (an AIM of rank ratio kappa0 with
+pre-activation noise of variance ``delta`` = Delta on the diagonal, Delta/2 off it, softmax of
+inverse temperature ``beta0``) and the student (tied S = W^T W / sqrt(p d), softmax of ``beta``,
+square loss, weight decay ``lam`` = lambda_tilde, i.e. lambda_tilde d ||S||_*).  ``delta`` is the
+label-noise *variance* (the command line's --delta), not the spectral delta = sqrt(q_hat)/m_hat
+of the SE.  Methods call :mod:`aim_sym.numerics.erm_se`, :mod:`~aim_sym.numerics.erm_spectral`
+and :mod:`~aim_sym.numerics.erm_thresholds` and return :class:`~aim_sym.results.Result` /
+:class:`~aim_sym.results.ResultTable`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+
+from .domains import ALPHA, Domain, DomainError, check_grid
+from .numerics.records import ConvergenceError, InputError
+from .results import Result, ResultTable
+
+KAPPA0 = Domain(name="kappa0", option="--kappa0", low=1e-4, default=0.5,
+                description="rank ratio kappa0 of the teacher S0 (THEORY 3), >= 1e-4 (the floor "
+                "of the double-precision spectral quadrature, as for rho)")
+NOISE = Domain(name="delta", option="--delta", low=0, default=0.0,
+               description="variance Delta of the noise on the teacher's pre-activations "
+               "(diagonal; Delta/2 off it), >= 0")
+LAM = Domain(name="lam", option="--lam", low=0, default=0.01,
+             description="weight decay lambda_tilde (nuclear-norm penalty lambda_tilde d ||S||_*)")
+BETA_ERM = Domain(name="beta", option="--beta", low=0, low_open=True, default=1.0,
+                  description="inverse temperature of the student's softmax, > 0")
+BETA0 = Domain(name="beta0", option="--beta0", low=0, low_open=True, default=1.0,
+               description="inverse temperature of the teacher's softmax, > 0")
+TOKENS_ERM = Domain(name="tokens", option="--tokens", kind="integer", low=2, high=64, default=2,
+                    description="sequence length T (the SE is T = 2 only; thresholds any T)")
+ALPHA_ERM = ALPHA.with_(low_open=True, description="sample ratio alpha = N / d^2, > 0")
+THRESHOLD_DIGITS_ERM = Domain(name="digits", option="--digits", kind="integer", low=15,
+                              high=100, default=30,
+                              description="working digits of an ERM threshold (mpmath)")
+SPECTRUM_POINTS = Domain(name="points", option="--points", kind="integer", low=10,
+                         high=100_000, default=400, description="grid points of a spectrum")
+THRESHOLD_KINDS = ("interpolation", "perfect")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ERM:
+    """ERM of single-head tied attention (THEORY 3); ``delta`` is the noise variance Delta."""
+
+    kappa0: float
+    delta: float = 0.0
+    lam: float = 0.01
+    tokens: int = 2
+    beta: float = 1.0
+    beta0: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name, dom in (("kappa0", KAPPA0), ("delta", NOISE), ("lam", LAM),
+                          ("beta", BETA_ERM), ("beta0", BETA0)):
+            object.__setattr__(self, name, dom.check(getattr(self, name)))
+        object.__setattr__(self, "tokens", TOKENS_ERM.check(self.tokens))
+
+    # ------------------------------------------------------------------ plumbing
+    def parameters(self, **extra) -> dict:
+        return {"model": "erm", "tokens": self.tokens, "kappa0": self.kappa0, "delta": self.delta,
+                "lam": self.lam, "beta": self.beta, "beta0": self.beta0, **extra}
+
+    def _params(self, alpha: float):
+        from .numerics.erm_se import ERMParams
+
+        if self.tokens != 2:
+            raise DomainError(TOKENS_ERM, self.tokens, "tokens",
+                              allowed="2 for the ERM state evolution (deterministic output "
+                              "quadrature; larger T is not implemented)")
+        return ERMParams(alpha=alpha, kappa0=self.kappa0, Delta=self.delta, lam=self.lam,
+                         beta=self.beta, beta0=self.beta0, tokens=2)
+
+    # ------------------------------------------------------------------ state evolution
+    def fixed_points(self, *, alpha: float) -> ResultTable:
+        """Every SE fixed point reached from the default starts (THEORY 3): one row each with
+        q, m, sigma, q_hat, m_hat, sigma_hat, train, test, mse, rank, their ``*_error`` (two
+        quadrature orders) and ``global_minimum`` (lowest training loss)."""
+        from .numerics import erm_se
+
+        alpha = ALPHA_ERM.check(alpha)
+        fps = erm_se.solve(self._params(alpha))
+        return ResultTable(tuple(dict(f.as_dict(), alpha=alpha) for f in fps),
+                           self.parameters(alpha=alpha))
+
+    def state_evolution(self, *, alpha: float) -> ResultTable:
+        """The global-minimum fixed point at ``alpha``: one Result per quantity (q, m, sigma,
+        q_hat, m_hat, sigma_hat, train, test, mse, rank); every fixed point found is in each
+        Result's details (``fixed_points``)."""
+        table = self.fixed_points(alpha=alpha)
+        rows = [dict(r) for r in table]
+        best = next(r for r in rows if r["global_minimum"])
+        params = self.parameters(alpha=float(alpha))
+        method = ("ERM SE (THEORY 3): exact spectral derivatives, T = 2 proximal step by Newton, "
+                  "tensor Gauss-Hermite; error = difference of orders 24 and 17 x 17/7 (the error of "
+                  "order 24 if it falls as 1/n: the rule converges algebraically)")
+        return ResultTable(tuple(
+            Result(quantity=k, value=best[k], error=best[f"{k}_error"], method=method,
+                   precision=16, parameters=params,
+                   details={"fixed_points": rows, "iterations": best["iterations"]})
+            for k in _QUANTITIES), params)
+
+    def curve(self, *, alphas) -> ResultTable:
+        """The global-minimum branch over ``alphas``, each point started from the previous one
+        (and from the default starts where that fails): one row per alpha."""
+        from .numerics import erm_se
+
+        grid = check_grid(alphas, ALPHA_ERM, label="alphas")
+        rows = []
+        prev = None
+        for a in grid:
+            p = self._params(a)
+            inits = erm_se.DEFAULT_INITS if prev is None else (
+                (prev.q / p.Q0, prev.m / p.Q0, prev.sigma),)
+            try:
+                fps = erm_se.solve(p, inits=inits)
+            except ConvergenceError:
+                if prev is None:
+                    raise
+                fps = erm_se.solve(p)
+            prev = next(f for f in fps if f.global_minimum)
+            rows.append(dict(prev.as_dict(), alpha=a, fixed_points=len(fps)))
+        return ResultTable(tuple(rows), self.parameters())
+
+    def spectrum(self, *, alpha: float, points: int = 400) -> Result:
+        """The learned spectrum at ``alpha`` (THEORY 3): S_hat ~ eta ReLU(S0 + delta Z - eps I).
+        Result quantity "rank" (mu_delta((eps, inf))); details: the eigenvalue grid
+        ``eigenvalue``/``eigenvalue_density`` (the atom 1 - rank at 0 apart), the singular-value
+        grid ``singular_value``/``singular_density``, ``atom``, ``eta``, ``delta_spec``, ``eps``,
+        ``intervals`` (support intervals of mu_delta above eps: one or two bulks)."""
+        from .numerics import erm_spectral, wishart
+
+        points = SPECTRUM_POINTS.check(points)
+        table = self.state_evolution(alpha=alpha)
+        res = {r.quantity: r for r in table}
+        q_hat, m_hat, s_hat = res["q_hat"].value, res["m_hat"].value, res["sigma_hat"].value
+        d_spec, eps, eta = math.sqrt(q_hat) / m_hat, 2 * self.lam / m_hat, m_hat / s_hat
+        ivs = [(max(a, eps), b) for a, b in wishart.support(self.kappa0, d_spec**2) if b > eps]
+        top = eta * (ivs[-1][1] - eps) if ivs else 1.0
+        lam_grid = np.linspace(0, top, points + 1)[1:]
+        s_grid = np.linspace(0, math.sqrt(top), points + 1)[1:]
+        kw = {"kappa0": self.kappa0, "delta": d_spec, "eps": eps, "eta": eta}
+        return Result(
+            quantity="rank", value=res["rank"].value, error=res["rank"].error,
+            method="mu_kappa0 boxplus semicircle(delta^2) through the SE fixed point",
+            precision=16, parameters=self.parameters(alpha=float(alpha)),
+            details={"eigenvalue": lam_grid.tolist(),
+                     "eigenvalue_density": erm_spectral.learned_eigenvalue_density(
+                         lam_grid, **kw).tolist(),
+                     "singular_value": s_grid.tolist(),
+                     "singular_density": erm_spectral.learned_singular_density(
+                         s_grid, **kw).tolist(),
+                     "atom": 1 - res["rank"].value, "eta": eta, "delta_spec": d_spec,
+                     "eps": eps, "intervals": [[eta * (a - eps), eta * (b - eps)]
+                                               for a, b in ivs]})
+
+    # ------------------------------------------------------------------ thresholds
+    def threshold(self, kind: str = "interpolation", *, direct: bool = False,
+                  digits: int = 30) -> Result:
+        """``"interpolation"``: alpha_interp (lambda -> 0+, needs delta > 0); ``"perfect"``:
+        noiseless perfect recovery, factorised (nuclear norm) or ``direct`` (Frobenius).
+        ``value``: alpha as a decimal string; details: alpha_bar = alpha (T^2 + T - 2)/2 and its
+        error, the Bayes-optimal alpha_bar for comparison, delta_bar (interpolation)."""
+        from .numerics import erm_thresholds as th
+
+        if kind not in THRESHOLD_KINDS:
+            raise InputError(f"kind must be one of {', '.join(THRESHOLD_KINDS)}; got {kind!r}")
+        digits = THRESHOLD_DIGITS_ERM.check(digits)
+        bayes = th.perfect_recovery_threshold(kappa0=self.kappa0, tokens=self.tokens,
+                                              kind="bayes", dps=digits)
+        details: dict = {"kind": kind, "alpha_bar_bayes": _s(bayes.extra["alpha_bar"], digits)}
+        if kind == "interpolation":
+            if direct:
+                raise InputError("direct must be False for the interpolation threshold (the "
+                                 "direct parameterisation's SE is not implemented); got True")
+            if self.delta <= 0:
+                raise DomainError(NOISE, self.delta, "delta", allowed="> 0 for the "
+                                  "interpolation threshold (Delta -> 0+: alpha_bar -> "
+                                  "(1 + 2 kappa0 - kappa0^2)/4)")
+            est = th.interpolation_threshold(kappa0=self.kappa0, Delta=self.delta,
+                                             tokens=self.tokens, dps=digits)
+            details.update(delta_bar=_s(est.extra["delta_bar"], digits),
+                           delta_bar_error=est.extra["delta_bar_error"])
+            params = self.parameters()
+            name = "alpha_interp"
+        else:
+            est = th.perfect_recovery_threshold(kappa0=self.kappa0, tokens=self.tokens,
+                                                kind="direct" if direct else "factorised",
+                                                dps=digits)
+            if "c" in est.extra:
+                details["c"] = _s(est.extra["c"], digits)
+            params = {k: v for k, v in self.parameters(direct=bool(direct)).items()
+                      if k not in ("delta", "lam")}
+            name = "alpha_perfect"
+        details.update(alpha_bar=_s(est.extra["alpha_bar"], digits),
+                       alpha_bar_error=est.extra["alpha_bar_error"])
+        return Result(quantity=name, value=_s(est.value, digits), error=est.error,
+                      method=est.method, precision=digits, parameters=params, details=details)
+
+
+_QUANTITIES = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "train", "test", "mse", "rank")
+
+
+def _s(x, digits: int) -> str:
+    """A decimal string of ``digits`` significant digits."""
+    with mpmath.workdps(digits + 5):
+        return mpmath.nstr(mpmath.mpf(x), digits)
+
+
+__all__ = ["ERM", "KAPPA0", "NOISE", "LAM", "BETA_ERM", "BETA0", "TOKENS_ERM", "ALPHA_ERM",
+           "THRESHOLD_DIGITS_ERM", "SPECTRUM_POINTS", "THRESHOLD_KINDS"]

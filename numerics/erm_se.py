@@ -1,0 +1,267 @@
+"""State evolution of ERM for one tied attention layer, T = 2 tokens (THEORY 3).
+
+Six order parameters: (q, m, Sigma) on the student side, (q_hat, m_hat, Sigma_hat) conjugate.
+
+Output side (:mod:`numerics.erm_output`), with Q0n = Q0 + Delta/2 (label noise folded in):
+    q_hat = 2 alpha E[sum (p - z)^2] / Sigma^2,
+    m_hat = 2 alpha E[sum (p - z)(q z0n - m z)] / (Sigma (Q0n q - m^2)),
+    Sigma_hat = -2 alpha E[sum (p - z)(Q0n z - m z0n)] / (Sigma (Q0n q - m^2)).
+Prior side (:mod:`numerics.erm_spectral`), delta = sqrt(q_hat)/m_hat, eps = 2 lambda/m_hat,
+eta = m_hat/Sigma_hat:
+    q = eta^2 J,  m = eta J - sqrt(q_hat)/(2 Sigma_hat) d_delta J - (lambda/Sigma_hat) d_eps J,
+    Sigma = m_hat d_delta J / (2 sqrt(q_hat) Sigma_hat).
+Training loss per d^2 (regulariser included), the potential whose stationary points are the
+fixed points (each equation above is d Phi = 0 in one parameter; checked in the tests):
+    Phi = (q_hat Sigma - Sigma_hat q)/4 + m_hat m/2 + alpha E[min_u (...)] - m_hat^2 J/(4 Sigma_hat).
+Test error against a noisy label and matrix error Q0 + q - 2m; rank mu_delta((eps, inf)).
+
+The fixed point is found by a damped iteration with Anderson mixing on (log q, m, log Sigma);
+the error of each quantity is the difference between the fixed points at two Gauss-Hermite
+orders n_lo < n of the output side, times n_lo / (n - n_lo): the rule converges only
+algebraically (the proximal step switches minimiser across a surface), and this is the error
+of the order-n value if it falls at least as 1/n (:func:`algebraic_factor`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .erm_output import _ORDER, _ORDER_LO, generalisation_error, output_moments
+from .erm_spectral import spectral_integrals
+from .records import ConvergenceError, require
+
+__all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
+           "potential", "fixed_point", "solve", "DEFAULT_INITS"]
+
+# (q/Q0, m/Q0, Sigma) starting points: a weak, a middle and a strong overlap
+DEFAULT_INITS = ((0.2, 0.1, 20.0), (0.6, 0.5, 2.0), (0.95, 0.9, 0.2))
+_START_ORDER = 12  # Gauss-Hermite order of the first, cheap approach to a fixed point
+
+
+@dataclass(frozen=True)
+class ERMParams:
+    """Parameters of the ERM SE (THEORY 3); Delta is the pre-activation noise variance."""
+
+    alpha: float
+    kappa0: float
+    Delta: float
+    lam: float
+    beta: float = 1.0
+    beta0: float = 1.0
+    tokens: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "kappa0", "beta", "beta0"):
+            v = getattr(self, name)
+            require(_finite(v) and v > 0, name, "a finite real number > 0", v)
+        for name in ("Delta", "lam"):
+            v = getattr(self, name)
+            require(_finite(v) and v >= 0, name, "a finite real number >= 0", v)
+        require(self.tokens == 2, "tokens", "2 (the deterministic output side is T = 2 only)",
+                self.tokens)
+        require(self.kappa0 >= 1e-4, "kappa0", ">= 1e-4", self.kappa0)
+
+    @property
+    def Q0(self) -> float:
+        return 1.0 + self.kappa0
+
+    @property
+    def Q0n(self) -> float:
+        return 1.0 + self.kappa0 + self.Delta / 2
+
+
+def _finite(v: object) -> bool:
+    try:
+        return math.isfinite(float(v))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """One SE fixed point with its derived quantities."""
+
+    q: float
+    m: float
+    sigma: float
+    q_hat: float
+    m_hat: float
+    sigma_hat: float
+    train: float
+    test: float
+    mse: float
+    rank: float
+    iterations: int
+    residual: float
+    errors: dict = field(default_factory=dict)
+    global_minimum: bool = False
+
+    def as_dict(self) -> dict:
+        keys = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "train", "test", "mse", "rank")
+        out = {k: getattr(self, k) for k in keys}
+        out.update({f"{k}_error": self.errors.get(k, float("nan")) for k in keys})
+        out.update(iterations=self.iterations, residual=self.residual,
+                   global_minimum=self.global_minimum)
+        return out
+
+
+def hats_from_overlaps(q: float, m: float, sigma: float, p: ERMParams, *,
+                       order: int = _ORDER) -> tuple[float, float, float, float]:
+    """(q_hat, m_hat, Sigma_hat, E min) from (q, m, Sigma): the output side (THEORY 3)."""
+    o = output_moments(q=q, m=m, sigma=sigma, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
+                       order=order)
+    den = sigma * (p.Q0n * q - m * m)
+    return (2 * p.alpha * o.sq / sigma**2, 2 * p.alpha * o.cross_m / den,
+            -2 * p.alpha * o.cross_s / den, o.envelope)
+
+
+def overlaps_from_hats(q_hat: float, m_hat: float, sigma_hat: float,
+                       p: ERMParams) -> tuple[float, float, float, object]:
+    """(q, m, Sigma, spectral integrals) from the hats: the prior side (THEORY 3)."""
+    require(q_hat > 0 and m_hat > 0 and sigma_hat > 0, "hats", "all > 0",
+            (q_hat, m_hat, sigma_hat))
+    delta, eps, eta = math.sqrt(q_hat) / m_hat, 2 * p.lam / m_hat, m_hat / sigma_hat
+    s = spectral_integrals(kappa0=p.kappa0, delta=delta, eps=eps)
+    q = eta * eta * s.J
+    m = eta * s.J - math.sqrt(q_hat) / (2 * sigma_hat) * s.dJ_ddelta - p.lam / sigma_hat * s.dJ_deps
+    sigma = m_hat * s.dJ_ddelta / (2 * math.sqrt(q_hat) * sigma_hat)
+    return q, m, sigma, s
+
+
+def potential(q: float, m: float, sigma: float, q_hat: float, m_hat: float, sigma_hat: float,
+              p: ERMParams, *, order: int = _ORDER) -> float:
+    """The training-loss potential Phi (THEORY 3) at any six order parameters."""
+    env = output_moments(q=q, m=m, sigma=sigma, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
+                         order=order).envelope
+    s = spectral_integrals(kappa0=p.kappa0, delta=math.sqrt(q_hat) / m_hat,
+                           eps=2 * p.lam / m_hat)
+    return ((q_hat * sigma - sigma_hat * q) / 4 + m_hat * m / 2 + p.alpha * env
+            - m_hat * m_hat * s.J / (4 * sigma_hat))
+
+
+def _to_x(q: float, m: float, sigma: float) -> np.ndarray:
+    return np.array([math.log(q), m, math.log(sigma)])
+
+
+def _from_x(x: np.ndarray) -> tuple[float, float, float]:
+    return math.exp(x[0]), float(x[1]), math.exp(x[2])
+
+
+def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = _ORDER,
+                tol: float = 1e-11, max_iter: int = 400, damping: float = 0.5,
+                anderson: int = 4) -> tuple[tuple, int, float]:
+    """Iterate the SE map from (q, m, Sigma) to a fixed point.
+
+    Returns ((q, m, Sigma, q_hat, m_hat, Sigma_hat), iterations, residual); raises
+    :class:`ConvergenceError` (with the last iterate) when the change does not fall below ``tol``.
+    """
+    x = _to_x(q, m, sigma)
+    xs: list[np.ndarray] = []
+    fs: list[np.ndarray] = []
+    res = math.inf
+    hats = (math.nan,) * 3
+    for it in range(1, max_iter + 1):
+        qq, mm, ss = _from_x(x)
+        # keep the iterate admissible (m^2 < Q0n q)
+        lim = 0.999 * math.sqrt(p.Q0n * qq)
+        mm = max(min(mm, lim), -lim)
+        try:
+            hats = hats_from_overlaps(qq, mm, ss, p, order=order)[:3]
+            new = overlaps_from_hats(*hats, p)[:3]
+        except (ValueError, FloatingPointError) as e:
+            raise ConvergenceError("ERM SE map left its domain", last_iterate=(qq, mm, ss),
+                                   residual=res) from e
+        gx = _to_x(*new) if new[0] > 0 and new[2] > 0 else None
+        if gx is None or not np.all(np.isfinite(gx)):
+            raise ConvergenceError("ERM SE map left its domain", last_iterate=(qq, mm, ss),
+                                   residual=res)
+        f = gx - x
+        res = float(np.max(np.abs(f)))
+        if res < tol:
+            return (*new, *hats), it, res
+        xs.append(x.copy())
+        fs.append(f)
+        xs, fs = xs[-(anderson + 1):], fs[-(anderson + 1):]
+        x_next = x + damping * f
+        if anderson and len(fs) > 1:
+            dF = np.array([fs[k + 1] - fs[k] for k in range(len(fs) - 1)]).T
+            dX = np.array([xs[k + 1] - xs[k] for k in range(len(xs) - 1)]).T
+            try:
+                gamma = np.linalg.lstsq(dF, f, rcond=None)[0]
+                cand = x + damping * f - (dX + damping * dF) @ gamma
+                if np.all(np.isfinite(cand)) and np.max(np.abs(cand - x)) < 2.0:
+                    x_next = cand
+            except np.linalg.LinAlgError:
+                pass
+        x = x_next
+    raise ConvergenceError("ERM SE fixed point", last_iterate=_from_x(x), residual=res)
+
+
+def _derived(p: ERMParams, params: tuple, order: int) -> dict:
+    q, m, sigma, q_hat, m_hat, sigma_hat = params
+    s = spectral_integrals(kappa0=p.kappa0, delta=math.sqrt(q_hat) / m_hat,
+                           eps=2 * p.lam / m_hat)
+    return {
+        "train": potential(q, m, sigma, q_hat, m_hat, sigma_hat, p, order=order),
+        "test": generalisation_error(q=q, m=m, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
+                                     step=0.2 if order >= _ORDER else 0.25),
+        "mse": p.Q0 + q - 2 * m,
+        "rank": s.rank,
+    }
+
+
+def algebraic_factor(order: int, order_lo: int) -> float:
+    """n_lo / (n - n_lo): the error of the order-n value is |x_n - x_lo| times this when the
+    error falls as C / n (slower than the measured rate between orders 24, 30 and 36)."""
+    return order_lo / (order - order_lo)
+
+
+def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
+          order_lo: int = _ORDER_LO, tol: float = 1e-11) -> list[FixedPoint]:
+    """All fixed points reached from ``inits`` ((q/Q0, m/Q0, Sigma) triples), deduplicated,
+    each with errors from the fixed point at ``order_lo``; the one of lowest training loss is
+    flagged ``global_minimum``.  Raises ConvergenceError when no start converges.  Each start
+    is iterated at order 12 first, then at ``order_lo``, then at ``order``."""
+    names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
+    found: list[FixedPoint] = []
+    failures = []
+    cheap: list[tuple] = []
+    for qi, mi, si in inits:
+        # a cheap order first, then the two orders of the error estimate, each started from
+        # the previous fixed point
+        start = (qi * p.Q0, mi * p.Q0, si)
+        try:
+            first, _, _ = fixed_point(p, q=start[0], m=start[1], sigma=start[2],
+                                      order=min(_START_ORDER, order_lo), tol=tol)
+            if any(_close(first, c) for c in cheap):
+                continue  # the same fixed point as an earlier start
+            cheap.append(first[:3])
+            lo, _, _ = fixed_point(p, q=first[0], m=first[1], sigma=first[2], order=order_lo,
+                                   tol=tol)
+            params, its, res = fixed_point(p, q=lo[0], m=lo[1], sigma=lo[2], order=order,
+                                           tol=tol)
+        except ConvergenceError as e:
+            failures.append(e)
+            continue
+        if any(_close(params, (f.q, f.m, f.sigma)) for f in found):
+            continue
+        d_hi, d_lo = _derived(p, params, order), _derived(p, lo, order_lo)
+        # Gauss-Hermite converges only algebraically here (the prox switches minimiser across
+        # a surface): orders 24/30/36 move q by nearly equal steps.  The bar of the order-n
+        # value assumes error ~ C / n (first order at least), i.e. |x_n - x_lo| n_lo / (n - n_lo).
+        grow = algebraic_factor(order, order_lo)
+        errors = {k: grow * abs(a - b) for k, a, b in zip(names, params, lo, strict=True)}
+        errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
+        found.append(FixedPoint(*params, **d_hi, iterations=its, residual=res, errors=errors))
+    if not found:
+        raise ConvergenceError("no ERM SE start converged", last_iterate=[
+            f.last_iterate for f in failures], residual=[f.residual for f in failures])
+    best = min(range(len(found)), key=lambda i: found[i].train)
+    return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
+
+
+def _close(a: tuple, b: tuple) -> bool:
+    return all(abs(x - y) <= 1e-6 * (1 + abs(y)) for x, y in zip(a[:3], b[:3], strict=True))

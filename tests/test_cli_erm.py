@@ -1,0 +1,48 @@
+"""The ERM commands (THEORY 3) through the real entry point: values, JSON keys, exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from aim_sym.cli import main
+
+
+def run(args, monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["aim-sym", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_interpolation_threshold_json(monkeypatch, capsys):
+    code, out, _ = run(["threshold", "interpolation", "--model", "erm", "--kappa0", "0.5",
+                        "--delta", "0.5", "--json"], monkeypatch, capsys)
+    assert code == 0
+    o = json.loads(out)
+    # THEORY 3 quotes delta_bar = 2.2928207, alpha_interp = 0.1534821 (kappa0 = Delta = 0.5, T = 2)
+    assert abs(float(o["alpha"]) - 0.1534821) < 5e-8
+    assert abs(float(o["delta_bar"]) - 2.2928207) < 5e-8
+    assert o["error"] < 1e-20
+    assert abs(float(o["alpha_bar"]) - 2 * float(o["alpha"])) < 1e-25  # (T^2 + T - 2)/2 = 2
+    assert "lam" not in o and "beta" not in o      # options it does not depend on
+
+
+@pytest.mark.parametrize("direct,alpha_bar", [(True, 0.5), (False, None)])
+def test_perfect_recovery(monkeypatch, capsys, direct, alpha_bar):
+    args = ["threshold", "perfect", "--model", "erm", "--kappa0", "0.5", "--json"]
+    code, out, _ = run(args + (["--direct"] if direct else []), monkeypatch, capsys)
+    assert code == 0
+    o = json.loads(out)
+    bayes = 0.5 - 0.5**2 / 2
+    assert float(o["alpha_bar_bayes"]) == pytest.approx(bayes, abs=1e-15)
+    if alpha_bar is not None:
+        assert float(o["alpha_bar"]) == pytest.approx(alpha_bar, abs=1e-25)
+    else:  # factorised: between the Bayes-optimal and the direct (Frobenius) threshold
+        assert bayes < float(o["alpha_bar"]) < 0.5
