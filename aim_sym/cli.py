@@ -14,6 +14,7 @@ import sys
 import click
 import numpy as np
 
+from . import cli_smi_general as general
 from .cli_common import (
     MODELS,
     OptionError,
@@ -35,7 +36,8 @@ def model_options(f):
     opts = [
         click.option("--model", default="aim", show_default=True, help="aim, smi or erm"),
         click.option("--channel", default=None, help="aim: linear, linear-noisy, softmax, "
-                     "hardmax, noisy-hardmax; smi: deep-attention"),
+                     "hardmax, noisy-hardmax; smi: deep-attention, noisy-deep-attention, "
+                     "noisy-attention, sign-product"),
         click.option("--channel-file", default=None, help="a Python file defining a channel "
                      "(runs the file's code)"),
         click.option("--tokens", type=int, default=2, show_default=True, help="T (aim) or M (smi)"),
@@ -47,6 +49,11 @@ def model_options(f):
         click.option("--skip", type=float, default=None, help="smi deep-attention: skip c >= 0"),
         click.option("--param", "param", multiple=True, help="channel-file parameter "
                      "NAME=VALUE (repeatable)"),
+        click.option("--noise", type=float, default=None, help="smi: Gaussian output noise "
+                     "variance Delta (noisy channels; with deep-attention: its noisy version)"),
+        click.option("--rows", type=int, default=None, help="smi sign-product: rows P"),
+        click.option("--seed", type=int, default=None, help="smi general channels: seed of the "
+                     "scrambled Sobol rules (default 0)"),
         click.option("--kappa0", type=float, default=None, help="erm: the target's rank ratio"),
         click.option("--delta", type=float, default=None, help="erm: label noise variance Delta "
                      ">= 0 (default 0)"),
@@ -61,11 +68,11 @@ def model_options(f):
     return f
 
 
-AIM_ONLY = ("rho", "delta_out", "epsilon", "channel_file", "param")
-SMI_ONLY = ("layers", "skip")
+AIM_ONLY = ("rho", "delta_out", "epsilon")
+SMI_ONLY = ("layers", "skip", "noise", "rows", "seed")
 ERM_ONLY = ("kappa0", "delta", "lam", "beta0")
 NOT_WITH = {"aim": SMI_ONLY + ERM_ONLY, "smi": AIM_ONLY + ERM_ONLY,
-            "erm": ("channel",) + AIM_ONLY + SMI_ONLY}
+            "erm": ("channel", "channel_file", "param") + AIM_ONLY + SMI_ONLY}
 
 
 def _given(name: str) -> bool:
@@ -138,8 +145,19 @@ def aim_model(kw: dict, *, small_width: bool = False):
 
 
 def smi_model(kw: dict):
+    """The noiseless deep-attention SMI of the options; a general channel's options (a channel
+    file, --noise, a general built-in) reach here only in commands that do not serve them."""
     from .models import SMI
 
+    if general.wants_general(kw):
+        opt = ("--channel-file" if kw.get("channel_file") else "--noise"
+               if kw.get("noise") is not None else "--channel")
+        fail(opt, "used with threshold weak, se, derive or check for a general SMI channel "
+             "(this command serves the noiseless deep-attention engine)",
+             kw.get("channel_file") or kw.get("noise") or kw.get("channel"))
+    for name in ("param", "rows", "seed"):
+        if kw.get(name) not in (None, ()):
+            fail("--" + name, "used only with a general SMI channel", kw[name])
     return SMI(smi_channel(kw))
 
 
@@ -207,6 +225,9 @@ def se(alpha, small_width, digits, **kw):
             fail("--small-width", "used only with --model aim", True)
         if digits is not None:
             fail("--digits", "used only with --model aim", digits)
+        if general.wants_general(kw):
+            emit(general.se(kw, alpha=alpha), kw["as_json"])
+            return
         r = smi_model(kw).fixed_point(alpha=alpha)
         emit({"alpha": alpha, "Q": list(r.value), "error": list(r.error), **r.details},
              kw["as_json"])
@@ -356,6 +377,17 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
             fail("--certified", "used only for closed-form thresholds (--model aim)", True)
         if small_width:
             fail("--small-width", "used only with --model aim", True)
+        if general.wants_general(kw):
+            for opt, value in (("no_sequential", no_sequential),
+                               ("sequential_route", sequential_route), ("digits", digits)):
+                if _given(opt):
+                    fail("--" + opt.replace("_", "-"), "omitted for a general SMI channel (its "
+                         "weak thresholds only)", value)
+            emit(general.threshold_weak(kw), kw["as_json"], lambda o: "\n".join(
+                [f"SMI {o['channel']} (P={o['P']}, M={o['M']}, {o['kind']}) {o['parameters']}"]
+                + [f"weak threshold, rows {t['rows']}: alpha_c = {t['value']:.10g} +- "
+                   f"{t['error']:.1e}  ({t['method']})" for t in o["thresholds"]]))
+            return
         m = smi_model(kw)
         seq_digits = digits if _given("digits") else 4
         if not 1 <= seq_digits <= 9:
@@ -433,6 +465,14 @@ def _hardmax_weak(kw: dict, digits: int, certified: bool) -> None:
 def check(**kw):
     """Run the identity checks on a channel; exit 1 if any fails."""
     model = check_model(kw)
+    if model == "smi" and general.wants_general(kw):
+        out = general.check(kw)
+        emit(out, kw["as_json"], lambda o: "\n".join(
+            f"{'PASS' if r['passed'] else 'FAIL'}  {r['name']}: {r.get('detail', '')}"
+            for r in o["checks"]) + f"\n{'all checks passed' if o['passed'] else 'SOME CHECKS FAILED'}")
+        if not out["passed"]:
+            sys.exit(1)
+        return
     m = smi_model(kw) if model == "smi" else aim_model(kw)
     results = [dict(r) for r in m.check()]
     ok = all(r["passed"] for r in results)
@@ -537,6 +577,13 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
 def derive(fmt, **kw):
     """Print a channel's equations: Z_out, g_out, dg_out, SE map, Psi_out, stability."""
     model = check_model(kw)
+    if model == "smi" and general.wants_general(kw):
+        out = general.derive(kw)
+        if kw["as_json"]:
+            emit(out, True)
+        else:
+            click.echo(out["markdown"])
+        return
     if model == "smi":
         click.echo(smi_model(kw).derive())
         return

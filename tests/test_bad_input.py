@@ -19,6 +19,7 @@ from aim_sym.cli import main
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "channels")
 HARDMAX_FILE = os.path.join(EXAMPLES, "noisy_hardmax.py")
 GAUSS_FILE = os.path.join(EXAMPLES, "noisy_projection.py")
+SMI_FILE = os.path.join(EXAMPLES, "smi", "sign_product.py")
 
 SE = ["se", "--model", "aim"]
 SMI_SE = ["se", "--model", "smi"]
@@ -93,6 +94,21 @@ CASES = [
     ("smi-small-width", SMI_SE + ["--alpha", "0.5", "--small-width"], "--small-width"),
     ("smi-channel", SMI_SE + ["--alpha", "0.5", "--channel", "hardmax"], "--channel"),
     ("smi-beta-inf", SMI_SE + ["--alpha", "0.5", "--beta", "inf"], "--beta"),
+    # general SMI channels (channel as data)
+    ("smi-noise-negative", SMI_SE + ["--alpha", "0.5", "--channel", "noisy-attention",
+                                     "--noise", "-1"], "--noise"),
+    ("smi-file-in-curve", ["curve", "--model", "smi", "--channel-file", SMI_FILE, "--alphas",
+                           "0:1:3"], "--channel-file"),
+    ("smi-rows-plain", ["threshold", "weak", "--model", "smi", "--rows", "2"], "--rows"),
+    ("smi-general-digits", ["threshold", "weak", "--model", "smi", "--channel", "sign-product",
+                            "--digits", "5"], "--digits"),
+    ("smi-attention-skip", ["threshold", "weak", "--model", "smi", "--channel",
+                            "noisy-attention", "--noise", "0.1", "--skip", "1"], "--skip"),
+    ("smi-sign-beta", ["threshold", "weak", "--model", "smi", "--channel", "sign-product",
+                       "--beta", "2"], "--beta"),
+    ("smi-file-and-channel", ["threshold", "weak", "--model", "smi", "--channel-file", SMI_FILE,
+                              "--channel", "sign-product"], "--channel"),
+    ("noise-with-erm", ERM_SE + ERM_K + ["--alpha", "0.5", "--noise", "0.1"], "--noise"),
     # ERM (THEORY 3)
     ("erm-kappa0-missing", ERM_SE + ["--alpha", "0.5"], "--kappa0"),
     ("erm-kappa0-negative", ERM_SE + ["--alpha", "0.5", "--kappa0", "-1"], "--kappa0"),
