@@ -21,6 +21,7 @@ from .cli_common import (
     _finite,
     emit,
     fail,
+    param_values,
     parse_grid,
     progress_printer,
     relabel,
@@ -100,19 +101,6 @@ def erm_opts(kw: dict) -> dict:
     return {k: kw.get(k) for k in ("kappa0", "delta", "lam", "tokens", "beta", "beta0")}
 
 
-def _param_values(items) -> dict:
-    values = {}
-    for item in items or ():
-        name, eq, value = item.partition("=")
-        if not eq or not name:
-            fail("--param", "NAME=VALUE", item)
-        try:
-            values[name] = float(value)
-        except ValueError:
-            fail("--param", "NAME=VALUE with a numeric VALUE", item)
-    return values
-
-
 def aim_channel(kw: dict):
     """The AIM channel named by the options, its parameter values bound (domain-checked)."""
     from . import channels
@@ -124,7 +112,7 @@ def aim_channel(kw: dict):
         if kw.get("channel"):
             fail("--channel", "omitted with --channel-file", kw["channel"])
         return from_file(kw["channel_file"], tokens=kw["tokens"],
-                         **_param_values(kw.get("param")), **values)
+                         **param_values(kw.get("param")), **values)
     if kw.get("param"):
         fail("--param", "given only with --channel-file", kw["param"][0])
     name = kw.get("channel") or "hardmax"

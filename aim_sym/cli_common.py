@@ -45,6 +45,20 @@ def emit(obj: dict, as_json: bool, human: Callable[[dict], str] | None = None) -
         click.echo(human(obj) if human else "\n".join(f"{k}: {v}" for k, v in obj.items()))
 
 
+def param_values(items) -> dict:
+    """``--param NAME=VALUE`` items (repeatable) as {name: float}."""
+    values = {}
+    for item in items or ():
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            fail("--param", "NAME=VALUE", item)
+        try:
+            values[name] = float(value)
+        except ValueError:
+            fail("--param", "NAME=VALUE with a numeric VALUE", item)
+    return values
+
+
 def progress_printer(done: int, total: int, message: str) -> None:
     click.echo(f"[{done}/{total}] {message}", err=True)
 

@@ -9,7 +9,7 @@ and raises InputError / DomainError (exit 2) on bad values.
 
 from __future__ import annotations
 
-from .cli_common import fail
+from .cli_common import fail, param_values
 from .domains import DomainError
 from .smi_channels import BUILTIN, SMIChannel
 
@@ -25,19 +25,6 @@ def wants_general(kw: dict) -> bool:
                 or kw.get("noise") is not None)
 
 
-def _param_values(items) -> dict:
-    values = {}
-    for item in items or ():
-        name, eq, value = item.partition("=")
-        if not eq or not name:
-            fail("--param", "NAME=VALUE", item)
-        try:
-            values[name] = float(value)
-        except ValueError:
-            fail("--param", "NAME=VALUE with a numeric VALUE", item)
-    return values
-
-
 def channel_from_options(kw: dict) -> SMIChannel:
     """The general SMI channel named by the options, its parameter values bound and checked."""
     from . import smi_general_api as api
@@ -51,7 +38,7 @@ def channel_from_options(kw: dict) -> SMIChannel:
                     fail("--" + key, "omitted with --channel-file (use --param NAME=VALUE)",
                          kw[key])
             return api.smi_channel_from_file(kw["channel_file"], tokens=kw.get("tokens") or 2,
-                                             **_param_values(kw.get("param")))
+                                             **param_values(kw.get("param")))
         if kw.get("param"):
             fail("--param", "given only with --channel-file", kw["param"][0])
         name = kw.get("channel") or "noisy-deep-attention"

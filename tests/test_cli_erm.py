@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from aim_sym.cli import main
 
-
-def run(args, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["aim-sym", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_interpolation_threshold_json(monkeypatch, capsys):
-    code, out, _ = run(["threshold", "interpolation", "--model", "erm", "--kappa0", "0.5",
-                        "--delta", "0.5", "--json"], monkeypatch, capsys)
+def test_interpolation_threshold_json(run_cli):
+    code, out, _ = run_cli(["threshold", "interpolation", "--model", "erm", "--kappa0", "0.5",
+                        "--delta", "0.5", "--json"])
     assert code == 0
     o = json.loads(out)
     # THEORY 3 quotes delta_bar = 2.2928207, alpha_interp = 0.1534821 (kappa0 = Delta = 0.5, T = 2)
@@ -35,9 +21,9 @@ def test_interpolation_threshold_json(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("direct,alpha_bar", [(True, 0.5), (False, None)])
-def test_perfect_recovery(monkeypatch, capsys, direct, alpha_bar):
+def test_perfect_recovery(run_cli, direct, alpha_bar):
     args = ["threshold", "perfect", "--model", "erm", "--kappa0", "0.5", "--json"]
-    code, out, _ = run(args + (["--direct"] if direct else []), monkeypatch, capsys)
+    code, out, _ = run_cli(args + (["--direct"] if direct else []))
     assert code == 0
     o = json.loads(out)
     bayes = 0.5 - 0.5**2 / 2

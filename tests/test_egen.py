@@ -4,7 +4,6 @@ limits, and the columns of se / curve."""
 import itertools
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -130,24 +129,11 @@ def test_unknown_output_matrix_gives_none():
     assert m.generalisation_error(q=0.7, V=0.8)["e_gen"] is None
 
 
-def run(args, capsys, monkeypatch):
-    """The command line in-process: (exit status, stdout, stderr)."""
-    from aim_sym.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["aim-sym", *args])
-    capsys.readouterr()
-    try:
-        main()
-        rc = 0
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
-def test_cli_se_json_and_curve_csv(tmp_path, capsys, monkeypatch):
-    rc, out, err = run(["se", "--channel", "hardmax", "--tokens", "2", "--rho", "0.5", "--alpha",
-                        "0.1", "--json"], capsys, monkeypatch)
+def test_cli_se_json_and_curve_csv(tmp_path, run_cli):
+    rc, out, err = run_cli(["se", "--channel", "hardmax", "--tokens", "2", "--rho", "0.5", "--alpha",
+                        "0.1", "--json"])
     assert rc == 0, err
     out = json.loads(out)
     bo, plug = egen.hardmax_t2(q=out["q"], V=out["mmse"])
@@ -155,8 +141,8 @@ def test_cli_se_json_and_curve_csv(tmp_path, capsys, monkeypatch):
     assert abs(out["e_gen_plugin"] - plug) <= out["e_gen_plugin_error"]
     assert all("e_gen" in f for f in out["fixed_points"])
     csv = tmp_path / "c.csv"
-    rc, _, err = run(["curve", "--channel", "linear", "--tokens", "2", "--rho", "0.5",
-                      "--alphas", "0.02:0.06:3", "--out", str(csv)], capsys, monkeypatch)
+    rc, _, err = run_cli(["curve", "--channel", "linear", "--tokens", "2", "--rho", "0.5",
+                      "--alphas", "0.02:0.06:3", "--out", str(csv)])
     assert rc == 0, err
     lines = csv.read_text().splitlines()
     head = lines[0].split(",")
@@ -193,10 +179,10 @@ def test_amp_test_error_estimator_is_unbiased():
     assert abs(r["bayes"] - 6 * err2) < 4 * r["bayes_stderr"]
 
 
-def test_cli_amp_reports_test_error_beside_se(capsys, monkeypatch):
-    rc, out, err = run(["amp", "--channel", "hardmax", "--tokens", "2", "--rho", "0.5",
+def test_cli_amp_reports_test_error_beside_se(run_cli):
+    rc, out, err = run_cli(["amp", "--channel", "hardmax", "--tokens", "2", "--rho", "0.5",
                         "--alpha", "0.2", "--dim", "40", "--seeds", "2", "--max-iter", "30",
-                        "--json"], capsys, monkeypatch)
+                        "--json"])
     assert rc == 0, err
     out = json.loads(out)
     for k in ("test_error", "test_error_stderr", "test_error_plugin", "e_gen_se",

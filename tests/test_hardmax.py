@@ -4,7 +4,6 @@ T = 2 closed form, seeded Monte Carlo, Genz orthant probabilities and the linear
 import itertools
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -126,35 +125,22 @@ def test_api_result_and_ranges():
         hardmax_small_width_weak(tokens=3, digits=20)
 
 
-def run(args, capsys, monkeypatch):
-    """The command line in-process: (exit status, stdout, stderr)."""
-    from aim_sym.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["aim-sym", *args])
-    capsys.readouterr()
-    try:
-        main()
-        rc = 0
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
-def test_cli_hardmax_T3_json_and_refusals(capsys, monkeypatch):
+def test_cli_hardmax_T3_json_and_refusals(run_cli):
     base = ["threshold", "weak", "--channel", "hardmax", "--small-width"]
-    rc, out, err = run(base + ["--tokens", "3", "--json"], capsys, monkeypatch)
+    rc, out, err = run_cli(base + ["--tokens", "3", "--json"])
     assert rc == 0, err
     out = json.loads(out)
     assert out["tokens"] == 3 and out["threshold"] == "alpha_bar_c"
     assert abs(float(out["value"]) - hm.weak_threshold(3).value) < 1e-14
     assert out["error"] < 1e-12 and "Chebyshev" in out["method"]
-    rc, _, err = run(base + ["--tokens", "6"], capsys, monkeypatch)
+    rc, _, err = run_cli(base + ["--tokens", "6"])
     assert rc == 2 and "--tokens" in err and "2..5" in err
     assert len(err.strip().splitlines()) == 1
-    rc, _, err = run(base + ["--tokens", "3", "--certified"], capsys, monkeypatch)
+    rc, _, err = run_cli(base + ["--tokens", "3", "--certified"])
     assert rc == 2 and "--certified" in err
-    rc, _, err = run(base + ["--tokens", "3", "--digits", "30"], capsys, monkeypatch)
+    rc, _, err = run_cli(base + ["--tokens", "3", "--digits", "30"])
     assert rc == 2 and "--digits" in err
 
 
