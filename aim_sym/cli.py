@@ -27,6 +27,7 @@ from .cli_common import (
     relabel,
     smi_channel,
 )
+from .cli_gd import gd
 from .cli_sweep import sweep
 from .domains import TOL, DomainError
 from .numerics.records import ConvergenceError, InputError, atomic_write
@@ -642,6 +643,7 @@ def mmse(rho, delta, digits, certified, as_json):
 
 
 cli.add_command(sweep)
+cli.add_command(gd)
 
 
 def _fmt(x) -> str:

@@ -132,6 +132,17 @@ CASES = [
     ("kappa0-with-aim", SE + AIM_A + ["--kappa0", "0.5"], "--kappa0"),
     ("spectrum-without-erm", ["spectrum", "--alpha", "1"], "--model"),
     ("spectrum-alpha-zero", ["spectrum", "--model", "erm", "--alpha", "0"] + ERM_K, "--alpha"),
+    # gd (finite-size training)
+    ("gd-model", ["gd", "--model", "smi", "--alpha", "0.3"], "--model"),
+    ("gd-kappa0-missing", ["gd", "--alpha", "0.3"], "--kappa0"),
+    ("gd-rho-with-erm", ["gd", "--alpha", "0.3", "--rho", "0.5"] + ERM_K, "--rho"),
+    ("gd-dim-huge", ["gd", "--alpha", "0.3", "--dim", "100000"] + ERM_K, "--dim"),
+    ("gd-alpha-zero", ["gd", "--alpha", "0"] + ERM_K, "--alpha"),
+    ("gd-se-with-aim", ["gd", "--model", "aim", "--rho", "0.5", "--alpha", "0.1", "--se"], "--se"),
+    ("gd-kappa0-with-aim", ["gd", "--model", "aim", "--rho", "0.5", "--alpha", "0.1"] + ERM_K,
+     "--kappa0"),
+    ("gd-aim-channel", ["gd", "--model", "aim", "--rho", "0.5", "--alpha", "0.1", "--channel",
+                        "hardmax"], "--channel"),
     # curve
     ("alphas-two-parts", ["curve", "--alphas", "0:1"], "--alphas"),
     ("alphas-text", ["curve", "--alphas", "a:b:c"], "--alphas"),
