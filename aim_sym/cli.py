@@ -117,6 +117,9 @@ def aim_channel(kw: dict):
     if kw.get("param"):
         fail("--param", "given only with --channel-file", kw["param"][0])
     name = kw.get("channel") or "hardmax"
+    if name == "sparsemax":
+        fail("--channel", "sparsemax used with threshold weak --small-width or se (T = 2); "
+             "its other commands are not implemented yet", name)
     if name not in channels.BUILTIN:
         fail("--channel", "one of " + ", ".join(channels.BUILTIN), name)
     return channels.builtin(name, tokens=kw["tokens"], **values)
@@ -221,6 +224,11 @@ def se(alpha, small_width, digits, **kw):
         emit({"alpha": alpha, "Q": list(r.value), "error": list(r.error), **r.details},
              kw["as_json"])
         return
+    if kw.get("channel") == "sparsemax" and not small_width:
+        if digits is not None:
+            fail("--digits", "omitted for channel sparsemax", digits)
+        _sparsemax_se(kw, alpha)
+        return
     m = aim_model(kw, small_width=small_width)
     if small_width:
         r = m.small_width_state_evolution(alpha_bar=alpha)
@@ -247,6 +255,37 @@ def se(alpha, small_width, digits, **kw):
            f"{o['e_gen_plugin']:.12g} +- {o['e_gen_plugin_error']:.1e}\n"
            if o["e_gen"] is not None else "")
         + f"fixed points: {len(o['fixed_points'])}"))
+
+
+def _sparsemax_se(kw: dict, alpha: float) -> None:
+    """``se --channel sparsemax --rho R --alpha A [--beta B]``: every SE fixed point (T = 2)."""
+    from .channels import BETA_DOMAIN
+    from .domains import ALPHA, RHO
+    from .numerics import sparsemax as smx
+    from .sparsemax import compile_sparsemax
+
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
+    for name in ("delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
+    try:
+        beta = BETA_DOMAIN.check(1.0 if kw.get("beta") is None else kw["beta"])
+        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
+        alpha = ALPHA.with_(low_open=True).check(alpha)
+    except DomainError as e:
+        raise relabel(e) from None
+    fps = smx.se_fixed_points(compile_sparsemax("numpy"), alpha=alpha, rho=rho, beta=beta)
+    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta, "rho": rho,
+           "alpha": alpha, "fixed_points": fps,
+           "note": "free entropy not derived for sparsemax: with several fixed points the "
+                   "Bayes-optimal one is not flagged"}
+    if len(fps) == 1:
+        out.update({k: fps[0][k] for k in ("mmse", "error", "q", "q_hat")})
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
+        + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
+           f"stable = {f['stable']}" for f in fps]))
 
 
 @cli.command()
@@ -412,6 +451,9 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
             and not kw.get("channel_file") and kw["tokens"] != 2):
         _hardmax_weak(kw, digits, certified)
         return
+    if kw.get("channel") == "sparsemax" and kind == "weak":
+        _sparsemax_weak(kw, digits, certified)
+        return
     m = aim_model(kw, small_width=small_width)
     r = m.threshold(kind, small_width=small_width, digits=digits, certified=certified)
     out = {"model": "aim", "channel": m.channel.name, "tokens": m.channel.tokens,
@@ -420,6 +462,34 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
     emit(out, kw["as_json"], lambda o: (
         f"{r.quantity} ({m.channel.name}, T={m.channel.tokens}) = {o['value']}  "
         f"(error {o['error']:.1e})\nclosed form: {o['closed_form']}\nmethod: {o['method']}"))
+
+
+def _sparsemax_weak(kw: dict, digits: int, certified: bool) -> None:
+    """``threshold weak --channel sparsemax --small-width [--beta B]``: T = 2 (THEORY 1.4)."""
+    from .thresholds import sparsemax_small_width_weak
+
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
+    if kw.get("rho") is not None:
+        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    if certified:
+        fail("--certified", "used only for closed-form thresholds", True)
+    for name in ("delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
+    beta = 1.0 if kw.get("beta") is None else kw["beta"]
+    try:
+        r = sparsemax_small_width_weak(beta=beta, digits=digits if _given("digits") else 15)
+    except DomainError as e:
+        raise relabel(e) from None
+    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta,
+           "threshold": r.quantity, "kind": r.details["kind"], "value": r.value,
+           "error": r.error, "method": r.method,
+           **{k: v for k, v in r.details.items() if k != "kind"}}
+    emit(out, kw["as_json"], lambda o: (
+        f"alpha_bar_c (sparsemax, T=2, beta={beta:g}) = {o['value']}  (error {o['error']:.1e})\n"
+        f"limits: softmax (beta -> 0) 0.25, hardmax (beta -> inf) {o['hardmax']}\n"
+        f"method: {o['method']}"))
 
 
 def _hardmax_weak(kw: dict, digits: int, certified: bool) -> None:

@@ -157,3 +157,45 @@ def hardmax_small_width_weak(*, tokens: int, digits: int = 15, nodes: int = 128)
                            "probability_sum": est.extra["probability_sum"],
                            "orbits": est.extra["orbits"], "seconds": est.extra["seconds"],
                            **comparison})
+
+
+SPARSEMAX_DIGITS_MAX = 60
+
+
+def _rounding(value: str) -> float:
+    """Half a unit in the last printed digit of the decimal string ``value``."""
+    from decimal import Decimal
+
+    return 0.5 * 10.0 ** Decimal(value).normalize().as_tuple().exponent if value else 0.0
+
+
+def sparsemax_small_width_weak(*, beta: float = 1.0, digits: int = 15):
+    """alpha_bar_c of sparsemax attention at T = 2 and small width (THEORY 1.4; docs/sparsemax.md):
+    double precision for ``digits`` <= 15, else mpmath at two working precisions. The error adds
+    the rounding of the printed value. Returns a :class:`aim_sym.results.Result`
+    ("alpha_bar_c"); details: kind, S, softmax (1/4, the beta -> 0 limit), hardmax (the
+    beta -> infinity limit), seconds."""
+    from .channels import BETA_DOMAIN
+    from .domains import THRESHOLD_DIGITS, DomainError
+    from .numerics import sparsemax as smx
+    from .results import Result
+    from .sparsemax import compile_sparsemax
+
+    beta = BETA_DOMAIN.check(beta)
+    digits = THRESHOLD_DIGITS.check(digits)
+    if digits > SPARSEMAX_DIGITS_MAX:
+        raise DomainError(THRESHOLD_DIGITS, digits, "digits",
+                          allowed=f"an integer in 1..{SPARSEMAX_DIGITS_MAX} for sparsemax")
+    if digits <= 15:
+        est = smx.weak_threshold(compile_sparsemax("numpy"), beta=beta)
+        value = f"{est.value:.{digits}g}"
+    else:
+        est = smx.weak_threshold_mp(compile_sparsemax("mpmath"), beta=beta, dps=digits)
+        value = str(est.value)
+    return Result(quantity="alpha_bar_c", value=value, error=float(est.error) + _rounding(value),
+                  method=est.method + "; error adds the rounding of the printed value",
+                  precision=digits,
+                  parameters={"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta},
+                  details={"kind": "weak (small width)", "digits": digits,
+                           "S": est.extra.get("S"), "seconds": est.extra.get("seconds"),
+                           "softmax": 0.25, "hardmax": 0.4034106290375993})
