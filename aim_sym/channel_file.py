@@ -33,32 +33,35 @@ def from_file(path: str, *, tokens: int = 2, **params) -> Channel:
     return with_values(ch, params) if params else ch
 
 
-def load_channel_file(path: str, *, tokens: int) -> Channel:
-    """Execute ``path`` and call its ``channel(tokens)``; errors name the file and the line."""
+def call_file_function(path: str, name: str, arg, *, error: type[Exception] = ChannelError,
+                       hint: str = ""):
+    """Execute the file at ``path`` (RUNS THE USER'S OWN CODE; only on the user's explicit
+    request) and return ``name(arg)`` of its namespace. Every failure is ``error`` with a
+    one-line message naming the file and, where possible, the line."""
     if not os.path.isfile(path):
-        raise ChannelError(f"--channel-file: no such file {path!r}")
+        raise error(f"--channel-file: no such file {path!r}")
     with open(path) as fh:
         source = fh.read()
     try:
         code = compile(source, path, "exec")
     except SyntaxError as e:
-        raise ChannelError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        raise error(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     namespace: dict = {"__name__": "aim_sym_channel_file", "__file__": path}
     try:
         exec(code, namespace)  # the user's own code, loaded on their explicit request
-    except ChannelError as e:
-        raise ChannelError(f"{path}: {e}") from None
+        fn = namespace.get(name)
+        if not callable(fn):
+            raise error(f"the file must define {name}(tokens){hint}")
+        return fn(arg)
+    except error as e:
+        raise error(f"{path}: {e}") from None
     except Exception as e:
-        raise ChannelError(f"{path}:{_line(e, path)}: {type(e).__name__}: {e}") from None
-    fn = namespace.get("channel")
-    if not callable(fn):
-        raise ChannelError(f"{path}: the file must define channel(tokens) returning a channel")
-    try:
-        ch = fn(tokens)
-    except ChannelError as e:
-        raise ChannelError(f"{path}: {e}") from None
-    except Exception as e:
-        raise ChannelError(f"{path}:{_line(e, path)}: {type(e).__name__}: {e}") from None
+        raise error(f"{path}:{_line(e, path)}: {type(e).__name__}: {e}") from None
+
+
+def load_channel_file(path: str, *, tokens: int) -> Channel:
+    """Execute ``path`` and call its ``channel(tokens)``; errors name the file and the line."""
+    ch = call_file_function(path, "channel", tokens, hint=" returning a channel")
     if not isinstance(ch, (DiscreteChannel, GaussianChannel)):
         raise ChannelError(f"{path}: channel(tokens) returned {type(ch).__name__}, not a channel")
     check_z_out(ch, path)

@@ -320,35 +320,12 @@ def load_smi_channel_file(path: str, *, tokens: int = 2) -> SMIChannel:
     """Execute the file at ``path`` (RUNS THE USER'S OWN CODE; only when named on the command
     line) and call its ``smi_channel(tokens)``, which must return an :class:`SMIChannel`.
     Errors name the file and, where possible, the line."""
-    import os
-    import traceback
+    from .channel_file import call_file_function
 
     TOKENS.check(tokens)
-    if not os.path.isfile(path):
-        raise SMIChannelError(f"--channel-file: no such file {path!r}")
-    with open(path) as fh:
-        source = fh.read()
-    try:
-        code = compile(source, path, "exec")
-    except SyntaxError as e:
-        raise SMIChannelError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
-
-    def line(e: BaseException) -> str:
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-        return str(frames[-1].lineno) if frames else "?"
-
-    namespace: dict = {"__name__": "aim_sym_smi_channel_file", "__file__": path}
-    try:
-        exec(code, namespace)  # the user's own code, loaded on their explicit request
-        fn = namespace.get("smi_channel")
-        if not callable(fn):
-            raise SMIChannelError("the file must define smi_channel(tokens) returning an "
-                                  "SMIChannel (aim_sym.smi_channels.noisy or .discrete)")
-        ch = fn(tokens)
-    except SMIChannelError as e:
-        raise SMIChannelError(f"{path}: {e}") from None
-    except Exception as e:
-        raise SMIChannelError(f"{path}:{line(e)}: {type(e).__name__}: {e}") from None
+    ch = call_file_function(path, "smi_channel", tokens, error=SMIChannelError,
+                            hint=" returning an SMIChannel (aim_sym.smi_channels.noisy or "
+                            ".discrete)")
     if not isinstance(ch, SMIChannel):
         raise SMIChannelError(f"{path}: smi_channel(tokens) returned {type(ch).__name__}, not "
                               "an SMIChannel")
