@@ -83,14 +83,30 @@ def _given(name: str) -> bool:
     return src not in (None, click.core.ParameterSource.DEFAULT)
 
 
-def check_model(kw: dict, allowed: tuple = ("aim", "smi")) -> str:
-    """The --model, after refusing the options that do not apply to it."""
+def check_model(kw: dict, allowed: tuple = ("aim", "smi"), *, deep_aim: bool = False) -> str:
+    """The --model, after refusing the options that do not apply to it. ``--model aim
+    --layers 1`` is the one-layer AIM; ``--layers 2`` (two tied attention layers, THEORY 1.6)
+    only where ``deep_aim`` (threshold weak --small-width)."""
     model = kw["model"]
     if model not in MODELS:
         fail("--model", "one of " + ", ".join(MODELS), model)
     if model not in allowed:
         fail("--model", "one of " + ", ".join(allowed) + " for this command", model)
-    for name in NOT_WITH[model]:
+    skip_ok = ()
+    if model == "aim" and kw.get("layers") is not None:
+        if kw["layers"] == 1:
+            if kw.get("skip") is not None:
+                fail("--skip", "omitted with --model aim --layers 1 (one layer has no skip)",
+                     kw["skip"])
+            kw["layers"] = None                      # the one-layer AIM, exactly as without it
+        elif kw["layers"] != 2:
+            fail("--layers", "1 or 2 for --model aim", kw["layers"])
+        elif kw["layers"] == 2 and not deep_aim:
+            fail("--layers", "1 for this command (--model aim --layers 2 serves threshold weak "
+                 "--small-width only)", kw["layers"])
+        elif kw["layers"] == 2:
+            skip_ok = ("layers", "skip")
+    for name in (n for n in NOT_WITH[model] if n not in skip_ok):
         if kw.get(name) not in (None, ()):
             fail("--" + name.replace("_", "-"), f"not given with --model {model} (it does not apply)",
                  kw[name])
@@ -367,7 +383,11 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
               **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists); for
     --model erm the interpolation or perfect-recovery threshold (THEORY 3)."""
-    model = check_model(kw, ("aim", "smi", "erm"))
+    model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
+    if model == "aim" and kw.get("layers") == 2:
+        _deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
+                       direct)
+        return
     if model == "erm":
         for opt, value in (("small_width", small_width), ("certified", certified),
                            ("no_sequential", no_sequential),
@@ -462,6 +482,45 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
     emit(out, kw["as_json"], lambda o: (
         f"{r.quantity} ({m.channel.name}, T={m.channel.tokens}) = {o['value']}  "
         f"(error {o['error']:.1e})\nclosed form: {o['closed_form']}\nmethod: {o['method']}"))
+
+
+def _deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
+                   direct) -> None:
+    """``threshold weak --model aim --layers 2 --small-width --skip c``: per-layer thresholds of
+    two tied attention layers (T = 2, noiseless softmax; THEORY 1.6, docs/deep_aim.md)."""
+    from .thresholds import deep_aim_small_width_weak
+
+    if kind != "weak":
+        fail("KIND", "weak for --model aim --layers 2", kind)
+    if not small_width:
+        fail("--small-width", "given with --model aim --layers 2 (per-layer thresholds in the "
+             "small-width scaling)", False)
+    for opt, value in (("certified", certified), ("no_sequential", no_sequential),
+                       ("sequential_route", sequential_route), ("direct", direct),
+                       ("digits", None)):
+        if _given(opt):
+            fail("--" + opt.replace("_", "-"), "omitted for --model aim --layers 2", value)
+    if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
+        fail("--channel", "softmax for --model aim --layers 2 (two tied attention layers)",
+             kw.get("channel") or kw.get("channel_file"))
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for --model aim --layers 2", kw["tokens"])
+    if kw.get("rho") is not None:
+        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    try:
+        table = deep_aim_small_width_weak(skip=1.0 if kw.get("skip") is None else kw["skip"],
+                                          beta=1.0 if kw.get("beta") is None else kw["beta"])
+    except DomainError as e:
+        raise relabel(e) from None
+    out = {**dict(table.parameters), "thresholds": [
+        {"layer": r.details["layer"], "value": r.value, "error": r.error, "method": r.method,
+         **{k: v for k, v in r.details.items() if k != "layer"}} for r in table]}
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM, two tied attention layers, T=2, skip={o['skip']}, beta={o['beta']}: "
+         "small-width weak thresholds alpha_bar_c per layer"]
+        + [f"  layer {t['layer']}: " + (f"{t['value']:.10g} +- {t['error']:.1e}"
+                                         if t["value"] is not None else t["note"])
+           for t in o["thresholds"]]))
 
 
 def _sparsemax_weak(kw: dict, digits: int, certified: bool) -> None:

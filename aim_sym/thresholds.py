@@ -199,3 +199,39 @@ def sparsemax_small_width_weak(*, beta: float = 1.0, digits: int = 15):
                   details={"kind": "weak (small width)", "digits": digits,
                            "S": est.extra.get("S"), "seconds": est.extra.get("seconds"),
                            "softmax": 0.25, "hardmax": 0.4034106290375993})
+
+
+def deep_aim_small_width_weak(*, skip: float, beta: float = 1.0):
+    """Per-layer small-width weak-recovery thresholds of the two-layer tied-attention AIM at
+    T = 2, noiseless (THEORY 1.6; docs/deep_aim.md): alpha_bar_c,l = 1 / (2 S_l) for l = 1 (H1,
+    the first layer) and l = 2 (H2, the last), by the reduced fibre quadrature of
+    :mod:`aim_sym.numerics.deep_aim`. Error = the two-step difference + |mass - 1| x value
+    (the rule's normalisation gauge). A layer with S_l = 0 (layer 1 at skip c = 0: no
+    small-width threshold) has value None. Returns a ResultTable of two Results."""
+    from .channels import BETA_DOMAIN
+    from .domains import Domain
+    from .numerics import deep_aim
+    from .results import Result, ResultTable
+
+    skip = Domain(name="skip", option="--skip", low=0, high=1e3, default=1.0,
+                  description="skip strength c of the two-layer AIM, in [0, 1000]").check(skip)
+    beta = BETA_DOMAIN.check(beta)
+    est = deep_aim.small_width_overlaps(deep_aim.DeepAim(skip=skip, beta=beta))
+    gauge = abs(est["mass"].value - 1.0) + abs(est["mean_xi1"].value)
+    params = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
+              "beta": beta}
+    rows = []
+    for layer in (1, 2):
+        S = est[f"S{layer}"]
+        none = S.value <= max(10 * S.error, 1e-12)   # S_l = 0 within its bar: no threshold
+        a = est[f"alpha_bar_{layer}"]
+        rows.append(Result(
+            quantity="alpha_bar_c", value=None if none else a.value,
+            error=None if none else a.error + gauge * a.value,
+            method=f"{S.method}; error adds |mass - 1| + |E xi1| x value",
+            precision=None, parameters=params,
+            details={"layer": layer, "S": S.value, "S_error": S.error,
+                     "mass": est["mass"].value, "mean_xi1": est["mean_xi1"].value,
+                     "seconds": a.extra.get("seconds"),
+                     "note": "S_l = 0: no small-width threshold for this layer" if none else ""}))
+    return ResultTable(tuple(rows), params)
