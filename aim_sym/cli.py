@@ -216,7 +216,9 @@ def cli() -> None:
 @click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
 @click.option("--digits", type=int, default=None, help="also solve the Bayes-optimal fixed "
               "point to this many digits (5..200; closed-form output maps only)")
-def se(alpha, small_width, digits, **kw):
+@click.option("--direct", is_flag=True, help="erm: the direct (element-wise, ridge penalty "
+              "(lam/2) d ||S||_F^2) parameterisation")
+def se(alpha, small_width, digits, direct, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
     model = check_model(kw, ("aim", "smi", "erm"))
     if model == "erm":
@@ -226,8 +228,11 @@ def se(alpha, small_width, digits, **kw):
             fail("--digits", "used only with --model aim", digits)
         from . import cli_erm
 
-        emit(cli_erm.se_json(alpha=alpha, **erm_opts(kw)), kw["as_json"], cli_erm.se_human)
+        emit(cli_erm.se_json(alpha=alpha, direct=direct, **erm_opts(kw)), kw["as_json"],
+             cli_erm.se_human)
         return
+    if direct:
+        fail("--direct", "used only with --model erm", True)
     if model == "smi":
         if small_width:
             fail("--small-width", "used only with --model aim", True)

@@ -78,26 +78,30 @@ class ERM:
                          beta=self.beta, beta0=self.beta0, tokens=2)
 
     # ------------------------------------------------------------------ state evolution
-    def fixed_points(self, *, alpha: float) -> ResultTable:
+    def fixed_points(self, *, alpha: float, direct: bool = False) -> ResultTable:
         """Every SE fixed point reached from the default starts (THEORY 3): one row each with
         q, m, sigma, q_hat, m_hat, sigma_hat, train, test, mse, rank, their ``*_error`` (two
-        quadrature orders) and ``global_minimum`` (lowest training loss)."""
-        from .numerics import erm_se
+        quadrature orders) and ``global_minimum`` (lowest training loss). ``direct``: the
+        element-wise (ridge) parameterisation, penalty (lam/2) d ||S||_F^2 as the authors'
+        ``lreg`` (:mod:`aim_sym.numerics.erm_direct`); rank is then 1."""
+        from .numerics import erm_direct, erm_se
 
         alpha = ALPHA_ERM.check(alpha)
-        fps = erm_se.solve(self._params(alpha))
+        fps = (erm_direct if direct else erm_se).solve(self._params(alpha))
         return ResultTable(tuple(dict(f.as_dict(), alpha=alpha) for f in fps),
                            self.parameters(alpha=alpha))
 
-    def state_evolution(self, *, alpha: float) -> ResultTable:
+    def state_evolution(self, *, alpha: float, direct: bool = False) -> ResultTable:
         """The global-minimum fixed point at ``alpha``: one Result per quantity (q, m, sigma,
         q_hat, m_hat, sigma_hat, train, test, mse, rank); every fixed point found is in each
-        Result's details (``fixed_points``)."""
-        table = self.fixed_points(alpha=alpha)
+        Result's details (``fixed_points``). ``direct``: see :meth:`fixed_points`."""
+        table = self.fixed_points(alpha=alpha, direct=direct)
         rows = [dict(r) for r in table]
         best = next(r for r in rows if r["global_minimum"])
-        params = self.parameters(alpha=float(alpha))
-        method = ("ERM SE (THEORY 3): exact spectral derivatives, T = 2 proximal step by Newton, "
+        params = self.parameters(alpha=float(alpha), direct=bool(direct))
+        prior = ("direct (element-wise) S with ridge penalty (lam/2) d ||S||_F^2: linear "
+                 "denoiser" if direct else "exact spectral derivatives")
+        method = (f"ERM SE (THEORY 3): {prior}, T = 2 proximal step by Newton, "
                   "tensor Gauss-Hermite; error = difference of orders 24 and 17 x 17/7 (the error of "
                   "order 24 if it falls as 1/n: the rule converges algebraically)")
         return ResultTable(tuple(

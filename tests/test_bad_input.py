@@ -127,6 +127,7 @@ CASES = [
      "--direct"),
     ("erm-perfect-delta", ["threshold", "perfect", "--model", "erm", "--delta", "0.5"] + ERM_K,
      "--delta"),
+    ("se-direct-with-aim", SE + AIM_A + ["--direct"], "--direct"),
     ("erm-direct-with-aim", ["threshold", "perfect", "--direct", "--rho", "0.5"], "--direct"),
     ("erm-check", ["check", "--model", "erm"] + ERM_K, "--model"),
     ("kappa0-with-aim", SE + AIM_A + ["--kappa0", "0.5"], "--kappa0"),
