@@ -14,6 +14,7 @@ import sys
 import click
 import numpy as np
 
+from . import cli_aim_channels as aim_channels
 from . import cli_smi_general as general
 from .cli_common import (
     MODELS,
@@ -21,6 +22,7 @@ from .cli_common import (
     _finite,
     emit,
     fail,
+    given,
     param_values,
     parse_grid,
     progress_printer,
@@ -75,12 +77,6 @@ SMI_ONLY = ("layers", "skip", "noise", "rows", "seed")
 ERM_ONLY = ("kappa0", "delta", "lam", "beta0")
 NOT_WITH = {"aim": SMI_ONLY + ERM_ONLY, "smi": AIM_ONLY + ERM_ONLY,
             "erm": ("channel", "channel_file", "param") + AIM_ONLY + SMI_ONLY}
-
-
-def _given(name: str) -> bool:
-    """True if the option was given on the command line (not its default)."""
-    src = click.get_current_context().get_parameter_source(name)
-    return src not in (None, click.core.ParameterSource.DEFAULT)
 
 
 def check_model(kw: dict, allowed: tuple = ("aim", "smi"), *, deep_aim: bool = False) -> str:
@@ -248,7 +244,7 @@ def se(alpha, small_width, digits, direct, **kw):
     if kw.get("channel") == "sparsemax" and not small_width:
         if digits is not None:
             fail("--digits", "omitted for channel sparsemax", digits)
-        _sparsemax_se(kw, alpha)
+        aim_channels.sparsemax_se(kw, alpha)
         return
     m = aim_model(kw, small_width=small_width)
     if small_width:
@@ -278,37 +274,6 @@ def se(alpha, small_width, digits, direct, **kw):
         + f"fixed points: {len(o['fixed_points'])}"))
 
 
-def _sparsemax_se(kw: dict, alpha: float) -> None:
-    """``se --channel sparsemax --rho R --alpha A [--beta B]``: every SE fixed point (T = 2)."""
-    from .channels import BETA_DOMAIN
-    from .domains import ALPHA, RHO
-    from .numerics import sparsemax as smx
-    from .sparsemax import compile_sparsemax
-
-    if kw["tokens"] != 2:
-        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
-    for name in ("delta_out", "epsilon"):
-        if kw.get(name) is not None:
-            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
-    try:
-        beta = BETA_DOMAIN.check(1.0 if kw.get("beta") is None else kw["beta"])
-        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
-        alpha = ALPHA.with_(low_open=True).check(alpha)
-    except DomainError as e:
-        raise relabel(e) from None
-    fps = smx.se_fixed_points(compile_sparsemax("numpy"), alpha=alpha, rho=rho, beta=beta)
-    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta, "rho": rho,
-           "alpha": alpha, "fixed_points": fps,
-           "note": "free entropy not derived for sparsemax: with several fixed points the "
-                   "Bayes-optimal one is not flagged"}
-    if len(fps) == 1:
-        out.update({k: fps[0][k] for k in ("mmse", "error", "q", "q_hat")})
-    emit(out, kw["as_json"], lambda o: "\n".join(
-        [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
-        + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
-           f"stable = {f['stable']}" for f in fps]))
-
-
 @cli.command()
 @model_options
 @click.option("--alphas", required=True, help="start:stop:num")
@@ -327,7 +292,7 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
         fail("--alphas", "a grid of alpha >= 0", alphas)
     if model == "erm":
         for opt, value in (("tol", tol), ("method", method)):
-            if _given(opt):
+            if given(opt):
                 fail("--" + opt, "used only with --model aim", value)
         from . import cli_erm
 
@@ -339,7 +304,7 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
         title = f"ERM kappa0={kw['kappa0']}, Delta={kw['delta'] or 0}, lambda={kw['lam']}"
     elif model == "smi":
         for opt, value in (("tol", tol), ("method", method)):
-            if _given(opt):
+            if given(opt):
                 fail("--" + opt, "used only with --model aim", value)
         m = smi_model(kw)
         _check_outputs(out_path, plot_path)
@@ -390,14 +355,14 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
     --model erm the interpolation or perfect-recovery threshold (THEORY 3)."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     if model == "aim" and kw.get("layers") == 2:
-        _deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
+        aim_channels.deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
                        direct)
         return
     if model == "erm":
         for opt, value in (("small_width", small_width), ("certified", certified),
                            ("no_sequential", no_sequential),
                            ("sequential_route", sequential_route)):
-            if _given(opt):
+            if given(opt):
                 fail("--" + opt.replace("_", "-"), "used only with --model aim or smi", value)
         if kind not in ("interpolation", "perfect"):
             fail("KIND", "interpolation or perfect for --model erm", kind)
@@ -412,7 +377,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
         from . import cli_erm
 
         out = cli_erm.threshold_json(kind, direct=direct,
-                                     digits=digits if _given("digits") else 30, **erm_opts(kw))
+                                     digits=digits if given("digits") else 30, **erm_opts(kw))
         for name in unused:
             out.pop(name, None)
         emit(out, kw["as_json"], cli_erm.threshold_human)
@@ -433,7 +398,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
         if general.wants_general(kw):
             for opt, value in (("no_sequential", no_sequential),
                                ("sequential_route", sequential_route), ("digits", digits)):
-                if _given(opt):
+                if given(opt):
                     fail("--" + opt.replace("_", "-"), "omitted for a general SMI channel (its "
                          "weak thresholds only)", value)
             emit(general.threshold_weak(kw), kw["as_json"], lambda o: "\n".join(
@@ -442,10 +407,10 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
                    f"{t['error']:.1e}  ({t['method']})" for t in o["thresholds"]]))
             return
         m = smi_model(kw)
-        seq_digits = digits if _given("digits") else 4
+        seq_digits = digits if given("digits") else 4
         if not 1 <= seq_digits <= 9:
             fail("--digits", "in 1..9 for --model smi (sequential threshold)", digits)
-        if m.layers != 3 and _given("sequential_route"):
+        if m.layers != 3 and given("sequential_route"):
             fail("--sequential-route", "used only with --layers 3", sequential_route)
         table = m.thresholds(digits=seq_digits, sequential=not no_sequential,
                              route=sequential_route, progress=progress_printer)
@@ -467,17 +432,17 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
         return
     if no_sequential:
         fail("--no-sequential", "used only with --model smi", True)
-    if _given("sequential_route"):
+    if given("sequential_route"):
         fail("--sequential-route", "used only with --model smi --layers 3", sequential_route)
     if kind == "weak" and not small_width:
         fail("--small-width", "given for a weak-recovery threshold of the AIM (at finite rho "
              "q > rho for every alpha > 0: no uninformative fixed point)", False)
     if (kind == "weak" and (kw.get("channel") or "hardmax") == "hardmax"
             and not kw.get("channel_file") and kw["tokens"] != 2):
-        _hardmax_weak(kw, digits, certified)
+        aim_channels.hardmax_weak(kw, digits, certified)
         return
     if kw.get("channel") == "sparsemax" and kind == "weak":
-        _sparsemax_weak(kw, digits, certified)
+        aim_channels.sparsemax_weak(kw, digits, certified)
         return
     m = aim_model(kw, small_width=small_width)
     r = m.threshold(kind, small_width=small_width, digits=digits, certified=certified)
@@ -487,100 +452,6 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
     emit(out, kw["as_json"], lambda o: (
         f"{r.quantity} ({m.channel.name}, T={m.channel.tokens}) = {o['value']}  "
         f"(error {o['error']:.1e})\nclosed form: {o['closed_form']}\nmethod: {o['method']}"))
-
-
-def _deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
-                   direct) -> None:
-    """``threshold weak --model aim --layers 2 --small-width --skip c``: per-layer thresholds of
-    two tied attention layers (T = 2, noiseless softmax; THEORY 1.6, docs/deep_aim.md)."""
-    from .thresholds import deep_aim_small_width_weak
-
-    if kind != "weak":
-        fail("KIND", "weak for --model aim --layers 2", kind)
-    if not small_width:
-        fail("--small-width", "given with --model aim --layers 2 (per-layer thresholds in the "
-             "small-width scaling)", False)
-    for opt, value in (("certified", certified), ("no_sequential", no_sequential),
-                       ("sequential_route", sequential_route), ("direct", direct),
-                       ("digits", None)):
-        if _given(opt):
-            fail("--" + opt.replace("_", "-"), "omitted for --model aim --layers 2", value)
-    if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
-        fail("--channel", "softmax for --model aim --layers 2 (two tied attention layers)",
-             kw.get("channel") or kw.get("channel_file"))
-    if kw["tokens"] != 2:
-        fail("--tokens", "2 for --model aim --layers 2", kw["tokens"])
-    if kw.get("rho") is not None:
-        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
-    try:
-        table = deep_aim_small_width_weak(skip=1.0 if kw.get("skip") is None else kw["skip"],
-                                          beta=1.0 if kw.get("beta") is None else kw["beta"])
-    except DomainError as e:
-        raise relabel(e) from None
-    out = {**dict(table.parameters), "thresholds": [
-        {"layer": r.details["layer"], "value": r.value, "error": r.error, "method": r.method,
-         **{k: v for k, v in r.details.items() if k != "layer"}} for r in table]}
-    emit(out, kw["as_json"], lambda o: "\n".join(
-        [f"AIM, two tied attention layers, T=2, skip={o['skip']}, beta={o['beta']}: "
-         "small-width weak thresholds alpha_bar_c per layer"]
-        + [f"  layer {t['layer']}: " + (f"{t['value']:.10g} +- {t['error']:.1e}"
-                                         if t["value"] is not None else t["note"])
-           for t in o["thresholds"]]))
-
-
-def _sparsemax_weak(kw: dict, digits: int, certified: bool) -> None:
-    """``threshold weak --channel sparsemax --small-width [--beta B]``: T = 2 (THEORY 1.4)."""
-    from .thresholds import sparsemax_small_width_weak
-
-    if kw["tokens"] != 2:
-        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
-    if kw.get("rho") is not None:
-        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
-    if certified:
-        fail("--certified", "used only for closed-form thresholds", True)
-    for name in ("delta_out", "epsilon"):
-        if kw.get(name) is not None:
-            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
-    beta = 1.0 if kw.get("beta") is None else kw["beta"]
-    try:
-        r = sparsemax_small_width_weak(beta=beta, digits=digits if _given("digits") else 15)
-    except DomainError as e:
-        raise relabel(e) from None
-    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta,
-           "threshold": r.quantity, "kind": r.details["kind"], "value": r.value,
-           "error": r.error, "method": r.method,
-           **{k: v for k, v in r.details.items() if k != "kind"}}
-    emit(out, kw["as_json"], lambda o: (
-        f"alpha_bar_c (sparsemax, T=2, beta={beta:g}) = {o['value']}  (error {o['error']:.1e})\n"
-        f"limits: softmax (beta -> 0) 0.25, hardmax (beta -> inf) {o['hardmax']}\n"
-        f"method: {o['method']}"))
-
-
-def _hardmax_weak(kw: dict, digits: int, certified: bool) -> None:
-    """``threshold weak --channel hardmax --small-width --tokens 3..5``: the ordered-cone
-    quadrature of THEORY 1.4 (no closed form; T = 2 keeps the closed-form path)."""
-    from .thresholds import hardmax_small_width_weak
-
-    if kw.get("rho") is not None:
-        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
-    if certified:
-        fail("--certified", "used only for closed-form thresholds (hardmax: --tokens 2)", True)
-    for name in ("beta", "delta_out", "epsilon"):
-        if kw.get(name) is not None:
-            fail("--" + name.replace("_", "-"), "omitted for channel hardmax (it has no such "
-                 "parameter)", kw[name])
-    try:
-        r = hardmax_small_width_weak(tokens=kw["tokens"],
-                                     digits=digits if _given("digits") else 15)
-    except DomainError as e:
-        raise relabel(e) from None
-    out = {"model": "aim", "channel": "hardmax", "tokens": kw["tokens"],
-           "threshold": r.quantity, "kind": r.details["kind"], "value": r.value, "error": r.error,
-           "method": r.method, **{k: v for k, v in r.details.items() if k != "kind"}}
-    emit(out, kw["as_json"], lambda o: (
-        f"{r.quantity} (hardmax, T={o['tokens']}) = {o['value']}  (error {o['error']:.1e})\n"
-        f"softmax 1/(T^2+T-2) = {o['softmax']:.16g}; linear 1/(T(T+1)) = {o['linear']:.16g}\n"
-        f"method: {o['method']}"))
 
 
 @cli.command()

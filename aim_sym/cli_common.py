@@ -63,6 +63,12 @@ def progress_printer(done: int, total: int, message: str) -> None:
     click.echo(f"[{done}/{total}] {message}", err=True)
 
 
+def given(name: str) -> bool:
+    """True if the option was given on the command line (not its default)."""
+    src = click.get_current_context().get_parameter_source(name)
+    return src not in (None, click.core.ParameterSource.DEFAULT)
+
+
 def relabel(e: DomainError) -> DomainError:
     """An API domain error renamed with its command-line option (``beta`` -> ``--beta``)."""
     return e.relabel(OPTION_OF_LABEL.get(e.label) or e.domain.option)

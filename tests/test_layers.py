@@ -31,7 +31,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
     "api": (("", "results", "models", "thresholds", "checks", "sweep", "api", "erm",
              "erm_gd_api", "smi_general_api"),
             "the public API (package root included): may combine every layer below"),
-    "presentation": (("cli", "cli_common", "cli_sweep", "cli_erm", "cli_gd", "cli_smi_general", "plots",
+    "presentation": (("cli", "cli_common", "cli_sweep", "cli_erm", "cli_gd", "cli_smi_general",
+                      "cli_aim_channels", "plots",
                       "tables", "__main__"),
                      "CLI, tables and figures, on top of everything"),
 }

@@ -1,0 +1,133 @@
+"""The AIM's command-line paths beyond the one-layer closed-form channels: hardmax's
+small-width threshold at T >= 3, sparsemax attention (T = 2) and two tied attention layers
+(``--layers 2``); each called by :mod:`aim_sym.cli`'s commands with the parsed options."""
+
+from __future__ import annotations
+
+from .cli_common import emit, fail, given, relabel
+from .domains import DomainError
+
+
+def deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
+                   direct) -> None:
+    """``threshold weak --model aim --layers 2 --small-width --skip c``: per-layer thresholds of
+    two tied attention layers (T = 2, noiseless softmax; THEORY 1.6, docs/deep_aim.md)."""
+    from .thresholds import deep_aim_small_width_weak
+
+    if kind != "weak":
+        fail("KIND", "weak for --model aim --layers 2", kind)
+    if not small_width:
+        fail("--small-width", "given with --model aim --layers 2 (per-layer thresholds in the "
+             "small-width scaling)", False)
+    for opt, value in (("certified", certified), ("no_sequential", no_sequential),
+                       ("sequential_route", sequential_route), ("direct", direct),
+                       ("digits", None)):
+        if given(opt):
+            fail("--" + opt.replace("_", "-"), "omitted for --model aim --layers 2", value)
+    if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
+        fail("--channel", "softmax for --model aim --layers 2 (two tied attention layers)",
+             kw.get("channel") or kw.get("channel_file"))
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for --model aim --layers 2", kw["tokens"])
+    if kw.get("rho") is not None:
+        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    try:
+        table = deep_aim_small_width_weak(skip=1.0 if kw.get("skip") is None else kw["skip"],
+                                          beta=1.0 if kw.get("beta") is None else kw["beta"])
+    except DomainError as e:
+        raise relabel(e) from None
+    out = {**dict(table.parameters), "thresholds": [
+        {"layer": r.details["layer"], "value": r.value, "error": r.error, "method": r.method,
+         **{k: v for k, v in r.details.items() if k != "layer"}} for r in table]}
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM, two tied attention layers, T=2, skip={o['skip']}, beta={o['beta']}: "
+         "small-width weak thresholds alpha_bar_c per layer"]
+        + [f"  layer {t['layer']}: " + (f"{t['value']:.10g} +- {t['error']:.1e}"
+                                         if t["value"] is not None else t["note"])
+           for t in o["thresholds"]]))
+
+
+def sparsemax_weak(kw: dict, digits: int, certified: bool) -> None:
+    """``threshold weak --channel sparsemax --small-width [--beta B]``: T = 2 (THEORY 1.4)."""
+    from .thresholds import sparsemax_small_width_weak
+
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
+    if kw.get("rho") is not None:
+        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    if certified:
+        fail("--certified", "used only for closed-form thresholds", True)
+    for name in ("delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
+    beta = 1.0 if kw.get("beta") is None else kw["beta"]
+    try:
+        r = sparsemax_small_width_weak(beta=beta, digits=digits if given("digits") else 15)
+    except DomainError as e:
+        raise relabel(e) from None
+    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta,
+           "threshold": r.quantity, "kind": r.details["kind"], "value": r.value,
+           "error": r.error, "method": r.method,
+           **{k: v for k, v in r.details.items() if k != "kind"}}
+    emit(out, kw["as_json"], lambda o: (
+        f"alpha_bar_c (sparsemax, T=2, beta={beta:g}) = {o['value']}  (error {o['error']:.1e})\n"
+        f"limits: softmax (beta -> 0) 0.25, hardmax (beta -> inf) {o['hardmax']}\n"
+        f"method: {o['method']}"))
+
+
+def hardmax_weak(kw: dict, digits: int, certified: bool) -> None:
+    """``threshold weak --channel hardmax --small-width --tokens 3..5``: the ordered-cone
+    quadrature of THEORY 1.4 (no closed form; T = 2 keeps the closed-form path)."""
+    from .thresholds import hardmax_small_width_weak
+
+    if kw.get("rho") is not None:
+        fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    if certified:
+        fail("--certified", "used only for closed-form thresholds (hardmax: --tokens 2)", True)
+    for name in ("beta", "delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel hardmax (it has no such "
+                 "parameter)", kw[name])
+    try:
+        r = hardmax_small_width_weak(tokens=kw["tokens"],
+                                     digits=digits if given("digits") else 15)
+    except DomainError as e:
+        raise relabel(e) from None
+    out = {"model": "aim", "channel": "hardmax", "tokens": kw["tokens"],
+           "threshold": r.quantity, "kind": r.details["kind"], "value": r.value, "error": r.error,
+           "method": r.method, **{k: v for k, v in r.details.items() if k != "kind"}}
+    emit(out, kw["as_json"], lambda o: (
+        f"{r.quantity} (hardmax, T={o['tokens']}) = {o['value']}  (error {o['error']:.1e})\n"
+        f"softmax 1/(T^2+T-2) = {o['softmax']:.16g}; linear 1/(T(T+1)) = {o['linear']:.16g}\n"
+        f"method: {o['method']}"))
+
+
+def sparsemax_se(kw: dict, alpha: float) -> None:
+    """``se --channel sparsemax --rho R --alpha A [--beta B]``: every SE fixed point (T = 2)."""
+    from .channels import BETA_DOMAIN
+    from .domains import ALPHA, RHO
+    from .numerics import sparsemax as smx
+    from .sparsemax import compile_sparsemax
+
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
+    for name in ("delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
+    try:
+        beta = BETA_DOMAIN.check(1.0 if kw.get("beta") is None else kw["beta"])
+        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
+        alpha = ALPHA.with_(low_open=True).check(alpha)
+    except DomainError as e:
+        raise relabel(e) from None
+    fps = smx.se_fixed_points(compile_sparsemax("numpy"), alpha=alpha, rho=rho, beta=beta)
+    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta, "rho": rho,
+           "alpha": alpha, "fixed_points": fps,
+           "note": "free entropy not derived for sparsemax: with several fixed points the "
+                   "Bayes-optimal one is not flagged"}
+    if len(fps) == 1:
+        out.update({k: fps[0][k] for k in ("mmse", "error", "q", "q_hat")})
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
+        + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
+           f"stable = {f['stable']}" for f in fps]))
