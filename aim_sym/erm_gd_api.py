@@ -83,7 +83,8 @@ def gd(*, kappa0: float, delta: float, lam: float, alpha: float, tokens: int = 2
               "n": per[0]["n"], "method": method, "tol": tol, "n_test": n_test,
               "time_s": sum(p["time_s"] for p in per)}
     how = (f"{'L-BFGS' if method == 'lbfgs' else 'gradient descent'} at d = {dim}, {seeds} "
-           f"instances; error = standard error over instances + optimisation error")
+           f"instances; error = standard error over instances + optimisation error (rank: at "
+           f"least its resolution 1/(d sqrt(instances)))")
     out = []
     for q in QUANTITIES:
         se_err, opt = r["stderr"][q], r["optimisation_error"][q]
@@ -93,6 +94,11 @@ def gd(*, kappa0: float, delta: float, lam: float, alpha: float, tokens: int = 2
             details["test_mc_error"] = [p["test_mc_error"] for p in per]
         if q == "rank":
             details["rank_coarse"] = [p["rank_coarse"] for p in per]
+            # each instance's rank is a count / d: identical counts give a standard error of 0,
+            # which says nothing below that resolution; the bar keeps 1 / (d sqrt(seeds))
+            if se_err is not None:
+                se_err = max(se_err, 1.0 / (dim * seeds**0.5))
+                details["resolution_floor"] = 1.0 / (dim * seeds**0.5)
         if se:
             details.update(se_values.get(q, {"se_value": None, "se_error": None}))
         out.append(Result(quantity=q, value=r["mean"][q],

@@ -216,3 +216,13 @@ def test_d100_matches_the_authors_adam_run_at_alpha_0_28():
                         ("train", "loss_mean", "loss_std")):
         bar = math.hypot(t[q].error, float(row[std]) / math.sqrt(8))
         assert abs(t[q].value - float(row[col])) < 4 * bar
+
+
+def test_rank_bar_keeps_its_resolution():
+    """Identical rank counts over instances give a standard error of 0; the reported bar keeps
+    the resolution 1/(d sqrt(seeds)) of a mean of counts / d."""
+    from aim_sym.erm_gd_api import gd
+
+    t = gd(kappa0=0.5, delta=0.5, lam=2.0, alpha=0.3, dim=12, seeds=2, n_test=200)
+    rank = next(r for r in t if r.quantity == "rank")
+    assert rank.error >= 1.0 / (12 * 2**0.5)
