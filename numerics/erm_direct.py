@@ -36,24 +36,13 @@ the global-minimum choice are those of :mod:`numerics.erm_se`.
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
-
-import numpy as np
-
-from .erm_output import _ORDER, _ORDER_LO, generalisation_error, output_moments
+from . import erm_se
+from .erm_output import _ORDER, generalisation_error, output_moments
 from .erm_se import (
-    _START_ORDER,
-    DEFAULT_INITS,
     ERMParams,
     FixedPoint,
-    _close,
-    _from_x,
-    _to_x,
-    algebraic_factor,
-    hats_from_overlaps,
 )
-from .records import ConvergenceError, require
+from .records import require
 
 __all__ = ["overlaps_from_hats", "prior_value", "potential", "fixed_point", "solve"]
 
@@ -86,50 +75,10 @@ def potential(q: float, m: float, sigma: float, q_hat: float, m_hat: float, sigm
             + prior_value(q_hat, m_hat, sigma_hat, p))
 
 
-def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = _ORDER,
-                tol: float = 1e-11, max_iter: int = 400, damping: float = 0.5,
-                anderson: int = 4) -> tuple[tuple, int, float]:
-    """Iterate the direct SE map from (q, m, Sigma) (the scheme of
-    :func:`numerics.erm_se.fixed_point`); returns ((q, m, Sigma, q_hat, m_hat, Sigma_hat),
-    iterations, residual) or raises :class:`ConvergenceError` with the last iterate."""
-    x = _to_x(q, m, sigma)
-    xs: list[np.ndarray] = []
-    fs: list[np.ndarray] = []
-    res = math.inf
-    for it in range(1, max_iter + 1):
-        qq, mm, ss = _from_x(x)
-        lim = 0.999 * math.sqrt(p.Q0n * qq)  # keep m^2 < Q0n q
-        mm = max(min(mm, lim), -lim)
-        try:
-            hats = hats_from_overlaps(qq, mm, ss, p, order=order)[:3]
-            new = overlaps_from_hats(*hats, p)[:3]
-        except (ValueError, FloatingPointError) as e:
-            raise ConvergenceError("direct ERM SE map left its domain",
-                                   last_iterate=(qq, mm, ss), residual=res) from e
-        gx = _to_x(*new) if new[0] > 0 and new[2] > 0 else None
-        if gx is None or not np.all(np.isfinite(gx)):
-            raise ConvergenceError("direct ERM SE map left its domain",
-                                   last_iterate=(qq, mm, ss), residual=res)
-        f = gx - x
-        res = float(np.max(np.abs(f)))
-        if res < tol:
-            return (*new, *hats), it, res
-        xs.append(x.copy())
-        fs.append(f)
-        xs, fs = xs[-(anderson + 1):], fs[-(anderson + 1):]
-        x_next = x + damping * f
-        if anderson and len(fs) > 1:
-            dF = np.array([fs[k + 1] - fs[k] for k in range(len(fs) - 1)]).T
-            dX = np.array([xs[k + 1] - xs[k] for k in range(len(xs) - 1)]).T
-            try:
-                gamma = np.linalg.lstsq(dF, f, rcond=None)[0]
-                cand = x + damping * f - (dX + damping * dF) @ gamma
-                if np.all(np.isfinite(cand)) and np.max(np.abs(cand - x)) < 2.0:
-                    x_next = cand
-            except np.linalg.LinAlgError:
-                pass
-        x = x_next
-    raise ConvergenceError("direct ERM SE fixed point", last_iterate=_from_x(x), residual=res)
+def fixed_point(p: ERMParams, **kw) -> tuple[tuple, int, float]:
+    """Iterate the direct SE map from (q, m, Sigma): :func:`numerics.erm_se.fixed_point` with the
+    linear prior :func:`overlaps_from_hats` (same keywords, returns and errors)."""
+    return erm_se.fixed_point(p, prior=overlaps_from_hats, label="direct ERM SE", **kw)
 
 
 def _derived(p: ERMParams, params: tuple, order: int) -> dict:
@@ -143,39 +92,10 @@ def _derived(p: ERMParams, params: tuple, order: int) -> dict:
     }
 
 
-def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
-          order_lo: int = _ORDER_LO, tol: float = 1e-11) -> list[FixedPoint]:
-    """All direct-model fixed points reached from ``inits`` ((q/Q0, m/Q0, Sigma) triples),
-    deduplicated, with errors |x_order - x_order_lo| times the algebraic factor and the lowest
-    training loss flagged ``global_minimum`` (as :func:`numerics.erm_se.solve`); ``p.lam`` is
-    the ridge weight (module docstring)."""
-    names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
-    found: list[FixedPoint] = []
-    failures: list[ConvergenceError] = []
-    cheap: list[tuple] = []
-    for qi, mi, si in inits:
-        try:
-            first, _, _ = fixed_point(p, q=qi * p.Q0, m=mi * p.Q0, sigma=si,
-                                      order=min(_START_ORDER, order_lo), tol=tol)
-            if any(_close(first, c) for c in cheap):
-                continue
-            cheap.append(first[:3])
-            lo, _, _ = fixed_point(p, q=first[0], m=first[1], sigma=first[2], order=order_lo,
-                                   tol=tol)
-            params, its, res = fixed_point(p, q=lo[0], m=lo[1], sigma=lo[2], order=order,
-                                           tol=tol)
-        except ConvergenceError as e:
-            failures.append(e)
-            continue
-        if any(_close(params, (f.q, f.m, f.sigma)) for f in found):
-            continue
-        d_hi, d_lo = _derived(p, params, order), _derived(p, lo, order_lo)
-        grow = algebraic_factor(order, order_lo)
-        errors = {k: grow * abs(a - b) for k, a, b in zip(names, params, lo, strict=True)}
-        errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
-        found.append(FixedPoint(*params, **d_hi, iterations=its, residual=res, errors=errors))
-    if not found:
-        raise ConvergenceError("no direct ERM SE start converged", last_iterate=[
-            f.last_iterate for f in failures], residual=[f.residual for f in failures])
-    best = min(range(len(found)), key=lambda i: found[i].train)
-    return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
+def solve(p: ERMParams, **kw) -> list[FixedPoint]:
+    """All direct-model fixed points reached from the starts (``inits``, ``order``, ``order_lo``,
+    ``tol`` as :func:`numerics.erm_se.solve`), deduplicated, with errors |x_order - x_order_lo|
+    times the algebraic factor and the lowest training loss flagged ``global_minimum``;
+    ``p.lam`` is the ridge weight (module docstring)."""
+    return erm_se.solve(p, prior=overlaps_from_hats, derived=_derived, label="direct ERM SE",
+                        **kw)

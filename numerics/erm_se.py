@@ -25,6 +25,7 @@ of the order-n value if it falls at least as 1/n (:func:`algebraic_factor`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -152,12 +153,16 @@ def _from_x(x: np.ndarray) -> tuple[float, float, float]:
 
 def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = _ORDER,
                 tol: float = 1e-11, max_iter: int = 400, damping: float = 0.5,
-                anderson: int = 4) -> tuple[tuple, int, float]:
+                anderson: int = 4, prior: Callable | None = None,
+                label: str = "ERM SE") -> tuple[tuple, int, float]:
     """Iterate the SE map from (q, m, Sigma) to a fixed point.
 
+    ``prior`` maps (q_hat, m_hat, Sigma_hat, p) to the overlaps (default: the factorised
+    :func:`overlaps_from_hats`; :mod:`~aim_sym.numerics.erm_direct` passes its linear one).
     Returns ((q, m, Sigma, q_hat, m_hat, Sigma_hat), iterations, residual); raises
     :class:`ConvergenceError` (with the last iterate) when the change does not fall below ``tol``.
     """
+    prior = overlaps_from_hats if prior is None else prior
     x = _to_x(q, m, sigma)
     xs: list[np.ndarray] = []
     fs: list[np.ndarray] = []
@@ -170,13 +175,13 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
         mm = max(min(mm, lim), -lim)
         try:
             hats = hats_from_overlaps(qq, mm, ss, p, order=order)[:3]
-            new = overlaps_from_hats(*hats, p)[:3]
+            new = prior(*hats, p)[:3]
         except (ValueError, FloatingPointError) as e:
-            raise ConvergenceError("ERM SE map left its domain", last_iterate=(qq, mm, ss),
+            raise ConvergenceError(f"{label} map left its domain", last_iterate=(qq, mm, ss),
                                    residual=res) from e
         gx = _to_x(*new) if new[0] > 0 and new[2] > 0 else None
         if gx is None or not np.all(np.isfinite(gx)):
-            raise ConvergenceError("ERM SE map left its domain", last_iterate=(qq, mm, ss),
+            raise ConvergenceError(f"{label} map left its domain", last_iterate=(qq, mm, ss),
                                    residual=res)
         f = gx - x
         res = float(np.max(np.abs(f)))
@@ -197,7 +202,7 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
             except np.linalg.LinAlgError:
                 pass
         x = x_next
-    raise ConvergenceError("ERM SE fixed point", last_iterate=_from_x(x), residual=res)
+    raise ConvergenceError(f"{label} fixed point", last_iterate=_from_x(x), residual=res)
 
 
 def _derived(p: ERMParams, params: tuple, order: int) -> dict:
@@ -220,11 +225,16 @@ def algebraic_factor(order: int, order_lo: int) -> float:
 
 
 def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
-          order_lo: int = _ORDER_LO, tol: float = 1e-11) -> list[FixedPoint]:
+          order_lo: int = _ORDER_LO, tol: float = 1e-11, prior: Callable | None = None,
+          derived: Callable | None = None, label: str = "ERM SE") -> list[FixedPoint]:
     """All fixed points reached from ``inits`` ((q/Q0, m/Q0, Sigma) triples), deduplicated,
     each with errors from the fixed point at ``order_lo``; the one of lowest training loss is
     flagged ``global_minimum``.  Raises ConvergenceError when no start converges.  Each start
-    is iterated at order 12 first, then at ``order_lo``, then at ``order``."""
+    is iterated at order 12 first, then at ``order_lo``, then at ``order``.  ``prior`` (see
+    :func:`fixed_point`) and ``derived`` ((p, params, order) -> train, test, mse, rank) default
+    to the factorised model's."""
+    derived = _derived if derived is None else derived
+    kw = {"tol": tol, "prior": prior, "label": label}
     names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
     found: list[FixedPoint] = []
     failures = []
@@ -235,20 +245,19 @@ def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
         start = (qi * p.Q0, mi * p.Q0, si)
         try:
             first, _, _ = fixed_point(p, q=start[0], m=start[1], sigma=start[2],
-                                      order=min(_START_ORDER, order_lo), tol=tol)
+                                      order=min(_START_ORDER, order_lo), **kw)
             if any(_close(first, c) for c in cheap):
                 continue  # the same fixed point as an earlier start
             cheap.append(first[:3])
             lo, _, _ = fixed_point(p, q=first[0], m=first[1], sigma=first[2], order=order_lo,
-                                   tol=tol)
-            params, its, res = fixed_point(p, q=lo[0], m=lo[1], sigma=lo[2], order=order,
-                                           tol=tol)
+                                   **kw)
+            params, its, res = fixed_point(p, q=lo[0], m=lo[1], sigma=lo[2], order=order, **kw)
         except ConvergenceError as e:
             failures.append(e)
             continue
         if any(_close(params, (f.q, f.m, f.sigma)) for f in found):
             continue
-        d_hi, d_lo = _derived(p, params, order), _derived(p, lo, order_lo)
+        d_hi, d_lo = derived(p, params, order), derived(p, lo, order_lo)
         # Gauss-Hermite converges only algebraically here (the prox switches minimiser across
         # a surface): orders 24/30/36 move q by nearly equal steps.  The bar of the order-n
         # value assumes error ~ C / n (first order at least), i.e. |x_n - x_lo| n_lo / (n - n_lo).
@@ -257,7 +266,7 @@ def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
         errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
         found.append(FixedPoint(*params, **d_hi, iterations=its, residual=res, errors=errors))
     if not found:
-        raise ConvergenceError("no ERM SE start converged", last_iterate=[
+        raise ConvergenceError(f"no {label} start converged", last_iterate=[
             f.last_iterate for f in failures], residual=[f.residual for f in failures])
     best = min(range(len(found)), key=lambda i: found[i].train)
     return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
