@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .records import ConvergenceError, require
+from .records import ConvergenceError, is_finite_real, require, require_reals
 
 __all__ = ["GDProblem", "GDData", "TrainResult", "sample_teacher", "preactivations",
            "label_noise", "generate", "loss_and_gradient", "train", "evaluate",
@@ -91,12 +91,8 @@ class GDProblem:
     kappa: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("kappa0", "beta", "beta0", "kappa"):
-            v = getattr(self, name)
-            require(_finite(v) and v > 0, name, "a finite real > 0", v)
-        for name in ("Delta", "lam"):
-            v = getattr(self, name)
-            require(_finite(v) and v >= 0, name, "a finite real >= 0", v)
+        require_reals(self, positive=("kappa0", "beta", "beta0", "kappa"),
+                      nonnegative=("Delta", "lam"))
         require(isinstance(self.tokens, (int, np.integer)) and self.tokens >= 2, "tokens",
                 "an integer >= 2", self.tokens)
 
@@ -108,12 +104,6 @@ class GDProblem:
         """lambda_W = lambda_t / sqrt(kappa), the weight decay on ||W||_F^2."""
         return self.lam / math.sqrt(self.kappa)
 
-
-def _finite(v: object) -> bool:
-    try:
-        return math.isfinite(float(v))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
 
 
 @dataclass(frozen=True)
@@ -176,7 +166,7 @@ def teacher_labels(X: np.ndarray, S0: np.ndarray, problem: GDProblem,
 def generate(problem: GDProblem, *, alpha: float, dim: int, rng: np.random.Generator,
              S0: np.ndarray | None = None) -> GDData:
     """A teacher (unless ``S0`` is given) and n = max(1, round(alpha d^2)) labelled samples."""
-    require(_finite(alpha) and alpha > 0, "alpha", "a finite real > 0", alpha)
+    require(is_finite_real(alpha) and alpha > 0, "alpha", "a finite real > 0", alpha)
     require(isinstance(dim, (int, np.integer)) and dim >= 2, "dim", "an integer >= 2", dim)
     if S0 is None:
         S0 = sample_teacher(dim, problem.kappa0, rng)
@@ -283,7 +273,7 @@ def train(data: GDData, problem: GDProblem, W0: np.ndarray, *, method: str = "lb
     or "gd" (gradient descent, Armijo backtracking, step doubled after each accepted step).
     ``callback(iteration, loss_per_d2, rel_grad)`` after every iteration."""
     require(method in ("lbfgs", "gd"), "method", "'lbfgs' or 'gd'", method)
-    require(_finite(tol) and 0 < tol < 1, "tol", "a real in (0, 1)", tol)
+    require(is_finite_real(tol) and 0 < tol < 1, "tol", "a real in (0, 1)", tol)
     require(isinstance(max_iter, (int, np.integer)) and max_iter >= 1, "max_iter",
             "an integer >= 1", max_iter)
     d = data.dim
@@ -441,7 +431,7 @@ def run_instances(problem: GDProblem, *, alpha: float, dim: int, seeds: int = 4,
             "an integer >= 0", rng_seed)
     require(isinstance(n_test, (int, np.integer)) and n_test >= 2, "n_test", "an integer >= 2",
             n_test)
-    require(_finite(init_scale) and init_scale > 0, "init_scale", "a finite real > 0", init_scale)
+    require(is_finite_real(init_scale) and init_scale > 0, "init_scale", "a finite real > 0", init_scale)
     per_seed = []
     for s in range(int(seeds)):
         t0 = time.perf_counter()

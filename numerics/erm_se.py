@@ -32,7 +32,7 @@ import numpy as np
 
 from .erm_output import _ORDER, _ORDER_LO, generalisation_error, output_moments
 from .erm_spectral import spectral_integrals
-from .records import ConvergenceError, require
+from .records import ConvergenceError, require, require_reals
 
 __all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
            "potential", "fixed_point", "solve", "DEFAULT_INITS"]
@@ -55,12 +55,8 @@ class ERMParams:
     tokens: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("alpha", "kappa0", "beta", "beta0"):
-            v = getattr(self, name)
-            require(_finite(v) and v > 0, name, "a finite real number > 0", v)
-        for name in ("Delta", "lam"):
-            v = getattr(self, name)
-            require(_finite(v) and v >= 0, name, "a finite real number >= 0", v)
+        require_reals(self, positive=("alpha", "kappa0", "beta", "beta0"),
+                      nonnegative=("Delta", "lam"))
         require(self.tokens == 2, "tokens", "2 (the deterministic output side is T = 2 only)",
                 self.tokens)
         require(self.kappa0 >= 1e-4, "kappa0", ">= 1e-4", self.kappa0)
@@ -73,12 +69,6 @@ class ERMParams:
     def Q0n(self) -> float:
         return 1.0 + self.kappa0 + self.Delta / 2
 
-
-def _finite(v: object) -> bool:
-    try:
-        return math.isfinite(float(v))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,24 @@ def require(condition: bool, name: str, allowed: str, value: Any) -> None:
     """Raise :class:`InputError` naming ``name`` and its allowed range unless ``condition``."""
     if not condition:
         raise InputError(f"{name} must be {allowed}; got {value!r}")
+
+
+def is_finite_real(v: Any) -> bool:
+    """True for a value that converts to a finite float."""
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def require_reals(obj: Any, *, positive: tuple = (), nonnegative: tuple = ()) -> None:
+    """:func:`require` that the named attributes of ``obj`` are finite reals, > 0 or >= 0."""
+    for name in positive:
+        v = getattr(obj, name)
+        require(is_finite_real(v) and v > 0, name, "a finite real > 0", v)
+    for name in nonnegative:
+        v = getattr(obj, name)
+        require(is_finite_real(v) and v >= 0, name, "a finite real >= 0", v)
 
 
 def atomic_write(path: str, text: str) -> None:
