@@ -106,22 +106,7 @@ def spectrum_json(*, alpha: float, points: int = 400, **opts: Any) -> dict:
 
 
 def spectrum_plot(spec: dict, path: str, *, singular: bool = True) -> None:
-    """Figure of :func:`spectrum_json`'s density (singular values by default; eigenvalues
-    with ``singular=False``); the atom at 0 is written in the legend."""
-    import matplotlib
+    """Figure of :func:`spectrum_json`'s density (:func:`aim_sym.plots.plot_spectrum`)."""
+    from .plots import plot_spectrum
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = spec["singular_value"] if singular else spec["eigenvalue"]
-    y = spec["singular_density"] if singular else spec["eigenvalue_density"]
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.plot(x, y, label=f"theory (rank {spec['rank']:.4f}, atom {spec['atom']:.4f} at 0)")
-    ax.set_xlabel("singular value of S_hat" if singular else "eigenvalue of S_hat")
-    ax.set_ylabel("density")
-    ax.set_title(f"ERM kappa0={spec['kappa0']} Delta={spec['delta']} lambda={spec['lam']} "
-                 f"alpha={spec['alpha']}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plot_spectrum(spec, path, singular=singular)

@@ -168,3 +168,22 @@ def plot_amp_vs_se(results: list[dict], curve_rows, path: str, *, title: str | N
 
 __all__ = ["FORMATS", "check_plot_path", "plot_amp_vs_se", "plot_curve", "plot_phase",
            "save_figure"]
+
+
+def plot_spectrum(spec: dict, path: str, *, singular: bool = True) -> None:
+    """The ERM's learned spectrum (THEORY 3): the density of singular values (or eigenvalues
+    with ``singular=False``) of ``spec`` (:meth:`aim_sym.erm.ERM.spectrum` flattened); the
+    atom at 0 is written in the legend."""
+    plt = _pyplot()
+    x = spec["singular_value"] if singular else spec["eigenvalue"]
+    y = spec["singular_density"] if singular else spec["eigenvalue_density"]
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.plot(x, y, label=f"theory (rank {spec['rank']:.4f}, atom {spec['atom']:.4f} at 0)")
+    ax.set_xlabel("singular value of S_hat" if singular else "eigenvalue of S_hat")
+    ax.set_ylabel("density")
+    ax.set_title(f"ERM kappa0={spec['kappa0']} Delta={spec['delta']} lambda={spec['lam']} "
+                 f"alpha={spec['alpha']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
