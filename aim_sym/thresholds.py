@@ -19,6 +19,7 @@ import sympy as sp
 
 from .channels import Channel, ChannelError
 from .compiled import pr_constant, substitute_params
+from .domains import Domain
 from .output import derive
 from .symbols import V, rho
 
@@ -201,6 +202,11 @@ def sparsemax_small_width_weak(*, beta: float = 1.0, digits: int = 15):
                            "softmax": 0.25, "hardmax": 0.4034106290375993})
 
 
+SKIP_DEEP_AIM = Domain(name="skip", option="--skip", low=0, high=1e3, default=1.0,
+                       description="skip strength c of the two-layer AIM, in [0, 1000] "
+                       "(c = 0 allowed: Z_out and S_l stay finite, docs/deep_aim.md)")
+
+
 def deep_aim_small_width_weak(*, skip: float, beta: float = 1.0):
     """Per-layer small-width weak-recovery thresholds of the two-layer tied-attention AIM at
     T = 2, noiseless (THEORY 1.6; docs/deep_aim.md): alpha_bar_c,l = 1 / (2 S_l) for l = 1 (H1,
@@ -209,12 +215,10 @@ def deep_aim_small_width_weak(*, skip: float, beta: float = 1.0):
     (the rule's normalisation gauge). A layer with S_l = 0 (layer 1 at skip c = 0: no
     small-width threshold) has value None. Returns a ResultTable of two Results."""
     from .channels import BETA_DOMAIN
-    from .domains import Domain
     from .numerics import deep_aim
     from .results import Result, ResultTable
 
-    skip = Domain(name="skip", option="--skip", low=0, high=1e3, default=1.0,
-                  description="skip strength c of the two-layer AIM, in [0, 1000]").check(skip)
+    skip = SKIP_DEEP_AIM.check(skip)
     beta = BETA_DOMAIN.check(beta)
     est = deep_aim.small_width_overlaps(deep_aim.DeepAim(skip=skip, beta=beta))
     gauge = abs(est["mass"].value - 1.0) + abs(est["mean_xi1"].value)
