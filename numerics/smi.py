@@ -51,9 +51,10 @@ Overlaps are diagonal, ``Q = diag(q_1, q_2)`` (layer 1 = first attention layer, 
 the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
 
 Imports (a DAG): :mod:`~aim_sym.numerics.smi_fibre` (checks, rules, compiled pieces, fibre
-geometry) and :mod:`~aim_sym.numerics.smi_route_a` (route A sums) are the base; the engines
-(:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``, ``smi_deep``,
-``smi_deep_branch``) build on it; this module is the entry on top of them (and
+geometry), :mod:`~aim_sym.numerics.smi_route_a` (route A sums) and
+:mod:`~aim_sym.numerics.smi_oracles` (the seeded Monte Carlo routes, re-exported here) are the
+base; the engines (:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``,
+``smi_deep``, ``smi_deep_branch``) build on it; this module is the entry on top of them (and
 :mod:`~aim_sym.numerics.smi_amp`, whose GAMP runs report :func:`fixed_point`, sits above it).
 """
 
@@ -69,21 +70,31 @@ import numpy as np
 from . import smi_branches, smi_sequential
 from .records import ConvergenceError, Estimate, require
 from .smi_fibre import (
+    attention_image,
     attention_inverse,
     check,
     check_skip_floor,
     fibre_jacobian,
+    fibre_point,
     functions,
-    gh,
+    gauss_newton_mode,
+    gauss_newton_precision,
+    gh_tensor,
     graded_omega_rule,
     grid2,
-    laplace_proposal,
+    ratio_grid2,
     rotated_h_rule,
     rotated_z1_rule,
+)
+from .smi_oracles import (  # noqa: F401  (public aliases of the Monte Carlo oracles)
+    cross_block_montecarlo,
+    montecarlo_branch,
+    montecarlo_stability,
 )
 from .smi_route_a import CHUNK, SIGMA_H
 from .smi_route_a import q0_sums as _weak_sums
 from .smi_route_a import stats as route_a_stats
+from .smi_sequential import sequential_threshold  # noqa: F401  (public alias)
 
 
 # ----------------------------------------------------------------------------- core sums
@@ -93,9 +104,7 @@ def _weak_stats(*, c, beta, n_h, n_z):
     the integrands have features of width sqrt(c) in z_1 and c in h that these rules never see
     (:func:`_weak_stats_rotated` resolves them)."""
     z = grid2(n_z, 1.0, False)
-    h0, h1, wh = grid2(n_h, SIGMA_H, True)
-    wh = wh * (2 * math.pi * SIGMA_H**2) * np.exp(0.5 * (h0**2 + h1**2) / SIGMA_H**2)
-    return _weak_sums(z, (h0, h1, wh), c=c, beta=beta)
+    return _weak_sums(z, ratio_grid2(n_h, SIGMA_H), c=c, beta=beta)
 
 
 def _weak_stats_rotated(*, c, beta, order):
@@ -147,14 +156,8 @@ def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
         o0, o1, z0, z1 = O0[sl, None], O1[sl, None], Z0[sl, None], Z1[sl, None]
         t0 = o0 + math.sqrt(v2) * E0[sl, None]
         t1 = o1 + math.sqrt(v2) * E1[sl, None]
-        Ai, _ = attention_inverse(z0, z1, c, beta)
-        A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))      # (n, 1, 2, 2)
-        h0 = A[..., 0, 0] * t0 + A[..., 0, 1] * t1
-        h1 = A[..., 1, 0] * t0 + A[..., 1, 1] * t1
-        j00, j01, j10, j11 = fibre_jacobian(z0, z1, h0, h1, c, beta)
-        P00 = 1 + (j00**2 + j10**2) / v2
-        P01 = (j00 * j01 + j10 * j11) / v2
-        P11 = 1 + (j01**2 + j11**2) / v2
+        h0, h1 = attention_image(z0, z1, t0, t1, c, beta)
+        P00, P01, P11 = gauss_newton_precision(fibre_jacobian(z0, z1, h0, h1, c, beta), 1.0, v2)
         # Cholesky P = R^T R, R = [[r00, r01], [0, r11]]; nodes z = m + R^{-1} x
         r00 = np.sqrt(P00)
         r01 = P01 / r00
@@ -175,8 +178,7 @@ def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
             d0, d1 = y0 - sgn * z0, y1 - sgn * z1
             qm = qm + MIX[1] * detR * g(r00 * d0 + r01 * d1, r11 * d1)
         Bi, det = attention_inverse(y0, y1, c, beta)
-        u = Bi[0, 0] * h0 + Bi[0, 1] * h1       # A(y)^{-1} h
-        v = Bi[1, 0] * h0 + Bi[1, 1] * h1
+        u, v = fibre_point(Bi, h0, h1)       # A(y)^{-1} h
         base = -0.5 * (y0**2 + y1**2) - ((u**2 + v**2) + (o0**2 + o1**2)) / (2 * v2)
         x = (u * o0 + v * o1) / v2
         with np.errstate(under="ignore"):
@@ -262,12 +264,6 @@ def _branch_v2(q2, c, beta, o):
                             n_p=o[4])
 
 
-def sequential_threshold(*, skip=1.0, beta=1.0, progress=None, **kw) -> dict:
-    """Sequential threshold of layer 1 (layer 2 learned): see
-    :func:`aim_sym.numerics.smi_sequential.sequential_threshold` (lattice rules)."""
-    return smi_sequential.sequential_threshold(skip=skip, beta=beta, progress=progress, **kw)
-
-
 def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
                     order: int | None = None, progress=None,
                     sequential: bool = True, digits: int = 4) -> list[dict]:
@@ -296,7 +292,7 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
                         error=e.error / e.value**2, method=e.method, seconds=dt))
     if sequential:
         t = time.perf_counter()
-        seq = sequential_threshold(skip=skip, beta=beta, digits=digits)
+        seq = smi_sequential.sequential_threshold(skip=skip, beta=beta, digits=digits)
         if progress:
             progress(2, 2, "sequential threshold")
         rec = dict(layer=1, kind="sequential", value=seq["value"], error=seq["error"],
@@ -313,34 +309,20 @@ def _egen(q1, q2, *, c, beta, n):
     Cov [[1, q_l], [q_l, q_l]] (plug-in estimator y(omega)); 8D tensor Gauss-Hermite (layer
     entries with q_l = 0 have omega = 0 and their xi-dimension is dropped)."""
     fwd = functions()["forward"]
-    x, w = gh(n)
-    dims, wts = [], []
-    for _ in range(4):      # z_1 (2), z_2 (2)
-        dims.append(x)
-        wts.append(w)
     qs = (q1, q1, q2, q2)
-    for q in qs:
-        if 0 < q < 1:
-            dims.append(x)
-            wts.append(w)
-    grids = np.meshgrid(*dims, indexing="ij")
-    W = np.ones_like(grids[0])
-    for k, wk in enumerate(wts):
-        shape = [1] * len(wts)
-        shape[k] = -1
-        W = W * wk.reshape(shape)
-    zs = [g.ravel() for g in grids[:4]]
+    pts, W = gh_tensor(n, 4 + sum(0 < q < 1 for q in qs))     # z_1 (2), z_2 (2), then xi
+    zs = pts[:4]
     om, j = [], 4
     for k, q in enumerate(qs):
         if 0 < q < 1:
-            om.append(q * zs[k] + math.sqrt(q * (1 - q)) * grids[j].ravel())
+            om.append(q * zs[k] + math.sqrt(q * (1 - q)) * pts[j])
             j += 1
         else:
             om.append(q * zs[k])
     with np.errstate(over="ignore"):
         yz = np.array(fwd(*zs, c, beta)[2:])
         yo = np.array(fwd(*om, c, beta)[2:])
-    return float(W.ravel() @ ((yz - yo) ** 2).sum(0))
+    return float(W @ ((yz - yo) ** 2).sum(0))
 
 
 def _psi_rel(q2, c, beta, order=(10, 32, 40)):
@@ -567,109 +549,6 @@ def se_curve(*, alphas, layers=2, tokens=2, skip=1.0, beta=1.0, progress=None) -
     return out
 
 
-# ----------------------------------------------------------------------------- Monte Carlo route
-def montecarlo_stability(*, skip=1.0, beta=1.0, samples=4000, inner=4000, seed=0,
-                         box=None, control=True) -> dict:
-    """Independent (seeded) Monte Carlo estimate of lambda_l = E_y ||Cov[z_l | y] - I||_F^2.
-
-    Outer: ``z ~ N(0, I)``, ``h = A(z_1) z_2``.  Inner: self-normalised importance sampling over
-    the fibre, weight ``N(z_1') N(A(z_1')^{-1} h) / det A(z_1') / q(z_1')``, with ``q`` the
-    mixture ``1/2 N(0, I) + 1/2 [s ~ N(0, 1), d = g sinh(t), t ~ N(0, 2.5^2)]`` in
-    ``s = (z0 + z1)/sqrt 2``, ``d = (z0 - z1)/sqrt 2``, ``g = min(sqrt(2 c / beta), 1)``: the second
-    component puts samples where det A -> c (1 + c) (d ~ sqrt(c)), which prior samples miss at
-    small skip.  The square is estimated from two independent inner halves, <C_a - I, C_b - I>_F,
-    which removes the O(1/K) variance bias of ||C - I||^2 (only the O(1/K) ratio bias remains).
-    ``control``: regress on ``||z_l z_l^T - I||_F^2 - 6`` (mean 0; O(1/samples) bias).
-    ``box``: if given, the inner samples are drawn uniformly in [-box, box]^2 instead (the
-    literature's truncated scheme; biased by the cut mass).  Returns Estimates (error =
-    standard error over the outer samples)."""
-    check(2, 2, skip, beta)
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((samples, 4))
-    Ai, _ = attention_inverse(z[:, 0], z[:, 1], skip, beta)
-    A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
-    h = np.einsum("nab,nb->na", A, z[:, 2:])
-    gam, sig_t = min(math.sqrt(2 * skip / beta), 1.0), 2.5
-    vals = np.zeros((samples, 2))
-    step = max(1, 2_000_000 // inner)
-    for s0 in range(0, samples, step):
-        sl = slice(s0, s0 + step)
-        n = h[sl].shape[0]
-        if box is None:
-            y = rng.standard_normal((n, inner, 2))
-            t = sig_t * rng.standard_normal((n, inner))
-            sd = np.stack([y[..., 0], gam * np.sinh(t)], -1)
-            comp = rng.random((n, inner)) < 0.5
-            y = np.where(comp[..., None], y, (sd @ np.array([[1.0, 1.0], [1.0, -1.0]]))
-                         / math.sqrt(2))
-            ss, dd = (y[..., 0] + y[..., 1]) / math.sqrt(2), (y[..., 0] - y[..., 1]) / math.sqrt(2)
-            ta = np.arcsinh(dd / gam)
-            q = 0.5 * np.exp(-0.5 * (ss**2 + dd**2)) / (2 * math.pi) + 0.5 * (
-                np.exp(-0.5 * ss**2 - 0.5 * (ta / sig_t) ** 2) / (2 * math.pi * sig_t)
-                / (gam * np.cosh(ta)))
-            logq = -0.5 * (y**2).sum(-1) - np.log(q)
-        else:
-            y = rng.uniform(-box, box, (n, inner, 2))
-            logq = -0.5 * (y**2).sum(-1)
-        Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
-        u = Bi[0, 0] * h[sl, None, 0] + Bi[0, 1] * h[sl, None, 1]
-        v = Bi[1, 0] * h[sl, None, 0] + Bi[1, 1] * h[sl, None, 1]
-        lw = -0.5 * (u**2 + v**2) - np.log(det) + logq
-        w = np.exp(lw - lw.max(1, keepdims=True))
-        half = inner // 2
-        G = []
-        for part in (slice(0, half), slice(half, 2 * half)):
-            wp = w[:, part]
-            Zp = wp.sum(1)
-            m = lambda a, b, wp=wp, Zp=Zp: (wp * a * b).sum(1) / Zp  # noqa: E731
-            y0, y1, up, vp = y[:, part, 0], y[:, part, 1], u[:, part], v[:, part]
-            G.append((np.stack([m(y0, y0) - 1, m(y0, y1), m(y1, y1) - 1], 1),
-                      np.stack([m(up, up) - 1, m(up, vp), m(vp, vp) - 1], 1)))
-        fro = np.array([1.0, 2.0, 1.0])
-        vals[sl, 0] = (G[0][0] * G[1][0]) @ fro
-        vals[sl, 1] = (G[0][1] * G[1][1]) @ fro
-    if control:
-        r1, r2 = (z[:, :2] ** 2).sum(1), (z[:, 2:] ** 2).sum(1)
-        cv = np.stack([r1**2 - 2 * r1 + 2 - 6.0, r2**2 - 2 * r2 + 2 - 6.0], 1)
-        for k in range(2):
-            X = cv[:, k] - cv[:, k].mean()
-            vals[:, k] = vals[:, k] - cv[:, k] * (X @ (vals[:, k] - vals[:, k].mean())) / (X @ X)
-    mean = vals.mean(0)
-    se = vals.std(0, ddof=1) / math.sqrt(samples)
-    meth = (f"Monte Carlo, {samples} outer x {inner} inner samples, seed {seed}"
-            + (f", inner box {box}" if box is not None else ", small-skip mixture proposal")
-            + (", control variates" if control else ""))
-    return {"lam1": Estimate(mean[0], se[0], meth), "lam2": Estimate(mean[1], se[1], meth)}
-
-
-def _cross_block_mc(*, skip=1.0, beta=1.0, samples=400, inner=2000, seed=11) -> Estimate:
-    """Seeded Monte Carlo of the cross block of F at Q = 0, E_y ||Cov[z_1, z_2 | y]||_F^2
-    (zero by the sign symmetry z_2 -> -z_2).  The fibre is sampled without using the symmetry:
-    ``z_1' ~ N(0, I)``, a random sign ``s``, ``z_2' = A(z_1')^{-1} s h`` (self-normalised
-    weights); the square is estimated from two independent halves (unbiased in the inner noise)."""
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((samples, 4))
-    Ai, _ = attention_inverse(z[:, 0], z[:, 1], skip, beta)
-    A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
-    h = np.einsum("nab,nb->na", A, z[:, 2:])
-    y = rng.standard_normal((samples, inner, 2))
-    sg = rng.choice([-1.0, 1.0], size=(samples, inner))
-    Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
-    u = sg * (Bi[0, 0] * h[:, None, 0] + Bi[0, 1] * h[:, None, 1])
-    v = sg * (Bi[1, 0] * h[:, None, 0] + Bi[1, 1] * h[:, None, 1])
-    lw = -0.5 * (u**2 + v**2) - np.log(det)
-    w = np.exp(lw - lw.max(1, keepdims=True))
-    half = inner // 2
-    C = []
-    for part in (slice(0, half), slice(half, 2 * half)):
-        wp = w[:, part] / w[:, part].sum(1, keepdims=True)
-        C.append(np.stack([(wp * y[:, part, a] * t[:, part]).sum(1)
-                           for a in range(2) for t in (u, v)], 1))
-    vals = (C[0] * C[1]).sum(1)
-    return Estimate(float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(samples)),
-                    f"Monte Carlo {samples} x {inner}, seed {seed}")
-
-
 def zout_mp(h, om, v, nodes, *, c=1.0, beta=1.0):
     """``Z_out`` and the posterior-mean formula for ``g_out`` at mpmath precision on a fixed
     z_1 rule ``nodes = [(z1_0, z1_1, weight), ...]`` (the identity g = d log Z / d omega is exact
@@ -683,8 +562,7 @@ def zout_mp(h, om, v, nodes, *, c=1.0, beta=1.0):
         a00, a01, a10, a11, det = f(z0, z1, c, beta)
         pr = mp.exp(-((z0 - om[0]) ** 2 + (z1 - om[1]) ** 2) / (2 * v[0])) / (2 * mp.pi * v[0])
         for s in (1, -1):
-            u = s * (a00 * h[0] + a01 * h[1])
-            t = s * (a10 * h[0] + a11 * h[1])
+            u, t = (s * x for x in fibre_point(((a00, a01), (a10, a11)), h[0], h[1]))
             p = w * pr * mp.exp(-((u - om[2]) ** 2 + (t - om[3]) ** 2) / (2 * v[1])) / (
                 2 * mp.pi * v[1] * det)
             Z += p
@@ -764,118 +642,14 @@ def run_checks(*, layers=2, tokens=2, skip=1.0, beta=1.0) -> list[dict]:
     add("free-entropy stationarity", ns["stationarity"], 0.015,
         f"dPsi/dQ22 = {ns['dpsi']:.6f} vs Qhat/(2 alpha) = {ns['K2'] / 2:.6f} at Q=diag(0,0.4) "
         f"(route A, orders {CHECK_ORDER}; residual is omega/h quadrature error)")
-    cr = _cross_block_mc(skip=skip, beta=beta)
+    cr = cross_block_montecarlo(skip=skip, beta=beta)
     add("F block diagonal (Cov[z_1, z_2 | y] = 0)", cr.value, 4 * cr.error,
         f"E_y ||Cov[z_1,z_2|y]||_F^2 = {cr.value:.2e} +- {cr.error:.1e} ({cr.method}); "
         "tolerance 4 SE")
     return out
 
 
-def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed=0) -> dict:
-    """Seeded Monte Carlo of ``mu1 = E ||Cov[z_1 | y, omega_2] - I||_F^2`` and
-    ``K2 = E sum_m g_2m^2`` at ``Q = diag(0, q2)``: a route independent of the quadrature.
-
-    Outer: ``z_1, eta ~ N(0, I)``, ``omega_2 ~ N(0, q2 I)``, ``h = A(z_1)(omega_2 + sqrt(V) eta)``.
-    Inner: self-normalised importance sampling over the fibre with random draws from the mixture
-    0.3 N(0, I) + 0.35 N(+-z_1, 2 (I + J^T J / V)^{-1}) (J the symbolic fibre Jacobian); squares
-    of posterior moments are estimated from two independent halves, so the only bias is the
-    O(1/inner) ratio bias.  Returns Estimates (error = standard error over the outer samples) for
-    ``mu1``, ``K2`` and the sequential residual ``r = mu1 - (1 - q2) K2 / q2``."""
-    check(2, 2, skip, beta)
-    require(0 < q2 < 1, "q2", "in (0, 1)", q2)
-    rng = np.random.default_rng(seed)
-    v2 = 1.0 - q2
-    pis = (0.3, 0.35, 0.35)
-    vals = np.zeros((samples, 3))
-    cvs = np.zeros((samples, 2))      # control variates with known mean 0
-    step = max(1, 2_000_000 // inner)
-    for s0 in range(0, samples, step):
-        n = min(step, samples - s0)
-        z = rng.standard_normal((n, 2))
-        om = math.sqrt(q2) * rng.standard_normal((n, 2))
-        eta = rng.standard_normal((n, 2))
-        Ai, _ = attention_inverse(z[:, 0], z[:, 1], skip, beta)
-        A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
-        h = np.einsum("nab,nb->na", A, om + math.sqrt(v2) * eta)
-        S, L = laplace_proposal(z, h, 1.0, v2, skip, beta)
-        comp = rng.choice(3, size=(n, inner), p=pis)
-        x = rng.standard_normal((n, inner, 2))
-        lx = np.einsum("nab,nkb->nka", L, x)
-        sgn = np.where(comp == 1, 1.0, -1.0)[..., None]
-        y = np.where((comp == 0)[..., None], x, sgn * z[:, None, :] + lx)
-        Si = np.linalg.inv(S)
-        logdet = np.log(np.linalg.det(S))
-        q = pis[0] * np.exp(-0.5 * (y**2).sum(-1)) / (2 * math.pi)
-        for sg in (1.0, -1.0):
-            d = y - sg * z[:, None, :]
-            qf = np.einsum("nka,nab,nkb->nk", d, Si, d)
-            q = q + pis[1] * np.exp(-0.5 * qf - 0.5 * logdet[:, None]) / (2 * math.pi)
-        Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
-        u = Bi[0, 0] * h[:, None, 0] + Bi[0, 1] * h[:, None, 1]
-        w = Bi[1, 0] * h[:, None, 0] + Bi[1, 1] * h[:, None, 1]
-        o0, o1 = om[:, None, 0], om[:, None, 1]
-        base = -0.5 * (y**2).sum(-1) - ((u**2 + w**2) + (o0**2 + o1**2)) / (2 * v2)
-        xx = (u * o0 + w * o1) / v2
-        with np.errstate(under="ignore", over="ignore"):
-            lp = np.logaddexp(base + xx, base - xx) - np.log(det * q)
-            wt = np.exp(lp - lp.max(1, keepdims=True))
-            th = np.tanh(xx)                      # (e+ - e-)/(e+ + e-)
-        half = inner // 2
-        G, M = [], []
-        for part in (slice(0, half), slice(half, 2 * half)):
-            wp = wt[:, part] / wt[:, part].sum(1, keepdims=True)
-            y0, y1 = y[:, part, 0], y[:, part, 1]
-            G.append(np.stack([(wp * y0 * y0).sum(1) - 1, (wp * y0 * y1).sum(1),
-                               (wp * y1 * y1).sum(1) - 1], 1))
-            M.append(np.stack([(wp * th[:, part] * u[:, part]).sum(1) - om[:, 0],
-                               (wp * th[:, part] * w[:, part]).sum(1) - om[:, 1]], 1) / v2)
-        sl = slice(s0, s0 + n)
-        r2 = (z**2).sum(1)
-        cvs[sl, 0] = r2**2 - 2 * r2 + 2 - 6.0          # ||z_1 z_1^T - I||_F^2 - E[.]
-        cvs[sl, 1] = ((eta**2).sum(1) - 2.0) / v2       # |z_2 - omega_2|^2 / V^2 - E[.]
-        vals[sl, 0] = (G[0] * G[1]) @ np.array([1.0, 2.0, 1.0])
-        vals[sl, 1] = (M[0] * M[1]).sum(1)
-    vals[:, 2] = vals[:, 0] - (1 - q2) * vals[:, 1] / q2
-    # control variates (regression coefficients from the same samples: O(1/samples) bias)
-    X = cvs - cvs.mean(0)
-    coef, *_ = np.linalg.lstsq(X, vals - vals.mean(0), rcond=None)
-    adj = vals - cvs @ coef
-    mean = adj.mean(0)
-    se = adj.std(0, ddof=1) / math.sqrt(samples)
-    meth = (f"Monte Carlo, {samples} outer x {inner} inner (mixture proposal, control variates "
-            f"||z z^T - I||^2 and |eta|^2), seed {seed}")
-    return {k: Estimate(float(mean[i]), float(se[i]), meth)
-            for i, k in enumerate(("mu1", "K2", "resid"))}
-
-
 # ----------------------------------------------------------------------------- branch engine v2
-def _gauss_newton_mode(z0, z1, h0, h1, o0, o1, v2, c, beta, iters=6):
-    """Mode of N(z; 0, I) N(A(z)^{-1} h; omega, V) over z (damped Gauss-Newton, vectorised);
-    returns the mode and the Gauss-Newton precision ``P = I + J^T J / V`` there."""
-    for it in range(iters + 1):
-        Ai, _ = attention_inverse(z0, z1, c, beta)
-        u = Ai[0, 0] * h0 + Ai[0, 1] * h1
-        w = Ai[1, 0] * h0 + Ai[1, 1] * h1
-        j00, j01, j10, j11 = fibre_jacobian(z0, z1, h0, h1, c, beta)
-        P00 = 1 + (j00**2 + j10**2) / v2
-        P01 = (j00 * j01 + j10 * j11) / v2
-        P11 = 1 + (j01**2 + j11**2) / v2
-        if it == iters:
-            break
-        r0, r1 = u - o0, w - o1
-        g0 = z0 + (j00 * r0 + j10 * r1) / v2
-        g1 = z1 + (j01 * r0 + j11 * r1) / v2
-        det = P00 * P11 - P01**2
-        s0 = (P11 * g0 - P01 * g1) / det
-        s1 = (P00 * g1 - P01 * g0) / det
-        f = np.minimum(1.0, 1.0 / np.maximum(np.hypot(s0, s1), 1e-300))
-        z0, z1 = z0 - f * s0, z1 - f * s1
-    ok = np.isfinite(z0) & np.isfinite(z1) & np.isfinite(P00 * P11)
-    z0, z1 = np.where(ok, z0, 0.0), np.where(ok, z1, 0.0)
-    P00, P01, P11 = np.where(ok, P00, 1.0), np.where(ok, P01, 0.0), np.where(ok, P11, 1.0)
-    return z0, z1, P00, P01, P11
-
-
 def _start_from_logits(h0, h1, o0, o1, c, beta, clip=0.02):
     """z_1 solving A(z_1) omega = h (linear in the softmax entries), clipped into the domain."""
     dl = o0 - o1
@@ -898,10 +672,7 @@ def _inner_v2(h0, h1, o0, o1, zs0, zs1, v2, c, beta, n_in, n_p, pi0=0.2, at_trut
     z_1 -> -z_1 (the integrand is even), so only one node set per component is needed.
     Returns Z-normalised ``(c00, c01, c11, m0, m1, n2)``: Cov[z_1] - I entries, E[z_2] and
     E|z_2|^2 under the posterior."""
-    xg, wg = gh(n_in)
-    X0 = np.repeat(xg, n_in)
-    X1 = np.tile(xg, n_in)
-    WX = np.outer(wg, wg).ravel()
+    X0, X1, WX = grid2(n_in, 1.0, False)
     p0, p1, wp = grid2(n_p, 1.0, True)
     col = lambda a: a[:, None]  # noqa: E731
     comps = []
@@ -909,8 +680,9 @@ def _inner_v2(h0, h1, o0, o1, zs0, zs1, v2, c, beta, n_in, n_p, pi0=0.2, at_trut
     if at_truth:
         starts.append((1.0, (zs0, zs1), 0))
     for sg, (s0, s1), its in starts:
-        m0, m1, P00, P01, P11 = _gauss_newton_mode(s0, s1, sg * h0, sg * h1, o0, o1, v2, c,
-                                                   beta, iters=its)
+        m0, m1, P00, P01, P11 = gauss_newton_mode(s0, s1, sg * h0, sg * h1, m1=(0.0, 0.0),
+                                                  v1=1.0, m2=(o0, o1), r=0.0, v2=v2, c=c,
+                                                  beta=beta, iters=its)
         # Cholesky of P = R^T R; nodes m + R^{-1} x
         r00 = np.sqrt(P00)
         r01 = P01 / r00
@@ -940,8 +712,7 @@ def _inner_v2(h0, h1, o0, o1, zs0, zs1, v2, c, beta, n_in, n_p, pi0=0.2, at_trut
             q = q + pk * dens * col(r00 * r11) / (2 * math.pi)
     Bi, det = attention_inverse(Y0, Y1, c, beta)
     H0, H1, O0, O1 = col(h0), col(h1), col(o0), col(o1)
-    u = Bi[0, 0] * H0 + Bi[0, 1] * H1
-    w = Bi[1, 0] * H0 + Bi[1, 1] * H1
+    u, w = fibre_point(Bi, H0, H1)
     base = -0.5 * (Y0**2 + Y1**2) - ((u**2 + w**2) + (O0**2 + O1**2)) / (2 * v2)
     x = (u * O0 + w * O1) / v2
     with np.errstate(under="ignore", over="ignore"):
@@ -969,11 +740,7 @@ def _stats_branch_v2(q2, *, c, beta, n_w, n_z, n_e, n_in, n_p, progress=None):
     a0, a1, wa = grid2(n_z, 1.0, True)
     e0, e1, we = grid2(n_e, 1.0, False)
     O0, O1, Z0, Z1, E0, E1, Wt = _outer_tensor((w0, w1, ww), (a0, a1, wa), (e0, e1, we))
-    Ai, _ = attention_inverse(Z0, Z1, c, beta)
-    A = np.linalg.inv(np.moveaxis(Ai, (0, 1), (-2, -1)))
-    t0, t1 = O0 + math.sqrt(v2) * E0, O1 + math.sqrt(v2) * E1
-    H0 = A[:, 0, 0] * t0 + A[:, 0, 1] * t1
-    H1 = A[:, 1, 0] * t0 + A[:, 1, 1] * t1
+    H0, H1 = attention_image(Z0, Z1, O0 + math.sqrt(v2) * E0, O1 + math.sqrt(v2) * E1, c, beta)
     nodes = n_p * n_p // 2 + 3 * n_in * n_in
     step = max(1, CHUNK // (4 * nodes))
     acc = dict(K2=0.0, mu1=0.0, trcov2=0.0, weight=0.0)

@@ -85,9 +85,8 @@ import numpy as np
 
 from . import smi
 from .records import ConvergenceError, require
-from .smi_fibre import check, functions
+from .smi_fibre import check, fibre_eval, functions, gauss_newton_mode, grid2
 
-SUPPORTED = dict(layers=(2,), tokens=(2,))
 # iterations per GAMP run: the convergence rule needs CONV_WINDOW = 10 and the benchmarks use
 # 60-150; a damped contraction of factor ``damping`` needs log(1e-6) / log(damping) iterations to
 # reach tol = 1e-6 from O(1) (1.4e3 at damping 0.99, 1.4e4 at 0.999), and the returned history
@@ -130,72 +129,23 @@ def generate(*, alpha, dim, skip=1.0, beta=1.0, rng):
 # ----------------------------------------------------------------------------- fibre quadrature
 @lru_cache(maxsize=16)
 def _gh2(n: int):
-    """Tensor probabilists' Gauss-Hermite rule for N(0, I_2): nodes (K,), (K,), log weights."""
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    w = w / w.sum()
-    X0, X1 = np.meshgrid(x, x, indexing="ij")
-    W = np.outer(w, w)
+    """Tensor probabilists' Gauss-Hermite rule for N(0, I_2) (:func:`aim_sym.numerics.smi_fibre.grid2`):
+    nodes (K,), (K,), log weights."""
+    X0, X1, W = grid2(n, 1.0, False)
     keep = W > 1e-300
     return X0[keep], X1[keep], np.log(W[keep])
-
-
-def _fibre(z10, z11, h0, h1, skip, beta):
-    fib = functions()["fibre"]
-    with np.errstate(over="ignore"):
-        u0, u1, jac = fib(z10, z11, h0, h1, skip, beta)
-    one = np.ones(np.broadcast_shapes(np.shape(z10), np.shape(h0)))
-    return np.asarray(u0, float) * one, np.asarray(u1, float) * one, np.asarray(jac, float) * one
-
-
-def _fibre_jac(z10, z11, h0, h1, skip, beta):
-    f = functions()["fibre_jacobian"]
-    with np.errstate(over="ignore", invalid="ignore"):
-        J = f(z10, z11, h0, h1, skip, beta)
-    one = np.ones(np.broadcast_shapes(np.shape(z10), np.shape(h0)))
-    return [np.nan_to_num(np.asarray(j, float) * one) for j in J]
 
 
 def _log_integrand(z10, z11, h0, h1, o, r, vc, skip, beta):
     """log of [sum over signs of N(z_2; conditional mean, v_c I) / det A(z_1)] at nodes z_1,
     per sign: returns (lw_plus, lw_minus, u0, u1) with z_2 = +-(u0, u1)."""
-    u0, u1, jac = _fibre(z10, z11, h0, h1, skip, beta)
+    u0, u1, jac = fibre_eval(z10, z11, h0, h1, skip, beta)
     m20 = o[:, 1, 0, None] + r * (z10 - o[:, 0, 0, None])
     m21 = o[:, 1, 1, None] + r * (z11 - o[:, 0, 1, None])
     base = np.log(jac) - math.log(2 * math.pi * vc)
     lp = base - ((u0 - m20) ** 2 + (u1 - m21) ** 2) / (2 * vc)
     lm = base - ((u0 + m20) ** 2 + (u1 + m21) ** 2) / (2 * vc)
     return lp, lm, u0, u1
-
-
-def _gauss_newton(z0, z1, sgn, h0, h1, o, v11, r, vc, skip, beta, iters):
-    """Mode of N(z_1; omega_1, v11 I) N(s A(z_1)^{-1} h; omega_2 + r (z_1 - omega_1), v_c I)
-    (the 1/det A factor is left out of the mode search; it is in the integrand). Returns the
-    mode and the Gauss-Newton precision (P00, P01, P11)."""
-    o10, o11 = o[:, 0, 0, None], o[:, 0, 1, None]
-    for it in range(iters + 1):
-        u0, u1, _ = _fibre(z0, z1, h0, h1, skip, beta)
-        j00, j01, j10, j11 = _fibre_jac(z0, z1, h0, h1, skip, beta)
-        j00, j01, j10, j11 = sgn * j00 - r, sgn * j01, sgn * j10, sgn * j11 - r
-        P00 = 1 / v11 + (j00**2 + j10**2) / vc
-        P01 = (j00 * j01 + j10 * j11) / vc
-        P11 = 1 / v11 + (j01**2 + j11**2) / vc
-        if it == iters:
-            break
-        r0 = sgn * u0 - o[:, 1, 0, None] - r * (z0 - o10)
-        r1 = sgn * u1 - o[:, 1, 1, None] - r * (z1 - o11)
-        g0 = (z0 - o10) / v11 + (j00 * r0 + j10 * r1) / vc
-        g1 = (z1 - o11) / v11 + (j01 * r0 + j11 * r1) / vc
-        det = P00 * P11 - P01**2
-        s0 = (P11 * g0 - P01 * g1) / det
-        s1 = (P00 * g1 - P01 * g0) / det
-        f = np.minimum(1.0, 1.0 / np.maximum(np.hypot(s0, s1), 1e-300))
-        z0, z1 = z0 - f * s0, z1 - f * s1
-    ok = np.isfinite(z0) & np.isfinite(z1) & np.isfinite(P00 * P11) & (P00 * P11 - P01**2 > 0)
-    z0, z1 = np.where(ok, z0, o10), np.where(ok, z1, o11)
-    P00 = np.where(ok, P00, 1 / v11)
-    P01 = np.where(ok, P01, 0.0)
-    P11 = np.where(ok, P11, 1 / v11)
-    return z0, z1, P00, P01, P11
 
 
 def _reduce(L, Za, Zb, z20, z21, out, sl):
@@ -228,8 +178,10 @@ def _mixture_nodes(z10, z11, lp, lm, lw, hh0, hh1, o, v11, r, vc, skip, beta, la
         b0 = np.take_along_axis(z10, k[:, None], 1)
         b1 = np.take_along_axis(z11, k[:, None], 1)
         for mir in (1.0, -1.0):
-            comps.append(_gauss_newton(mir * b0, mir * b1, sgn, hh0, hh1, o, v11, r, vc,
-                                       skip, beta, gn_iters))
+            comps.append(gauss_newton_mode(
+                mir * b0, mir * b1, hh0, hh1, m1=(o[:, 0, 0, None], o[:, 0, 1, None]), v1=v11,
+                m2=(o[:, 1, 0, None], o[:, 1, 1, None]), r=r, v2=vc, c=skip, beta=beta,
+                iters=gn_iters, sgn=sgn))
     ncomp = len(comps)
     nodes0, nodes1, chol = [z10], [z11], []
     for m0, m1, P00, P01, P11 in comps:

@@ -26,18 +26,18 @@ from functools import lru_cache
 import numpy as np
 
 from . import smi_learned
-from .records import Estimate, require
+from .records import require
 from .smi_fibre import (
-    attention_inverse,
+    attention_image,
     check,
     check_skip_floor,
     fibre_jacobian,
     functions,
     graded_omega_rule,
-    laplace_proposal,
     rotated_h_rule,
     rotated_z1_rule,
 )
+from .smi_oracles import montecarlo_stats  # noqa: F401  (public alias)
 from .smi_route_a import q0_sums
 
 
@@ -66,8 +66,7 @@ def _fibre_singular_values(n, c, beta):
     i, j = (g.ravel() for g in np.meshgrid(np.arange(a0.size), np.arange(a0.size),
                                             indexing="ij"))
     z0, z1, t0, t1, W = a0[i], a1[i], a0[j], a1[j], wa[i] * wa[j]
-    A = np.linalg.inv(np.moveaxis(attention_inverse(z0, z1, c, beta)[0], (0, 1), (-2, -1)))
-    h0, h1 = A[:, 0, 0] * t0 + A[:, 0, 1] * t1, A[:, 1, 0] * t0 + A[:, 1, 1] * t1
+    h0, h1 = attention_image(z0, z1, t0, t1, c, beta)
     j00, j01, j10, j11 = fibre_jacobian(z0, z1, h0, h1, c, beta)
     tr = j00**2 + j01**2 + j10**2 + j11**2
     dt = (j00 * j11 - j01 * j10) ** 2
@@ -107,77 +106,6 @@ def perfect_recovery(*, skip: float = 1.0, beta: float = 1.0, orders=RECOVERY_OR
                 ratio_multiplier=1 - 2 * a1, contraction="1/alpha",
                 method=f"4D graded rule in z (sum x difference), {orders[0]} vs {orders[1]}; "
                        "kappa_1(r*) = 1 by Brent in log r")
-
-
-# ----------------------------------------------------------------------------- Monte Carlo route
-def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1.0,
-                     samples: int = 4000, inner: int = 1000, seed: int = 0) -> dict:
-    """Seeded Monte Carlo of ``K1, K2, K12`` at ``Q = diag(q1, q2)``, independent of the
-    quadrature and of every symmetry reduction (so ``K12`` is a real test of ``Q_12 = 0``).
-
-    Outer: ``z_1, xi, eta ~ N(0, I)``, ``omega_1 = q1 z_1 + sqrt(q1 V1) xi``,
-    ``omega_2 ~ N(0, q2 I)``, ``z_2 = omega_2 + sqrt(V2) eta``, ``h = A(z_1) z_2``.  Inner:
-    self-normalised importance sampling of ``z_1'`` from ``0.3 N(omega_1, V1 I) +
-    0.35 N(+-z_1, 2 P^{-1})`` (``P = I/V1 + J^T J/V2`` at the true ``z_1``); both signs of ``h``
-    are summed at every draw.  Products of posterior means come from two independent inner
-    halves (no variance bias).  Returns Estimates (error = standard error over outer samples)."""
-    check(2, 2, skip, beta)
-    require(0 <= q1 < 1 and 0 <= q2 < 1, "Q", "diag(q1, q2) with q1, q2 in [0, 1)", (q1, q2))
-    rng = np.random.default_rng(seed)
-    v1, v2 = 1.0 - q1, 1.0 - q2
-    pis = (0.3, 0.35, 0.35)
-    vals = np.zeros((samples, 3))
-    step = max(1, 1_000_000 // inner)
-    for s0 in range(0, samples, step):
-        n = min(step, samples - s0)
-        z = rng.standard_normal((n, 2))
-        om1 = q1 * z + math.sqrt(q1 * v1) * rng.standard_normal((n, 2))
-        om2 = math.sqrt(q2) * rng.standard_normal((n, 2))
-        A = np.linalg.inv(np.moveaxis(attention_inverse(z[:, 0], z[:, 1], skip, beta)[0],
-                                      (0, 1), (-2, -1)))
-        h = np.einsum("nab,nb->na", A, om2 + math.sqrt(v2) * rng.standard_normal((n, 2)))
-        S, L = laplace_proposal(z, h, v1, v2, skip, beta)
-        comp = rng.choice(3, size=(n, inner), p=pis)
-        x = rng.standard_normal((n, inner, 2))
-        lx = np.einsum("nab,nkb->nka", L, x)
-        sg = np.where(comp == 1, 1.0, -1.0)[..., None]
-        y = np.where((comp == 0)[..., None], om1[:, None, :] + math.sqrt(v1) * x,
-                     sg * z[:, None, :] + lx)
-        Si = np.linalg.inv(S)
-        ldet = np.log(np.linalg.det(S))[:, None]
-        lq = [math.log(pis[0]) - ((y - om1[:, None, :]) ** 2).sum(-1) / (2 * v1)
-              - math.log(2 * math.pi * v1)]
-        for sgn in (1.0, -1.0):
-            d = y - sgn * z[:, None, :]
-            lq.append(math.log(pis[1]) - 0.5 * np.einsum("nka,nab,nkb->nk", d, Si, d)
-                      - 0.5 * ldet - math.log(2 * math.pi))
-        lq = np.logaddexp.reduce(np.stack(lq), axis=0)
-        Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
-        u = Bi[0, 0] * h[:, None, 0] + Bi[0, 1] * h[:, None, 1]
-        w = Bi[1, 0] * h[:, None, 0] + Bi[1, 1] * h[:, None, 1]
-        o0, o1 = om2[:, None, 0], om2[:, None, 1]
-        base = (-((y - om1[:, None, :]) ** 2).sum(-1) / (2 * v1)
-                - ((u**2 + w**2) + (o0**2 + o1**2)) / (2 * v2) - np.log(det) - lq)
-        xx = (u * o0 + w * o1) / v2
-        lp = np.logaddexp(base + xx, base - xx)
-        wt = np.exp(lp - lp.max(1, keepdims=True))
-        th = np.tanh(xx)                                   # sum_s s e^{s x} / sum_s e^{s x}
-        half = inner // 2
-        G = []
-        for part in (slice(0, half), slice(half, 2 * half)):
-            wp = wt[:, part] / wt[:, part].sum(1, keepdims=True)
-            g1 = (np.einsum("nk,nka->na", wp, y[:, part]) - om1) / v1
-            g2 = (np.stack([(wp * th[:, part] * u[:, part]).sum(1),
-                            (wp * th[:, part] * w[:, part]).sum(1)], 1) - om2) / v2
-            G.append((g1, g2))
-        sl = slice(s0, s0 + n)
-        vals[sl, 0] = (G[0][0] * G[1][0]).sum(1)
-        vals[sl, 1] = (G[0][1] * G[1][1]).sum(1)
-        vals[sl, 2] = 0.5 * ((G[0][0] * G[1][1]).sum(1) + (G[1][0] * G[0][1]).sum(1))
-    mean, se = vals.mean(0), vals.std(0, ddof=1) / math.sqrt(samples)
-    meth = f"Monte Carlo, {samples} outer x {inner} inner (mixture proposal), seed {seed}"
-    return {k: Estimate(float(mean[i]), float(se[i]), meth)
-            for i, k in enumerate(("K1", "K2", "K12"))}
 
 
 # ----------------------------------------------------------------------------- records

@@ -34,7 +34,16 @@ import time
 import numpy as np
 
 from .records import Estimate, require
-from .smi_fibre import check, check_skip_floor, functions, gh
+from .smi_fibre import (
+    check,
+    check_skip_floor,
+    fibre_point,
+    fibre_quadratics,
+    functions,
+    gh_tensor,
+    inverse_columns,
+    ratio_grid2,
+)
 
 SUPPORTED_LAYERS = (2, 3)
 SIGMA_H_FACTOR = 1.4  # sigma_h^2 = factor * sup ||M||^2
@@ -55,36 +64,15 @@ def norm_bound(skip: float) -> float:
     return float(max(np.linalg.eigvalsh(A @ A.T).max(), (1.0 + skip) ** 2))
 
 
-def _fibre(layers: int):
-    return functions(layers)["fibre"]
-
-
 def _inner_grid(n: int, dims: int):
     """Tensor GH over the free rows; each row's sign flip z_l -> -z_l leaves M (hence every
     integrand) invariant, so only z_l0 > 0 is kept, with doubled weights."""
     require(n % 2 == 0, "n_z", "even", n)
-    x, w = gh(n)
-    grids = np.meshgrid(*([x] * dims), indexing="ij")
-    W = w
-    for _ in range(dims - 1):
-        W = np.multiply.outer(W, w)
-    pts, W = [g.ravel() for g in grids], W.ravel()
+    pts, W = gh_tensor(n, dims)
     keep = np.ones(W.size, dtype=bool)
     for l in range(0, dims, 2):
         keep &= pts[l] > 0
     return [p[keep] for p in pts], W[keep] * 2.0 ** (dims // 2)
-
-
-def _outer_grid(n: int, sigma: float):
-    require(n % 2 == 0, "n_h", "even", n)
-    x, w = gh(n)
-    H0, H1 = np.meshgrid(sigma * x, sigma * x, indexing="ij")
-    W = np.outer(w, w)
-    keep = H0 > 0
-    h0, h1, wh = H0[keep], H1[keep], 2.0 * W[keep]
-    # divide by the Gaussian weight N(h; 0, sigma^2 I)
-    wh = wh * (2 * math.pi * sigma**2) * np.exp(0.5 * (h0**2 + h1**2) / sigma**2)
-    return h0, h1, wh
 
 
 def _polar_grid(n_u: int, n_theta: int, sigma: float):
@@ -102,30 +90,15 @@ def _polar_grid(n_u: int, n_theta: int, sigma: float):
     return h0, h1, wh
 
 
-def _inverse_columns(params: list[np.ndarray], layers: int, skip: float, beta: float):
-    """M^{-1} (2x2 per inner node, entries a, b, c, d row-major) and 1/det M."""
-    f = _fibre(layers)
-    one, zero = np.ones_like(params[0]), np.zeros_like(params[0])
-    with np.errstate(over="ignore", invalid="ignore"):
-        c0 = f(*params, one, zero, skip, beta)
-        c1 = f(*params, zero, one, skip, beta)
-    m00, m10, jac = (np.asarray(t, dtype=float) * one for t in c0)
-    m01, m11 = (np.asarray(t, dtype=float) * one for t in c1[:2])
-    return (m00, m01, m10, m11), jac
-
-
 def lambdas(*, layers: int, skip: float, beta: float, n_h, n_z: int) -> dict:
     """``n_h``: an even GH order, or ``(n_u, n_theta)`` for the polar rule (the default route).
     lambda_l = E_y ||Cov[z_l | y] - I||_F^2 for l = 1..L, and the mass (should be 1)."""
     dims = 2 * (layers - 1)
     params, wz = _inner_grid(n_z, dims)
-    (m00, m01, m10, m11), jac = _inverse_columns(params, layers, skip, beta)
+    Mi, jac = inverse_columns(params, layers, skip, beta)
     wi = wz * jac / (2 * math.pi)
     # |M^{-1} h|^2 = h^T B h; z_L z_L^T entries as quadratic forms in h
-    B = np.stack([m00**2 + m10**2, 2 * (m00 * m01 + m10 * m11), m01**2 + m11**2])
-    quad = []
-    for a, b in (((m00, m01), (m00, m01)), ((m00, m01), (m10, m11)), ((m10, m11), (m10, m11))):
-        quad += [a[0] * b[0], a[0] * b[1] + a[1] * b[0], a[1] * b[1]]
+    B, _, quad = fibre_quadratics(Mi)
     mom = [wi]
     for l in range(layers - 1):
         z0, z1 = params[2 * l], params[2 * l + 1]
@@ -136,7 +109,7 @@ def lambdas(*, layers: int, skip: float, beta: float, n_h, n_z: int) -> dict:
     if isinstance(n_h, tuple):
         h0, h1, wh = _polar_grid(n_h[0], n_h[1], sigma)
     else:
-        h0, h1, wh = _outer_grid(n_h, sigma)
+        h0, h1, wh = ratio_grid2(n_h, sigma)
     acc = np.zeros(1 + layers)
     fro = np.array([1.0, 2.0, 1.0])
     eye = np.array([1.0, 0.0, 1.0])
@@ -227,9 +200,8 @@ def montecarlo_lambdas(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
         z = rng.standard_normal(2 * layers)
         h0, h1 = (float(v) for v in fwd(*z, skip, beta)[:2])
         params = list(rng.standard_normal((2 * (layers - 1), inner)))
-        (m00, m01, m10, m11), jac = _inverse_columns(params, layers, skip, beta)
-        zl0 = m00 * h0 + m01 * h1
-        zl1 = m10 * h0 + m11 * h1
+        Mi, jac = inverse_columns(params, layers, skip, beta)
+        zl0, zl1 = fibre_point(Mi, h0, h1)
         logw = -0.5 * (zl0**2 + zl1**2) + np.log(jac)
         w = np.exp(logw - logw.max())
         w /= w.sum()

@@ -64,7 +64,7 @@ import numpy as np
 
 from . import smi_sequential
 from .records import ConvergenceError, Estimate, require
-from .smi_fibre import check_skip_floor, functions
+from .smi_fibre import check_skip_floor, fibre_quadratics, functions, inverse_columns
 
 H_PAD = 6.0          # h-box padding in standard deviations of the blur sqrt(V) M eta
 RADIUS = 6.0         # fibre lattice radius (4D); prior mass outside: (1 + R^2/2) exp(-R^2/2)
@@ -86,21 +86,10 @@ def _check_q3(q3: float) -> None:
             q3)
 
 
-def _fibre3():
-    return functions(3)["fibre"]
-
-
 def inverse_map(z10, z11, z20, z21, skip: float, beta: float):
-    """Entries ``(a, b, c, d)`` of ``M^{-1}`` (row-major) and ``1 / det M`` at the nodes: the
-    symbolic fibre ``z_3 = M^{-1} h`` is linear in ``h``, its columns are the fibre at
-    ``h = e_0, e_1``."""
-    f = _fibre3()
-    one, zero = np.ones_like(z10), np.zeros_like(z10)
-    with np.errstate(over="ignore", invalid="ignore"):
-        c0 = f(z10, z11, z20, z21, one, zero, skip, beta)
-        c1 = f(z10, z11, z20, z21, zero, one, skip, beta)
-    m00, m10, jac = (np.asarray(t, dtype=float) * one for t in c0)
-    m01, m11 = (np.asarray(t, dtype=float) * one for t in c1[:2])
+    """Entries ``(a, b, c, d)`` of ``M^{-1}`` (row-major) and ``1 / det M`` at the nodes
+    (:func:`aim_sym.numerics.smi_fibre.inverse_columns` at L = 3)."""
+    ((m00, m01), (m10, m11)), jac = inverse_columns([z10, z11, z20, z21], 3, skip, beta)
     return (m00, m01, m10, m11), jac
 
 
@@ -134,10 +123,9 @@ def fibre_lattice(dz: float, skip: float, beta: float, radius: float = RADIUS,
         parts.append(np.stack([np.full(keep.sum(), a), B1[keep], C0[keep], C1[keep]]))
     z10, z11, z20, z21 = np.concatenate(parts, axis=1)
     w = 4.0 * dz**2 * dz2**2 * np.where(z10 == 0, 0.5, 1.0) * np.where(z20 == 0, 0.5, 1.0)
-    (m00, m01, m10, m11), jac = inverse_map(z10, z11, z20, z21, skip, beta)
+    Mi, jac = inverse_columns([z10, z11, z20, z21], 3, skip, beta)
     require(bool(np.all(np.isfinite(jac) & (jac > 0))), "skip", "> 0 (finite det M)", skip)
-    B = np.stack([m00**2 + m10**2, 2 * (m00 * m01 + m10 * m11), m01**2 + m11**2])
-    Y = np.stack([m00, m01, m10, m11])
+    B, Y, _ = fibre_quadratics(Mi)
     logw = (np.log(w) - 0.5 * (z10**2 + z11**2 + z20**2 + z21**2) - 2 * math.log(2 * math.pi)
             + np.log(jac))
     F = np.stack([np.ones_like(z10), z10 * z10, z10 * z11, z11 * z11, z20 * z20, z20 * z21,
@@ -183,19 +171,7 @@ def fibre_moments(h0, h1, o0, o1, v: float, lat: dict, single: bool = False) -> 
         shift = np.max([p[2] for p in parts], axis=0)
         G = sum(p[0] * np.exp(p[2] - shift)[:, None] for p in parts)
         Dd = sum(p[1] * np.exp(p[2] - shift)[:, None] for p in parts)
-        Z = G[:, 0]
-        m = Dd / Z[:, None]
-        out[0, sl] = G[:, 1] / Z - 1
-        out[1, sl] = G[:, 2] / Z
-        out[2, sl] = G[:, 3] / Z - 1
-        out[3, sl] = G[:, 4] / Z - 1
-        out[4, sl] = G[:, 5] / Z
-        out[5, sl] = G[:, 6] / Z - 1
-        out[6, sl] = m[:, 0] * a0 + m[:, 1] * a1
-        out[7, sl] = m[:, 2] * a0 + m[:, 3] * a1
-        out[8, sl] = (G[:, 7] * a0 * a0 + G[:, 8] * a0 * a1 + G[:, 9] * a1 * a1) / Z
-        out[9, sl] = (np.log(Z) + shift - (b0 * b0 + b1 * b1) / (2 * v)
-                      - math.log(2 * math.pi * v))
+        out[:, sl] = smi_sequential.lattice_moments(G, Dd, shift, a0, a1, b0, b1, v, rows=2)
     return out
 
 
@@ -284,13 +260,7 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
              bool(single)) for a, b, w in zip(O0[keep], O1[keep], W[keep], strict=True)]
     # largest h boxes first (load balance over the pool)
     jobs.sort(key=lambda j: -(abs(j[0]) + abs(j[1])))
-    if workers == 1:
-        res = [_omega_task(j) for j in jobs]
-    else:
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(workers) as pool:
-            res = pool.map(_omega_task, jobs, chunksize=1)
+    res = smi_sequential.map_jobs(_omega_task, jobs, workers)
     mass, mu1, mu2, K3, trcov3, psi = np.sum([r[0] for r in res], axis=0)
     npts = int(sum(r[1] for r in res))
     # per unit outer weight: mass 1, K3 <= 2/V (Nishimori), mu_l <= 2 (R^2 - 1)^2 on the lattice;
@@ -309,7 +279,7 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
 def _fibre_jacobian_fd(z, h, skip, beta, eps=1e-5):
     """``J = d z_3 / d (z_1, z_2)`` (n, 2, 4) along the fibre through ``h``, central
     differences of the symbolic fibre."""
-    f = _fibre3()
+    f = functions(3)["fibre"]
     J = np.empty((z.shape[0], 2, 4))
     for k in range(4):
         zp, zm = z.copy(), z.copy()
@@ -333,7 +303,7 @@ def _mc_samples(q3: float, skip: float, beta: float, samples: int, inner: int, s
     _check_channel(skip, beta)
     require(isinstance(samples, int) and samples >= 10, "samples", "an integer >= 10", samples)
     require(isinstance(inner, int) and inner >= 20, "inner", "an integer >= 20", inner)
-    f = _fibre3()
+    f = functions(3)["fibre"]
     # outer draws first from their own stream, inner draws from another: the same teachers at
     # every q3 and every inner size (common random numbers)
     ro, ri = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])

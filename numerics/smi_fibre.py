@@ -5,9 +5,15 @@ Every ``numerics/smi*.py`` module builds on this one; it imports no other SMI mo
 compiled pieces come from :func:`aim_sym.numerics.compiled_functions.smi_functions` (the factory
 the package root registers).
 
-* ``A(z_1)`` is the layer-1 attention map, ``z_2 = A(z_1)^{-1} h`` the fibre through ``h``
-  (:func:`attention_inverse`), ``J = dz_2/dz_1`` along it (:func:`fibre_jacobian`);
+* ``A(z_1)`` is the layer-1 attention map (:func:`attention_matrix`, ``h = A z_2``:
+  :func:`attention_image`), ``z_2 = A(z_1)^{-1} h`` the fibre through ``h``
+  (:func:`attention_inverse`, at depth L :func:`inverse_columns`); every fibre point is
+  :func:`fibre_point` and its quadratic forms in ``h`` :func:`fibre_quadratics`;
+  ``J = dz_2/dz_1`` along it (:func:`fibre_jacobian`), the Gauss-Newton precision
+  ``I/V1 + J^T J/V2`` :func:`gauss_newton_precision`;
 * :func:`laplace_proposal`: the Gaussian proposal of the Monte Carlo routes at the true ``z_1``;
+* Gauss-Hermite rules: :func:`gh` (the one provider), :func:`grid2`, :func:`gh_tensor`,
+  :func:`ratio_grid2`;
 * :func:`graded_omega_rule`: the graded rule for ``omega_2`` that resolves the width-``sqrt(V)``
   feature at ``d = w0 - w1 = 0``.
 """
@@ -70,6 +76,24 @@ def gh(n: int):
     return x, w / w.sum()
 
 
+def gh_tensor(n: int, dims: int):
+    """Tensor product of :func:`gh` over ``dims`` axes (rule for N(0, I_dims)): the node
+    coordinates (a list of ``dims`` flat arrays) and the weights."""
+    x, w = gh(n)
+    grids = np.meshgrid(*([x] * dims), indexing="ij")
+    W = w
+    for _ in range(dims - 1):
+        W = np.multiply.outer(W, w)
+    return [g.ravel() for g in grids], W.ravel()
+
+
+def ratio_grid2(n: int, sigma: float):
+    """Rule for ``int dh f(h)`` over integrands even in h: :func:`grid2` for N(0, sigma^2 I) on
+    the half plane h_0 > 0, weights divided by the Gaussian density.  Returns (h0, h1, w)."""
+    h0, h1, wh = grid2(n, sigma, True)
+    return h0, h1, wh * (2 * math.pi * sigma**2) * np.exp(0.5 * (h0**2 + h1**2) / sigma**2)
+
+
 def grid2(n: int, scale: float, half: bool):
     """2D tensor GH for N(0, scale^2 I). ``half``: keep first coordinate > 0 (weights doubled)."""
     x, w = gh(n)
@@ -124,6 +148,51 @@ def attention_inverse(z0, z1, c, beta):
     return np.array([[a00, a01], [a10, a11]]), det
 
 
+def attention_matrix(z0, z1, c, beta):
+    """``A(z_1)`` as an (..., 2, 2) array: the inverse of :func:`attention_inverse`."""
+    return np.linalg.inv(np.moveaxis(attention_inverse(z0, z1, c, beta)[0], (0, 1), (-2, -1)))
+
+
+def attention_image(z0, z1, t0, t1, c, beta):
+    """``h = A(z_1) z_2`` (THEORY 2.3) at ``z_1 = (z0, z1)``, ``z_2 = (t0, t1)``: (h0, h1)."""
+    A = attention_matrix(z0, z1, c, beta)
+    return A[..., 0, 0] * t0 + A[..., 0, 1] * t1, A[..., 1, 0] * t0 + A[..., 1, 1] * t1
+
+
+def fibre_point(Ai, h0, h1):
+    """The fibre point ``z_L = A^{-1} h`` (THEORY 2.3, 2.5) from the entries ``Ai[a][b]`` of the
+    inverse map (:func:`attention_inverse`, or :func:`inverse_columns` at depth L): (u, w)."""
+    return Ai[0][0] * h0 + Ai[0][1] * h1, Ai[1][0] * h0 + Ai[1][1] * h1
+
+
+def fibre_quadratics(Ai):
+    """Coefficients of the fibre point's quadratic and bilinear forms in ``h`` (THEORY 2.3):
+    ``B`` (3, ...) with ``|A^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``, ``Y`` (4, ...) with
+    ``omega^T A^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)`` and ``K`` (9 entries) with
+    ``(z_L z_L^T)_ab = K[3j:3j+3] . (h0^2, h0 h1, h1^2)`` for ab = 00, 01, 11 (j = 0, 1, 2)."""
+    (a00, a01), (a10, a11) = Ai
+    B = np.stack([a00**2 + a10**2, 2 * (a00 * a01 + a10 * a11), a01**2 + a11**2])
+    K = []
+    for a, b in (((a00, a01), (a00, a01)), ((a00, a01), (a10, a11)), ((a10, a11), (a10, a11))):
+        K += [a[0] * b[0], a[0] * b[1] + a[1] * b[0], a[1] * b[1]]
+    return B, np.stack([a00, a01, a10, a11]), K
+
+
+def inverse_columns(params: list, layers: int, skip: float, beta: float):
+    """``M^{-1}`` at depth ``layers`` (THEORY 2.5: ``z_L = M^{-1} h``, ``M = A_{L-1} ... A_1``) at
+    the free coordinates ``params`` (z_1 .. z_{L-1}, 2 (L - 1) arrays): entries
+    ``((m00, m01), (m10, m11))`` and ``1 / det M``.  The compiled fibre is linear in ``h``; its
+    columns are the fibre at ``h = e_0, e_1``."""
+    f = functions(layers)["fibre"]
+    one, zero = np.ones_like(params[0]), np.zeros_like(params[0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        c0 = f(*params, one, zero, skip, beta)
+        c1 = f(*params, zero, one, skip, beta)
+    m00, m10, jac = (np.asarray(t, dtype=float) * one for t in c0)
+    m01, m11 = (np.asarray(t, dtype=float) * one for t in c1[:2])
+    return ((m00, m01), (m10, m11)), jac
+
+
 def fibre_jacobian(z0, z1, h0, h1, c, beta):
     """Entries ``(j00, j01, j10, j11)`` of ``J = dz_2/dz_1`` along the fibre through ``h``."""
     f = functions()["fibre_jacobian"]
@@ -132,16 +201,60 @@ def fibre_jacobian(z0, z1, h0, h1, c, beta):
     return j
 
 
+def gauss_newton_precision(j, v1, v2):
+    """Entries (P00, P01, P11) of ``P = I / V1 + J^T J / V2``, ``J = (j00, j01, j10, j11)`` the
+    fibre Jacobian: the Gauss-Newton (Laplace) precision of the fibre posterior over ``z_1``."""
+    j00, j01, j10, j11 = j
+    return (1 / v1 + (j00**2 + j10**2) / v2, (j00 * j01 + j10 * j11) / v2,
+            1 / v1 + (j01**2 + j11**2) / v2)
+
+
+def fibre_eval(z0, z1, h0, h1, c, beta):
+    """The compiled L = 2 fibre (THEORY 2.3) broadcast to the common shape of ``z_1`` and ``h``:
+    ``(u0, u1, jac)`` with ``(u0, u1) = A(z_1)^{-1} h`` and ``jac = 1 / det A(z_1)``."""
+    with np.errstate(over="ignore"):
+        u0, u1, jac = functions()["fibre"](z0, z1, h0, h1, c, beta)
+    one = np.ones(np.broadcast_shapes(np.shape(z0), np.shape(h0)))
+    return np.asarray(u0, float) * one, np.asarray(u1, float) * one, np.asarray(jac, float) * one
+
+
+def gauss_newton_mode(z0, z1, h0, h1, *, m1, v1, m2, r, v2, c, beta, iters: int, sgn=1.0):
+    """Mode over ``z_1`` of ``N(z_1; m1, v1 I) N(sgn A(z_1)^{-1} h; m2 + r (z_1 - m1), v2 I)``
+    (the ``1/det A`` factor left out) by damped Gauss-Newton from ``(z0, z1)`` with the
+    symbolic fibre Jacobian (THEORY 2.3), vectorised.  Returns the mode and the precision
+    ``(P00, P01, P11)`` of :func:`gauss_newton_precision` for ``j = sgn J - r I`` there; points
+    where it fails (not finite, P not positive definite) fall back to ``m1`` and ``I / v1``."""
+    (m10, m11), (m20, m21) = m1, m2
+    for it in range(iters + 1):
+        u0, u1, _ = fibre_eval(z0, z1, h0, h1, c, beta)
+        j00, j01, j10, j11 = (np.nan_to_num(j) for j in fibre_jacobian(z0, z1, h0, h1, c, beta))
+        j00, j01, j10, j11 = j = sgn * j00 - r, sgn * j01, sgn * j10, sgn * j11 - r
+        P00, P01, P11 = gauss_newton_precision(j, v1, v2)
+        if it == iters:
+            break
+        r0 = sgn * u0 - m20 - r * (z0 - m10)
+        r1 = sgn * u1 - m21 - r * (z1 - m11)
+        g0 = (z0 - m10) / v1 + (j00 * r0 + j10 * r1) / v2
+        g1 = (z1 - m11) / v1 + (j01 * r0 + j11 * r1) / v2
+        det = P00 * P11 - P01**2
+        s0 = (P11 * g0 - P01 * g1) / det
+        s1 = (P00 * g1 - P01 * g0) / det
+        f = np.minimum(1.0, 1.0 / np.maximum(np.hypot(s0, s1), 1e-300))
+        z0, z1 = z0 - f * s0, z1 - f * s1
+    ok = np.isfinite(z0) & np.isfinite(z1) & np.isfinite(P00 * P11) & (P00 * P11 - P01**2 > 0)
+    return (np.where(ok, z0, m10), np.where(ok, z1, m11), np.where(ok, P00, 1 / v1),
+            np.where(ok, P01, 0.0), np.where(ok, P11, 1 / v1))
+
+
 def laplace_proposal(z, h, v1, v2, skip, beta):
     """Covariance ``S`` (n, 2, 2) and its Cholesky factor of the Laplace proposal for ``z_1'``
     at the points ``z`` of the fibre through ``h``: ``S = 2 P^-1``, ``P = I / V1 + J^T J / V2``
     (``J = dz_2/dz_1`` along the fibre, :func:`fibre_jacobian`), widened by 2 for the
     importance sampler's tails."""
-    j00, j01, j10, j11 = fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], skip, beta)
+    p00, p01, p11 = gauss_newton_precision(
+        fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], skip, beta), v1, v2)
     P = np.empty((z.shape[0], 2, 2))
-    P[:, 0, 0] = 1 / v1 + (j00**2 + j10**2) / v2
-    P[:, 0, 1] = P[:, 1, 0] = (j00 * j01 + j10 * j11) / v2
-    P[:, 1, 1] = 1 / v1 + (j01**2 + j11**2) / v2
+    P[:, 0, 0], P[:, 0, 1], P[:, 1, 0], P[:, 1, 1] = p00, p01, p01, p11
     S = 2.0 * np.linalg.inv(P)
     return S, np.linalg.cholesky(S)
 
@@ -156,7 +269,7 @@ Z1_TAIL = 9.0      # |d| <= 9: the cut Gaussian mass of z_1 is < 1e-18
 H_TAIL = 9.0       # |h_d| <= 9 (1 + c) >= 9 sup kappa: the cut mass of h is < 1e-18
 
 
-def _sinh_nodes(gamma: float, extent: float, dt: float, half: bool):
+def sinh_nodes(gamma: float, extent: float, dt: float, half: bool):
     """Trapezoid in t, x = gamma sinh(t), |x| <= extent: nodes x and weights dx/dt dt (t >= 0
     only when ``half``, the t = 0 node counted once, the others twice)."""
     tmax = math.asinh(extent / gamma)
@@ -175,7 +288,7 @@ def rotated_z1_rule(n_s: int, dt: float, c: float, beta: float):
     1), resolving kappa(z_1) -> c near d = 0.  Returns (z0, z1, w)."""
     xs, ws = gh(n_s)
     gamma = min(math.sqrt(2.0 * c / beta), 1.0)
-    d, wd = _sinh_nodes(gamma, Z1_TAIL, dt, half=False)
+    d, wd = sinh_nodes(gamma, Z1_TAIL, dt, half=False)
     wd = wd * np.exp(-0.5 * d**2) / math.sqrt(2 * math.pi)
     S, D = np.repeat(xs, d.size), np.tile(d, xs.size)
     W = np.repeat(ws, d.size) * np.tile(wd, xs.size)
@@ -201,7 +314,7 @@ def rotated_h_rule(n_s: int, dt: float, c: float):
     keep = x > 0
     hs = sig * x[keep]
     ws = 2.0 * w[keep] * math.sqrt(2 * math.pi) * sig * np.exp(0.5 * x[keep] ** 2)
-    hd, wd = _sinh_nodes(min(c, 1.0), H_TAIL * (1.0 + c), dt, half=True)
+    hd, wd = sinh_nodes(min(c, 1.0), H_TAIL * (1.0 + c), dt, half=True)
     S, D = np.repeat(hs, hd.size), np.tile(hd, hs.size)
     W = np.repeat(ws, hd.size) * np.tile(wd, hs.size)
     return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W

@@ -44,19 +44,11 @@ from functools import lru_cache
 import numpy as np
 
 from .records import ConvergenceError, require
-from .smi_fibre import check_skip_floor, functions
+from .smi_fibre import check_skip_floor, fibre_point, functions
 
 TRAP_R = 7.5          # lattice radius in u: cut prior mass exp(-R^2/2) < 1e-12
 _BLOCK = 1_500_000    # (outer x node) pairs per block
 FIELDS = ("K1", "K2", "K12", "N1", "N2", "psi")
-
-
-def _inverse_ab():
-    return functions()["attention_inverse_ab"]
-
-
-def _forward():
-    return functions()["forward"]
 
 
 @lru_cache(maxsize=16)
@@ -87,7 +79,7 @@ def fibre_moments(h0, h1, a0, a1, o0, o1, *, v1: float, v2: float, lat: dict,
     ``omega_2 = o``), each an array (2, n) for the spacings ``dz`` and ``2 dz``: ``logZ``
     (``Z`` = density of the pair ``{h, -h}``, with both Gaussians normalised), ``m1`` (2, 2, n)
     ``= E z_1'``, ``s1 = E|z_1'|^2``, ``m2 = E z_2'``, ``s2 = E|z_2'|^2``."""
-    f = _inverse_ab()
+    f = functions()["attention_inverse_ab"]
     sv1 = math.sqrt(v1)
     col = lambda x: np.asarray(x, dtype=float)[:, None]  # noqa: E731
     Z0 = col(a0) + sv1 * lat["U0"]
@@ -95,8 +87,7 @@ def fibre_moments(h0, h1, a0, a1, o0, o1, *, v1: float, v2: float, lat: dict,
     d = Z0 - Z1
     with np.errstate(over="ignore"):
         i00, i01, i10, i11, det = f(beta * Z0 * d, -beta * Z1 * d, c)
-    u = i00 * col(h0) + i01 * col(h1)                  # z_2' for s = +1
-    w = i10 * col(h0) + i11 * col(h1)
+    u, w = fibre_point(((i00, i01), (i10, i11)), col(h0), col(h1))     # z_2' for s = +1
     q = u * u + w * w
     base = lat["logp"] - np.log(det) - (q + col(o0 * o0 + o1 * o1)) / (2 * v2)
     x = (u * col(o0) + w * col(o1)) / v2
@@ -150,7 +141,7 @@ def teacher(q1: float, q2: float, g: np.ndarray, *, c: float = 1.0, beta: float 
     a0, a1 = q1 * z0 + s * g[:, 2], q1 * z1 + s * g[:, 3]
     o0, o1 = math.sqrt(q2) * g[:, 4], math.sqrt(q2) * g[:, 5]
     t0, t1 = o0 + math.sqrt(v2) * g[:, 6], o1 + math.sqrt(v2) * g[:, 7]
-    h0, h1 = _forward()(z0, z1, t0, t1, c, beta)[:2]
+    h0, h1 = functions()["forward"](z0, z1, t0, t1, c, beta)[:2]
     return dict(h0=h0, h1=h1, a0=a0, a1=a1, o0=o0, o1=o1)
 
 

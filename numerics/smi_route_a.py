@@ -15,7 +15,14 @@ import math
 
 import numpy as np
 
-from .smi_fibre import attention_inverse, graded_omega_rule, grid2
+from .smi_fibre import (
+    attention_inverse,
+    fibre_point,
+    fibre_quadratics,
+    graded_omega_rule,
+    grid2,
+    ratio_grid2,
+)
 
 SIGMA_H = 2.7
 CHUNK = 3_000_000  # elements per (outer x inner) block
@@ -46,8 +53,7 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
         o20, o21, ow2 = grid2(n_w2, math.sqrt(q2), True)
     else:
         o20, o21, ow2 = np.zeros(1), np.zeros(1), np.ones(1)
-    h0, h1, wh = grid2(n_h, sigma_h, True)
-    wh = wh * (2 * math.pi * sigma_h**2) * np.exp(0.5 * (h0**2 + h1**2) / sigma_h**2)
+    h0, h1, wh = ratio_grid2(n_h, sigma_h)
     # outer (omega_2, h) points
     O0 = np.repeat(o20, h0.size)
     O1 = np.repeat(o21, h0.size)
@@ -61,10 +67,7 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
         z1 = w11 + sq * xz[1]
         Ai, det = attention_inverse(z0, z1, c, beta)
         wi = wz / det / (2 * math.pi * v2)
-        B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2,
-                      2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
-                      Ai[0, 1] ** 2 + Ai[1, 1] ** 2])           # h^T B h
-        Y = np.stack([Ai[0, 0], Ai[0, 1], Ai[1, 0], Ai[1, 1]])   # omega_2^T Ai h
+        B, Y, _ = fibre_quadratics(Ai)       # h^T B h, omega_2^T Ai h
         Mz = np.stack([wi, wi * z0, wi * z1, wi * z0 * z0, wi * z0 * z1, wi * z1 * z1]).T
         Ma = (wi * Y).T                                          # (N_in, 4)
         Mb = (wi * B).T                                          # (N_in, 3): |A^-1 h|^2
@@ -86,8 +89,7 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
             Zs = np.where(Z > 0, Z, 1.0)
             E1 = m[:, 1:3] / Zs[:, None]
             S1 = m[:, 3:6] / Zs[:, None]
-            E2 = np.stack([d[:, 0] * H0[sl] + d[:, 1] * H1[sl],
-                           d[:, 2] * H0[sl] + d[:, 3] * H1[sl]], axis=1) / Zs[:, None]
+            E2 = np.stack(fibre_point(d.T.reshape(2, 2, -1), H0[sl], H1[sl]), 1) / Zs[:, None]
             g1 = (E1 - np.array([w10, w11])) / v1
             g2 = (E2 - np.stack([O0[sl], O1[sl]], axis=1)) / v2
             C00 = S1[:, 0] - E1[:, 0] ** 2 - 1
@@ -115,12 +117,7 @@ def q0_sums(zrule, hrule, *, c, beta):
     xz0, xz1, wz = zrule
     Ai, det = attention_inverse(xz0, xz1, c, beta)
     wi = wz / det / (2 * math.pi)
-    B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2, 2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
-                  Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
-    # z_2 z_2^T = Ai h h^T Ai^T: coefficients of h0^2, h0 h1, h1^2 for entries 00, 01, 11
-    K = []
-    for a, b in ((0, 0), (0, 1), (1, 1)):
-        K += [Ai[a, 0] * Ai[b, 0], Ai[a, 0] * Ai[b, 1] + Ai[a, 1] * Ai[b, 0], Ai[a, 1] * Ai[b, 1]]
+    B, _, K = fibre_quadratics(Ai)       # z_2 z_2^T = Ai h h^T Ai^T: K, quadratic in h
     Mz = np.stack([wi, wi * xz0 * xz0, wi * xz0 * xz1, wi * xz1 * xz1] + [wi * k for k in K]).T
     h0, h1, wh = hrule
     acc = np.zeros(6)

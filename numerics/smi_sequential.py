@@ -39,7 +39,14 @@ from functools import lru_cache
 import numpy as np
 
 from .records import ConvergenceError, require
-from .smi_fibre import attention_inverse, check_skip_floor, graded_omega_rule
+from .smi_fibre import (
+    attention_inverse,
+    check_skip_floor,
+    fibre_point,
+    fibre_quadratics,
+    graded_omega_rule,
+    sinh_nodes,
+)
 
 H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
 TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
@@ -71,10 +78,7 @@ def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = N
     Z0, Z1 = Z0[keep], Z1[keep]
     w = np.where(Z0 == 0.0, 0.5, 1.0) * 2.0 * dz * dz      # evenness: half-plane, doubled
     Ai, det = attention_inverse(Z0, Z1, c, beta)
-    B = np.stack([Ai[0, 0] ** 2 + Ai[1, 0] ** 2,
-                  2 * (Ai[0, 0] * Ai[0, 1] + Ai[1, 0] * Ai[1, 1]),
-                  Ai[0, 1] ** 2 + Ai[1, 1] ** 2])
-    Y = np.stack([Ai[0, 0], Ai[0, 1], Ai[1, 0], Ai[1, 1]])
+    B, Y, _ = fibre_quadratics(Ai)
     logw = np.log(w) - 0.5 * (Z0**2 + Z1**2) - math.log(2 * math.pi) - np.log(det)
     zz = np.stack([Z0 * Z0, Z0 * Z1, Z1 * Z1], 1)
     F7 = np.concatenate([np.ones((Z0.size, 1)), zz, B.T], 1)
@@ -185,17 +189,33 @@ def fibre_moments(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
         G, Dd, shift = fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v2, lat, single)
-        out[:, sl] = _moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v2)
+        out[:, sl] = lattice_moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v2, rows=1)
     return tuple(out)
 
 
-def _moments(G, Dd, shift, h0, h1, o0, o1, v2):
+def lattice_moments(G, Dd, shift, h0, h1, o0, o1, v, *, rows: int) -> list:
+    """Posterior moments from the lattice sums of :func:`fibre_sums` (``G`` with the features
+    ``1``, ``z_l z_l^T`` of the ``rows`` free rows, ``z_L z_L^T`` as a quadratic form in h):
+    ``Cov[z_l|.] - I`` (3 entries per free row), ``E z_L = E[s A^{-1}] h`` (2), ``E|z_L|^2`` and
+    ``log Z`` (with the ``1/(2 pi V)`` of the last layer's Gaussian)."""
     Z = G[:, 0]
     m = Dd / Z[:, None]                          # E[s A^{-1}] entries
-    n2 = (G[:, 4] * h0 * h0 + G[:, 5] * h0 * h1 + G[:, 6] * h1 * h1) / Z
-    logZ = np.log(Z) + shift - (o0 * o0 + o1 * o1) / (2 * v2) - math.log(2 * math.pi * v2)
-    return (G[:, 1] / Z - 1, G[:, 2] / Z, G[:, 3] / Z - 1, m[:, 0] * h0 + m[:, 1] * h1,
-            m[:, 2] * h0 + m[:, 3] * h1, n2, logZ)
+    k = 1 + 3 * rows
+    out = [G[:, 1 + j] / Z if j % 3 == 1 else G[:, 1 + j] / Z - 1 for j in range(3 * rows)]
+    return out + [*fibre_point(m.T.reshape(2, 2, -1), h0, h1),
+                  (G[:, k] * h0 * h0 + G[:, k + 1] * h0 * h1 + G[:, k + 2] * h1 * h1) / Z,
+                  np.log(Z) + shift - (o0 * o0 + o1 * o1) / (2 * v) - math.log(2 * math.pi * v)]
+
+
+def map_jobs(task, jobs: list, workers: int) -> list:
+    """``[task(j) for j in jobs]``, spread over ``workers`` forked processes when > 1 (the workers
+    inherit the cached lattices: nothing large is pickled)."""
+    if workers == 1:
+        return [task(j) for j in jobs]
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(workers) as pool:
+        return pool.map(task, jobs, chunksize=1)
 
 
 def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: float = H_PAD):
@@ -261,17 +281,6 @@ OMEGA_DMAX = 8.5     # range in units of sqrt(q2): cut Gaussian mass < 1e-16
 OMEGA_WCUT = 1e-14   # omega_2 nodes of smaller weight are dropped (bound: branch_stats ``cut``)
 
 
-def _sinh_half_rule(tau: float, q2: float, kappa: float):
-    """Trapezoid (step ``tau``) in ``t`` with ``x = kappa sinh t``, ``t >= 0``, for
-    ``2 N(x; 0, q2) dx`` on ``x >= 0`` (an even integrand on the line)."""
-    T = math.asinh(OMEGA_DMAX * math.sqrt(q2) / kappa)
-    t = tau * np.arange(0, math.ceil(T / tau) + 1)
-    x = kappa * np.sinh(t)
-    w = (np.where(t == 0, 0.5, 1.0) * tau * kappa * np.cosh(t) * 2.0
-         * np.exp(-0.5 * x**2 / q2) / math.sqrt(2 * math.pi * q2))
-    return x, w
-
-
 @lru_cache(maxsize=32)
 def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
     """Rule for ``omega_2 ~ N(0, q2 I)`` in rotated coordinates ``s = (w0 + w1)/sqrt 2``,
@@ -283,7 +292,9 @@ def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
     to ``|Im t| >= pi/4``, so the error falls like ``exp(-pi^2 / (2 tau))``."""
     require(0.01 <= tau <= 1.0, "tau", "in [0.01, 1]", tau)
     k = kappa * math.sqrt(1.0 - q2)
-    x, w = _sinh_half_rule(tau, q2, k)
+    # each axis: trapezoid (step tau) in t, x = k sinh t, t >= 0, for 2 N(x; 0, q2) dx on x >= 0
+    x, w = sinh_nodes(k, OMEGA_DMAX * math.sqrt(q2), tau, half=True)
+    w = w * np.exp(-0.5 * x**2 / q2) / math.sqrt(2 * math.pi * q2)
     S, D = np.repeat(x, x.size), np.tile(x, x.size)
     W = np.repeat(w, x.size) * np.tile(w, x.size)
     return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
@@ -347,13 +358,7 @@ def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
                              float(spacing * sv), key, bool(single)))
     # largest h boxes first (load balance over the pool)
     jobs.sort(key=lambda j: -abs(j[0] - j[1]))
-    if workers == 1:
-        res = [_omega_task(j) for j in jobs]
-    else:
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(workers) as pool:
-            res = pool.map(_omega_task, jobs, chunksize=1)
+    res = map_jobs(_omega_task, jobs, workers)
     mass, mu1, K2, trcov2, psi = np.sum([r[0] for r in res], axis=0)
     npts = int(sum(r[1] for r in res))
     r2 = lattice_radius(float(dz)) ** 2

@@ -1,0 +1,116 @@
+"""The shared SMI fibre kernel (numerics/smi_fibre.py, THEORY 2.3, 2.5) and the shared Monte Carlo
+sampler of the oracles (numerics/smi_oracles.py): identities each piece must satisfy."""
+
+import math
+
+import numpy as np
+import pytest
+from aim_sym.numerics import smi, smi_branches, smi_fibre, smi_oracles
+from scipy.stats import multivariate_normal
+
+
+@pytest.mark.parametrize("c, beta", [(1.0, 1.0), (0.1, 2.5), (3.0, 0.4)])
+def test_fibre_point_inverts_attention_image(c, beta):
+    rng = np.random.default_rng(1)
+    z1, z2 = 2 * rng.standard_normal((2, 50, 2))
+    h0, h1 = smi_fibre.attention_image(z1[:, 0], z1[:, 1], z2[:, 0], z2[:, 1], c, beta)
+    Ai, det = smi_fibre.attention_inverse(z1[:, 0], z1[:, 1], c, beta)
+    u, w = smi_fibre.fibre_point(Ai, h0, h1)
+    assert np.max(np.abs(u - z2[:, 0]) + np.abs(w - z2[:, 1])) < 1e-12
+    A = smi_fibre.attention_matrix(z1[:, 0], z1[:, 1], c, beta)
+    assert np.allclose(np.linalg.det(A), det, rtol=1e-12)
+    assert np.all(det >= c * (1 + c) * (1 - 1e-12))          # THEORY 2.3: det A >= c (1 + c)
+
+
+def test_fibre_quadratics_match_the_fibre_point():
+    rng = np.random.default_rng(2)
+    z0, z1, h0, h1, o0, o1 = rng.standard_normal((6, 40))
+    Ai, _ = smi_fibre.attention_inverse(z0, z1, 0.7, 1.3)
+    u, w = smi_fibre.fibre_point(Ai, h0, h1)
+    B, Y, K = smi_fibre.fibre_quadratics(Ai)
+    hh = np.stack([h0 * h0, h0 * h1, h1 * h1])
+    assert np.allclose((B * hh).sum(0), u * u + w * w, rtol=1e-13)
+    assert np.allclose((Y * np.stack([o0 * h0, o0 * h1, o1 * h0, o1 * h1])).sum(0),
+                       o0 * u + o1 * w, rtol=1e-12, atol=1e-13)
+    for j, zz in enumerate((u * u, u * w, w * w)):
+        assert np.allclose((np.stack(K[3 * j:3 * j + 3]) * hh).sum(0), zz, rtol=1e-12,
+                           atol=1e-13)
+
+
+def test_inverse_columns_is_the_fibre_at_every_depth():
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((6, 30))
+    # L = 2: the columns are A(z_1)^{-1}, the Jacobian 1/det A
+    Mi, jac = smi_fibre.inverse_columns([z[0], z[1]], 2, 0.5, 1.0)
+    Ai, det = smi_fibre.attention_inverse(z[0], z[1], 0.5, 1.0)
+    assert np.allclose(np.array(Mi), Ai, rtol=1e-12, atol=1e-14)
+    assert np.allclose(jac, 1 / det, rtol=1e-12)
+    # L = 3: the fibre point through h = g(z) returns the last layer's z_3
+    h0, h1 = smi_fibre.functions(3)["forward"](*z, 0.5, 1.0)[:2]
+    Mi, jac = smi_fibre.inverse_columns(list(z[:4]), 3, 0.5, 1.0)
+    u, w = smi_fibre.fibre_point(Mi, h0, h1)
+    assert np.max(np.abs(u - z[4]) + np.abs(w - z[5])) < 1e-11
+    assert np.all(jac > 0)
+
+
+def test_gauss_newton_precision_is_i_over_v1_plus_jtj_over_v2():
+    rng = np.random.default_rng(4)
+    J = rng.standard_normal((25, 2, 2))
+    j = (J[:, 0, 0], J[:, 0, 1], J[:, 1, 0], J[:, 1, 1])
+    P00, P01, P11 = smi_fibre.gauss_newton_precision(j, 0.6, 0.03)
+    P = np.eye(2) / 0.6 + np.einsum("nai,naj->nij", J, J) / 0.03
+    assert np.allclose(np.stack([P00, P01, P11]), [P[:, 0, 0], P[:, 0, 1], P[:, 1, 1]],
+                       rtol=1e-13)
+
+
+def test_gauss_hermite_rules():
+    pts, W = smi_fibre.gh_tensor(6, 3)
+    assert abs(W.sum() - 1) < 1e-14
+    x, y, z = pts
+    assert abs(W @ (x**2 * y**2) - 1) < 1e-13 and abs(W @ z**4 - 3) < 1e-13
+    assert abs(W @ (x * y**3)) < 1e-14
+    # ratio rule: int dh exp(-|h|^2 / (2 s^2)) = 2 pi s^2 (even integrand, half plane doubled)
+    h0, h1, wh = smi_fibre.ratio_grid2(40, 2.7)
+    assert np.all(h0 > 0)
+    got = wh @ np.exp(-(h0**2 + h1**2) / (2 * 1.5**2))
+    assert abs(got / (2 * math.pi * 1.5**2) - 1) < 1e-10
+
+
+def test_fibre_importance_weights_are_target_over_proposal():
+    """The sampler's weights are p(y) / q(y) up to one constant per outer point, with p the
+    fibre posterior density (THEORY 2.3) and q the stated mixture, both computed here directly."""
+    rng = np.random.default_rng(5)
+    q1, q2, c, beta = 0.3, 0.9, 0.8, 1.0
+    v1, v2 = 1 - q1, 1 - q2
+    z = rng.standard_normal((3, 2))
+    om1 = q1 * z + math.sqrt(q1 * v1) * rng.standard_normal((3, 2))
+    om2 = math.sqrt(q2) * rng.standard_normal((3, 2))
+    t = om2 + math.sqrt(v2) * rng.standard_normal((3, 2))
+    h = np.stack(smi_fibre.attention_image(z[:, 0], z[:, 1], t[:, 0], t[:, 1], c, beta), 1)
+    y, u, w, th, wt = smi_oracles.fibre_importance(np.random.default_rng(6), z, h, om1, v1, om2,
+                                                   v2, 40, c, beta)
+    S, _ = smi_fibre.laplace_proposal(z, h, v1, v2, c, beta)
+    for n in range(3):
+        Ai, det = smi_fibre.attention_inverse(y[n, :, 0], y[n, :, 1], c, beta)
+        zu, zw = smi_fibre.fibre_point(Ai, h[n, 0], h[n, 1])
+        assert np.allclose(zu, u[n]) and np.allclose(zw, w[n])
+        z2 = np.stack([zu, zw], 1)
+        p = multivariate_normal(om1[n], v1 * np.eye(2)).pdf(y[n]) / det * sum(
+            multivariate_normal(om2[n], v2 * np.eye(2)).pdf(s * z2) for s in (1, -1))
+        q = 0.3 * multivariate_normal(om1[n], v1 * np.eye(2)).pdf(y[n]) + sum(
+            0.35 * multivariate_normal(s * z[n], S[n]).pdf(y[n]) for s in (1, -1))
+        ratio = wt[n] / (p / q)
+        assert np.ptp(ratio) < 1e-9 * ratio.mean()
+        xx = (zu * om2[n, 0] + zw * om2[n, 1]) / v2
+        assert np.allclose(th[n], np.tanh(xx), rtol=1e-13)
+
+
+def test_montecarlo_oracles_share_the_sampler_and_agree():
+    """At q1 = 0 both oracles estimate K2 on the same branch with independent draws: they must
+    agree within their standard errors (4 SE); the public aliases still resolve."""
+    assert smi.montecarlo_branch is smi_oracles.montecarlo_branch
+    assert smi_branches.montecarlo_stats is smi_oracles.montecarlo_stats
+    a = smi_oracles.montecarlo_branch(0.8, samples=400, inner=200, seed=1)["K2"]
+    b = smi_oracles.montecarlo_stats(0.0, 0.8, samples=400, inner=200, seed=2)["K2"]
+    assert abs(a.value - b.value) < 4 * math.hypot(a.error, b.error)
+    assert a.error < 0.1 * a.value
