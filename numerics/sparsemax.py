@@ -423,14 +423,31 @@ def alpha_of_mmse(cs, *, rho: float, beta: float, V: float, level: int = 0) -> E
     return Estimate(r["alpha"], r["alpha_error"], "traced SE", extra=r)
 
 
+def perfect_recovery_alpha(*, rho: float, beta: float) -> float:
+    """alpha_PR of noiseless sparsemax at T = 2 by parameter counting (THEORY 1.2's argument):
+    as V -> 0 each interior row (|beta (h_aa - h_ab)| < 1, h_aa - h_ab ~ N(0, 3 Q0)) reveals one
+    linear form, E(q, V) V -> r = 2 erf(1 / (beta sqrt(6 Q0))) (saturated rows add O(sqrt V)),
+    and mmse(Delta)/Delta -> 2 rho - rho^2 (rho <= 1) or 1 (rho >= 1), so alpha_PR is that over 2 r."""
+    from scipy.special import erf
+
+    Q0 = 1.0 + rho
+    r = 2.0 * float(erf(1.0 / (beta * math.sqrt(6.0 * Q0))))
+    return (2.0 * rho - rho * rho if rho <= 1.0 else 1.0) / (2.0 * r)
+
+
 def se_fixed_points(cs, *, alpha: float, rho: float, beta: float,
-                    grid: Sequence[float] = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9,
-                                             0.97, 0.995),
+                    grid: Sequence[float] = (0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8,
+                                             0.9, 0.97, 0.995),
                     xtol: float = 1e-9) -> list[dict]:
-    """All SE fixed points V = mmse in the grid's range at sample ratio ``alpha`` (THEORY 1.1):
-    sign changes of alpha(V) - alpha on ``grid`` (trapezoid level -1), each root solved by
-    Brent's method at level 0; error = xtol plus alpha's own bar over |d alpha / dV|. Rows:
-    mmse, error, q, q_hat, stable (alpha(V) decreasing: the SE map's slope is below 1 there)."""
+    """All SE fixed points V = mmse at sample ratio ``alpha`` (THEORY 1.1): sign changes of
+    alpha(V) - alpha on ``grid`` (trapezoid level -1), each root solved by Brent's method at
+    level 0; error = xtol plus alpha's own bar over |d alpha / dV|. Rows: mmse, error, q, q_hat,
+    stable (alpha(V) decreasing: the SE map's slope is below 1 there), method.
+
+    Below the grid (V < grid[0]) the rules lose accuracy (features of width sqrt V); there
+    alpha(V) -> alpha_PR (:func:`perfect_recovery_alpha`) as V -> 0, so for alpha >= alpha_PR the
+    fixed point is V = 0 (perfect recovery), and for alpha(grid[0]) < alpha < alpha_PR one fixed
+    point lies in (0, grid[0]): reported as the bracket's midpoint with its half-width as error."""
     from scipy.optimize import brentq
 
     require(np.isfinite(alpha) and alpha > 0, "alpha", "finite > 0", alpha)
@@ -438,6 +455,17 @@ def se_fixed_points(cs, *, alpha: float, rho: float, beta: float,
     _check(beta, 1.0)
     vals = [alpha_of_mmse(cs, rho=rho, beta=beta, V=v, level=-1).value - alpha for v in grid]
     out = []
+    a_pr = perfect_recovery_alpha(rho=rho, beta=beta)
+    v_min = float(grid[0])
+    if alpha >= a_pr:
+        out.append({"mmse": 0.0, "error": 0.0, "q": 1.0 + rho, "q_hat": None,
+                    "stable": True, "method": f"perfect recovery: alpha >= alpha_PR = {a_pr:.12g} "
+                    "(parameter counting)"})
+    elif alpha_of_mmse(cs, rho=rho, beta=beta, V=v_min).value < alpha:
+        out.append({"mmse": v_min / 2, "error": v_min / 2, "q": 1.0 + rho - v_min / 2,
+                    "q_hat": None, "stable": True,
+                    "method": f"bracket (0, {v_min:g}): alpha({v_min:g}) < alpha < alpha_PR = "
+                    f"{a_pr:.12g}; below V = {v_min:g} the rules are not resolved"})
     for (v0, f0), (v1, f1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
         if f0 * f1 > 0:
             continue
@@ -449,7 +477,7 @@ def se_fixed_points(cs, *, alpha: float, rho: float, beta: float,
                  - alpha_of_mmse(cs, rho=rho, beta=beta, V=v - dv).value) / (2 * dv)
         out.append({"mmse": v, "error": xtol + e.error / max(abs(slope), 1e-12),
                     "q": 1.0 + rho - v, "q_hat": e.extra["q_hat"], "stable": bool(slope < 0),
-                    "d_alpha_d_mmse": slope})
+                    "d_alpha_d_mmse": slope, "method": "root of alpha(V) - alpha (Brent)"})
     if not out:
         raise ConvergenceError("no SE fixed point in the mmse grid", last_iterate=alpha,
                                residual=vals)

@@ -220,3 +220,40 @@ def test_cli_sparsemax_threshold_and_refusals(run_cli):
         assert rc == 2 and opt in err and len(err.strip().splitlines()) == 1
     rc, _, err = run_cli(["curve", "--channel", "sparsemax", "--alphas", "0:1:3"])
     assert rc == 2 and "--channel" in err
+
+
+def test_perfect_recovery_counting_and_the_limits(cs):
+    """alpha_PR (parameter counting) tends to softmax's (2 rho - rho^2)/4 as beta -> 0 and grows
+    without bound towards hardmax (no perfect recovery); the traced alpha(V) approaches it from
+    below as V -> 0 (E V -> r from above, the saturated rows adding O(sqrt V))."""
+    from scipy.special import erf
+
+    rho = 0.5
+    assert abs(sm.perfect_recovery_alpha(rho=rho, beta=1e-9) - (2 * rho - rho**2) / 4) < 1e-12
+    assert sm.perfect_recovery_alpha(rho=3.0, beta=1e-9) == pytest.approx(0.25, abs=1e-12)
+    assert sm.perfect_recovery_alpha(rho=rho, beta=1e3) > 100
+    a_pr = sm.perfect_recovery_alpha(rho=rho, beta=1.0)
+    r = 2 * erf(1 / math.sqrt(6 * (1 + rho)))
+    ev = []
+    for V in (0.02, 0.01):
+        row = sm.se_curve_traced(cs, rho=rho, beta=1.0, mmses=[V], level=0)[0]
+        assert row["alpha"] + row["alpha_error"] < a_pr
+        ev.append(row["E"] * V)
+    assert ev[0] > ev[1] > r
+    # E V - r falls like sqrt(V): the ratio of the excesses is sqrt(2) within 10%
+    assert (ev[0] - r) / (ev[1] - r) == pytest.approx(math.sqrt(2), rel=0.1)
+
+
+def test_se_beyond_the_traced_grid_reports_perfect_recovery_or_a_bracket(run_cli):
+    """`se --channel sparsemax` at rho = 0.5: alpha >= alpha_PR = 0.517 gives mmse = 0, and
+    alpha(0.01) < alpha < alpha_PR a fixed point bracketed in (0, 0.01) (was: exit 3)."""
+    import json
+
+    rc, out, err = run_cli(["se", "--channel", "sparsemax", "--alpha", "0.6", "--json"])
+    assert rc == 0, err
+    (fp,) = json.loads(out)["fixed_points"]
+    assert fp["mmse"] == 0.0 and "perfect recovery" in fp["method"]
+    rc, out, err = run_cli(["se", "--channel", "sparsemax", "--alpha", "0.46", "--json"])
+    assert rc == 0, err
+    (fp,) = json.loads(out)["fixed_points"]
+    assert fp["mmse"] - fp["error"] >= 0 and fp["mmse"] + fp["error"] <= 0.01
