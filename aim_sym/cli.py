@@ -241,6 +241,12 @@ def se(alpha, small_width, digits, direct, **kw):
         emit({"alpha": alpha, "Q": list(r.value), "error": list(r.error), **r.details},
              kw["as_json"])
         return
+    if ((kw.get("channel") or "hardmax") == "hardmax" and kw["tokens"] >= 3
+            and not small_width and not kw.get("channel_file")):
+        if digits is not None:
+            fail("--digits", "omitted for channel hardmax --tokens 3", digits)
+        aim_channels.hardmax_se(kw, alpha)
+        return
     if kw.get("channel") == "sparsemax" and not small_width:
         if digits is not None:
             fail("--digits", "omitted for channel sparsemax", digits)

@@ -131,3 +131,46 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
         [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
         + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
            f"stable = {f['stable']}" for f in fps]))
+
+
+def hardmax_se(kw: dict, alpha: float) -> None:
+    """``se --channel hardmax --tokens 3 --rho R --alpha A``: every SE fixed point whose mmse the
+    deterministic outer rule resolves (q/V <= 2, i.e. mmse >= Q0/3), with phi (the Bayes-optimal
+    one flagged) and e_gen (THEORY 1.1, 1.4, 1.5; docs/hardmax_se.md)."""
+    from .domains import ALPHA, RHO
+    from .numerics import hardmax_se as hse
+    from .numerics.records import ConvergenceError
+
+    if kw["tokens"] != 3:
+        fail("--tokens", "2 (closed forms) or 3 for hardmax's state evolution (T = 4, 5: only "
+             "the small-width threshold)", kw["tokens"])
+    for name in ("beta", "delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel hardmax --tokens 3",
+                 kw[name])
+    try:
+        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
+        alpha = ALPHA.with_(low_open=True).check(alpha)
+    except DomainError as e:
+        raise relabel(e) from None
+    Q0 = 1.0 + rho
+    v_min = Q0 / (1.0 + hse.max_ratio(3))
+    try:
+        fps = hse.se_fixed_points(T=3, alpha=alpha, rho=rho)
+    except ConvergenceError as e:
+        raise ConvergenceError(
+            f"no SE fixed point with mmse >= {v_min:.6g} (= Q0/3, the smallest mmse the "
+            "deterministic rule resolves at T = 3): alpha is beyond the resolved range",
+            last_iterate=e.last_iterate, residual=e.residual) from None
+    out = {"model": "aim", "channel": "hardmax", "tokens": 3, "rho": rho, "alpha": alpha,
+           "fixed_points": fps, "mmse_searched_from": v_min}
+    best = [f for f in fps if f["bayes_optimal"]]
+    if best:
+        out.update({k: best[0][k] for k in ("mmse", "error", "q", "q_hat", "phi", "e_gen",
+                                            "e_gen_error")})
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM hardmax T=3 rho={rho} alpha={alpha}: {len(fps)} fixed point(s) with mmse >= "
+         f"{v_min:.4g}"]
+        + [f"  mmse = {f['mmse']:.10g} +- {f['error']:.1e}, q = {f['q']:.10g}, phi = "
+           f"{f['phi']:.10g}, e_gen = {f['e_gen']:.10g} +- {f['e_gen_error']:.1e}, stable = "
+           f"{f['stable']}{', Bayes-optimal' if f['bayes_optimal'] else ''}" for f in fps]))

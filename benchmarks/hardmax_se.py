@@ -1,0 +1,125 @@
+"""Hardmax at T = 3: the output side E(q, V) and the traced state evolution at finite rho
+(THEORY 1.1, 1.4, 1.5), each value with its error bar and an independent route, side by side
+with plain Monte Carlo of the same quantity.
+
+1. E(q, V) at several r = q / V: the tensor Gauss-Hermite route (three rules, error from the
+   last difference and its geometric tail), the Smolyak sparse-grid route (a different omega
+   rule), and seeded Monte Carlo (its standard error), with wall times.
+2. The small-width check: E(0, 1) = S of hardmax.py (alpha_bar_c = 1 / (2 S)) and the slope
+   d E_hat / dr at r = 0, by a difference in r and by the heat-kernel identity
+   d E_hat / dr (0) = tr(Sigma Hess F(0)) / 2 (finite differences of F at omega = 0); kappa =
+   1 + E_hat'(0) / S is the slope of the small-width E(q, 1 - q) = S (1 + kappa q + ...).
+3. The SE traced by V = mmse at rho = ``--rho``: alpha, mmse, e_gen, phi with errors and the
+   time per point.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/hardmax_se.py [--points 8] [--mc 400000]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread: shared cores thrash
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from aim_sym.numerics import hardmax  # noqa: E402
+from aim_sym.numerics import hardmax_se as hs  # noqa: E402
+
+
+def output_side(points, mc: int) -> list[dict]:
+    rows = []
+    for q, V in points:
+        t0 = time.perf_counter()
+        e = hs.output_e(T=3, q=q, V=V)
+        t_e = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sg = hs.output_e_sparse(T=3, q=q, V=V, level=7)
+        t_sg = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        m = hs.monte_carlo_e(T=3, q=q, V=V, samples=mc, seed=2026)
+        t_mc = time.perf_counter() - t0
+        rows.append({"q": q, "V": V, "r": q / V, "E": e.value, "E_error": e.error,
+                     "levels": e.extra["levels"], "seconds": t_e, "psi_out": e.extra["psi_out"],
+                     "sparse": sg.value, "sparse_error": sg.error, "sparse_seconds": t_sg,
+                     "mc": m.value, "mc_error": m.error, "mc_seconds": t_mc,
+                     "mc_dev_sigma": (e.value - m.value) / m.error})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def small_width() -> dict:
+    S = hardmax.weak_threshold(3)
+    e0 = hs.output_e(T=3, q=0.0, V=1.0, nodes=160)
+    # slope in r: E_hat(r) on the tensor rule at two small r, Richardson
+    vals = {r: hs.output_e(T=3, q=r, V=1.0) for r in (0.01, 0.02)}
+    d1 = (vals[0.01].value - e0.value) / 0.01
+    d2 = (vals[0.02].value - e0.value) / 0.02
+    slope_r = 2 * d1 - d2
+    slope_err = abs(d1 - d2) + 2 * (vals[0.01].error / 0.01 + vals[0.02].error / 0.02)
+    # heat kernel: d/dr E_{N(0, r Sigma)} F = tr(Sigma_shift-free Hess F(0)) / 2
+    A, _ = hs._shift_free_basis(3)
+    h = 0.02
+    lap = []
+    for hh in (h, h / 2):
+        acc = 0.0
+        f0 = hs._integrands(3, np.zeros((1, 6)), 160)[0][0]
+        for k in range(A.shape[1]):
+            d = hh * A[:, k]
+            fp = hs._integrands(3, d[None, :], 160)[0][0]
+            fm = hs._integrands(3, -d[None, :], 160)[0][0]
+            acc += (fp - 2 * f0 + fm) / hh**2
+        lap.append(acc / 2)
+    heat = (4 * lap[1] - lap[0]) / 3
+    return {"S_recursion": S.extra["S"], "S_error": S.error / (2 * S.value**2),
+            "E_0_1": e0.value, "E_0_1_error": e0.error,
+            "alpha_bar_c": S.value, "alpha_bar_c_error": S.error,
+            "slope_dE_dr": slope_r, "slope_error": slope_err,
+            "slope_heat_kernel": heat, "slope_heat_kernel_error": abs(lap[1] - lap[0]),
+            # small width (Q0 = 1): E(q, 1 - q) = E_hat(q / (1 - q)) / (1 - q) = S (1 + kappa q)
+            "kappa": 1.0 + heat / e0.value}
+
+
+def curve(rho: float, points: int) -> list[dict]:
+    Q0 = 1.0 + rho
+    v_min = Q0 / (1 + hs.max_ratio(3))
+    mmses = np.linspace(0.99, v_min * 1.0001, points)
+    t0 = time.perf_counter()
+    rows = hs.se_curve_traced(T=3, rho=rho, mmses=mmses)
+    for r in rows:
+        print(json.dumps(r), flush=True)
+    print(f"curve: {points} points in {time.perf_counter() - t0:.1f} s", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=8)
+    ap.add_argument("--rho", type=float, default=0.5)
+    ap.add_argument("--mc", type=int, default=400_000)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: output,small,curve")
+    a = ap.parse_args()
+    skip = set(a.skip.split(","))
+    res = {}
+    if "output" not in skip:
+        res["output_side"] = output_side([(0.25, 1.0), (0.5, 1.0), (0.75, 0.75), (1.0, 0.5)],
+                                         a.mc)
+    if "small" not in skip:
+        res["small_width"] = small_width()
+        print(json.dumps(res["small_width"]), flush=True)
+    if "curve" not in skip:
+        res["curve"] = curve(a.rho, a.points)
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(res, fh, indent=1, default=float)
+    print("done", math.isfinite(0.0))
+
+
+if __name__ == "__main__":
+    main()

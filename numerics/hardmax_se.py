@@ -1,0 +1,878 @@
+"""Hardmax at any (omega, V): Z_out, g_out, and the AIM state evolution at finite rho
+(THEORY 1.1, 1.4, 1.5).
+
+Output side. h_ab ~ N(omega_ab, V (1 + delta_ab)) independently (a <= b), y_a = argmax_b h_ab.
+Hardmax is invariant under h -> c h (c > 0) and h -> h + c 1 (every entry shifted), so
+
+  Z_y(omega; V) = Z_y(omega / sqrt V; 1),   E[(h - omega) 1_y](omega; V) = sqrt V x (the same at V = 1),
+
+and the output side depends on (q, V) only through r = q / V:
+E(q, V) = E_omega sum_y Z_y |g_y|_W^2 = E_hat(r) / V, |g|_W^2 = sum_{a<=b} (1 + delta_ab) g_ab^2.
+At V = 1 the ordered-cone recursion of :mod:`aim_sym.numerics.hardmax` still applies with
+per-entry means: every factor stays a one-variable function (u_v's own density phi(s - omega_v),
+row a's diagonal tail Phi(+-(omega_aa - s) / sqrt 2)); only the grid moves with omega
+(Chebyshev-Lobatto on [min omega_v - L, max omega_v + L], L = tail cut). The recursion carries
+P(y) and the centred first moments E[(h_ab - omega_ab) 1_y], so
+g_ab = E[(h_ab - omega_ab) 1_y] / (Z_y (1 + delta_ab) V) (THEORY 1.1).
+
+Outer expectation over omega ~ N(0, q (1 + delta_ab)): the shift invariance removes the
+direction 1 (5 dimensions left at T = 3); the token permutations leave omega's law invariant,
+so E_omega sum_y f(y, omega) = sum_orbits |orbit| E_omega f(y_rep, omega) (7 orbits at T = 3).
+The 5-dimensional expectation is a tensor Gauss-Hermite rule; three rules (k, k + 2, k + 4
+nodes per axis, k ~ 4 r) give the error (:func:`output_e`); a Smolyak sparse grid
+(:func:`output_e_sparse`) and seeded Monte Carlo (:func:`monte_carlo_e`) are independent routes.
+The rule needs ~(4 r)^5 nodes: it stops at r = 2 (:func:`max_ratio`).
+
+The generalisation error needs only one row: by the permutation symmetry
+e_gen = T (1 - E_omega sum_b P(y_0 = b | omega)^2) (THEORY 1.5), a row's argmax probabilities
+being one-dimensional integrals and the row's law two-dimensional after its shift.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+from scipy.special import ndtr, roots_hermitenorm
+
+from . import wishart
+from .hardmax import chebyshev_tail_rule, off_diagonal_pairs, outcome_orbits, pairs
+from .records import ConvergenceError, Estimate, require
+
+SQRT2 = math.sqrt(2.0)
+#: token counts of the output side at any omega (the recursion runs over 2^(T(T-1)/2) subsets)
+TOKENS_RANGE = (2, 4)
+#: token counts of the state evolution (the omega expectation has T(T+1)/2 - 1 dimensions)
+SE_TOKENS = (2, 3)
+#: tail cut of the sweep, in standard deviations of the off-diagonal entries
+TAIL_L = 8.0
+#: Chebyshev nodes of the sweep per unit length (at V = 1) and their floor
+NODES_PER_UNIT = 3.0
+MIN_NODES = 48
+#: omega points per vectorised block (its (CHUNK, nodes) temporaries stay below ~200 kB)
+CHUNK = 384
+
+
+def _check_tokens(T: int, allowed: tuple[int, int] = TOKENS_RANGE) -> None:
+    require(isinstance(T, int) and not isinstance(T, bool) and allowed[0] <= T <= allowed[1],
+            "tokens", f"an integer in {allowed[0]}..{allowed[1]}", T)
+
+
+def weights(T: int) -> np.ndarray:
+    """(1 + delta_ab) in the flat order of :func:`aim_sym.numerics.hardmax.pairs`."""
+    return np.array([2.0 if a == b else 1.0 for a, b in pairs(T)])
+
+
+def _npdf(x: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def _rows_matmul(X: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """X @ M for a tall X in row blocks small enough that OpenBLAS stays on one thread (its
+    threads thrash on small products on a shared machine: 10x slower)."""
+    out = np.empty((X.shape[0], M.shape[1]))
+    b = max(1, 200_000 // (M.shape[0] * M.shape[1]))
+    for i in range(0, X.shape[0], b):
+        np.matmul(X[i:i + b], M, out=out[i:i + b])
+    return out
+
+
+# ----------------------------------------------------------------------------- output side
+def _moments_unit(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
+                  L: float) -> np.ndarray:
+    """[P(y), E[(h_ab - w_ab) 1_y] for (a, b) in pairs] at V = 1 for the means w (N x n_pairs),
+    for every y in ``ys``: an array (len(ys), N, 1 + n_pairs).
+
+    Upward sweep: G_S(t) = int over {u_S < t} of the factors, the newly revealed v the largest of
+    S, settling the rows of v that no coordinate outside S touches. The lowest coordinate settles
+    no row (T >= 3), so G_{v}(t) = Phi(t - w_v) in closed form (channel v: -phi(t - w_v)); the
+    last level needs only the value at the top of the grid."""
+    T = len(ys[0])
+    off = off_diagonal_pairs(T)
+    m = len(off)
+    flat = pairs(T)
+    K = 1 + len(flat)
+    N = w.shape[0]
+    idx_off = [flat.index(v) for v in off]
+    chan_off = [1 + i for i in idx_off]
+    chan_diag = [1 + flat.index((a, a)) for a in range(T)]
+    mu = w[:, idx_off]  # (N, m)
+    nu = w[:, [flat.index((a, a)) for a in range(T)]]  # (N, T)
+    lo = mu.min(axis=1) - L
+    hi = mu.max(axis=1) + L
+    half = 0.5 * (hi - lo)
+    x, C1 = chebyshev_tail_rule(nodes, 1.0)
+    s = 0.5 * (hi + lo)[:, None] + half[:, None] * x[None, :]  # (N, n), from hi down to lo
+    up = (C1[-1][None, :] - C1).T  # g @ up: int_{lo}^{t_j} on the unit interval
+    top = up[:, 0]  # the full integral (t = hi, the first node)
+    full = (1 << m) - 1
+    # one-row pieces: Phi of the diagonal against s, and the diagonal's centred moment
+    zs = (nu[:, :, None] - s[:, None, :]) / SQRT2  # (N, T, n)
+    p_self = ndtr(zs)
+    p_off = ndtr(-zs)
+    d_self = SQRT2 * _npdf(zs)
+    dens = [_npdf(s - mu[:, v:v + 1]) for v in range(m)]
+    touched = []
+    for mask in range(1 << m):
+        r = 0
+        for v in range(m):
+            if mask >> v & 1:
+                r |= (1 << off[v][0]) | (1 << off[v][1])
+        touched.append(r)
+    base_step: dict[int, np.ndarray] = {}
+
+    def dens_factor(v: int) -> np.ndarray:
+        if v not in base_step:
+            f = np.repeat(dens[v][:, None, :], K, axis=1)
+            f[:, chan_off[v]] *= s - mu[:, v:v + 1]
+            base_step[v] = f
+        return base_step[v]
+
+    out = np.zeros((len(ys), N, K))
+    for iy, y in enumerate(ys):
+        def row_factor(a: int, c: int, y=y) -> np.ndarray | None:
+            if y[a] == a:
+                base, diag = p_self[:, a], d_self[:, a]
+            elif y[a] == c:
+                base, diag = p_off[:, a], -d_self[:, a]
+            else:
+                return None
+            f = np.repeat(base[:, None, :], K, axis=1)
+            f[:, chan_diag[a]] = diag
+            return f
+
+        row_fac = {(a, c): row_factor(a, c) for a in range(T) for c in range(T) if a != c}
+        step: dict[tuple[int, int], np.ndarray | None] = {}
+
+        def step_factor(v: int, settled: int, step=step, row_fac=row_fac) -> np.ndarray | None:
+            key = (v, settled)
+            if key not in step:
+                a, b = off[v]
+                f = dens_factor(v)
+                for r, other in ((a, b), (b, a)):
+                    if settled >> r & 1:
+                        rf = row_fac[(r, other)]
+                        if rf is None:
+                            f = None
+                            break
+                        f = f * rf
+                step[key] = f
+            return step[key]
+
+        G: dict[int, np.ndarray] = {}
+        for v in range(m):
+            a, b = off[v]
+            if ((1 << a) | (1 << b)) & ~touched[full ^ (1 << v)]:
+                G = {}
+                break  # T = 2: the only coordinate settles its rows; handled below
+            g = np.repeat(ndtr(s - mu[:, v:v + 1])[:, None, :], K, axis=1)
+            g[:, chan_off[v]] = -dens[v]
+            G[1 << v] = g
+        if not G:
+            G = {0: np.ones((N, K, nodes))}
+            start = 1
+        else:
+            start = 2
+        for k in range(start, m + 1):
+            new = {}
+            for S in range(1, 1 << m):
+                if bin(S).count("1") != k:
+                    continue
+                acc = None
+                for v in range(m):
+                    if not S >> v & 1:
+                        continue
+                    R = S ^ (1 << v)
+                    if R not in G:
+                        continue
+                    a, b = off[v]
+                    f = step_factor(v, ((1 << a) | (1 << b)) & ~touched[full ^ S])
+                    if f is None:
+                        continue
+                    acc = f * G[R] if acc is None else acc + f * G[R]
+                if acc is not None:
+                    new[S] = acc
+            G = {S: (acc @ top * half[:, None] if k == m
+                     else _rows_matmul(acc.reshape(-1, nodes), up).reshape(acc.shape)
+                     * half[:, None, None])
+                 for S, acc in new.items()}
+            if not G:
+                break
+        if full in G:
+            out[iy] = G[full]
+    return out
+
+
+def _moments_t3(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
+                L: float) -> np.ndarray:
+    """:func:`_moments_unit` at T = 3 with the integrals shared between outcomes.
+
+    With v1 the largest off-diagonal (it settles its rows a, b) and S = {v2, v3} the other two
+    (the larger settles the third row c, the lower is free: Phi(s - w_v) in closed form),
+    Z = int ds A(s) int_{s' < s} B(s') ds', A = phi_v1 R_a R_b,
+    B = phi_v2 R_c^(v2) Phi_v3 + phi_v3 R_c^(v3) Phi_v2. A depends on y through the kinds of
+    R_a, R_b (diagonal wins or v1 wins: 4 variants per v1), B through row c's winner (3). A moment
+    channel modifies one factor, in A or in B: one dot with cum B or with the adjoint cumulative
+    of A. Two matrix-vector products per variant serve every outcome."""
+    flat = pairs(3)
+    off = off_diagonal_pairs(3)
+    N = w.shape[0]
+    col = {p: i for i, p in enumerate(flat)}
+    mu = w[:, [col[v] for v in off]]
+    nu = w[:, [col[(a, a)] for a in range(3)]]
+    lo = mu.min(axis=1) - L
+    hi = mu.max(axis=1) + L
+    half = (0.5 * (hi - lo))[:, None]
+    x, C1 = chebyshev_tail_rule(nodes, 1.0)
+    s = 0.5 * (hi + lo)[:, None] + half * x[None, :]
+    up = (C1[-1][None, :] - C1).T
+    top = up[:, 0]
+    ds = [s - mu[:, v:v + 1] for v in range(3)]
+    dens = [_npdf(d) for d in ds]
+    cdf = [ndtr(d) for d in ds]
+    zs = [(nu[:, a:a + 1] - s) / SQRT2 for a in range(3)]
+    # R[a][kind] = (factor, centred diagonal moment); kind True: the diagonal wins row a
+    R = [{True: (ndtr(z), SQRT2 * _npdf(z)), False: (ndtr(-z), -SQRT2 * _npdf(z))} for z in zs]
+    A_var: dict = {}
+    B_var: dict = {}
+
+    def a_variant(i1: int, ka: bool, kb: bool):
+        key = (i1, ka, kb)
+        if key not in A_var:
+            a, b = off[i1]
+            (fa, da), (fb, db) = R[a][ka], R[b][kb]
+            X = np.empty((N, 4, nodes))
+            dfb = dens[i1] * fb
+            X[:, 0] = dfb * fa  # A0
+            X[:, 1] = X[:, 0] * ds[i1]  # channel v1
+            X[:, 2] = dfb * da  # diagonal of row a
+            X[:, 3] = dens[i1] * fa * db  # diagonal of row b
+            A_var[key] = X
+        return A_var[key]
+
+    def b_variant(i1: int, kind: int):
+        """kind 0: row c's diagonal wins; 1: v2's entry wins row c; 2: v3's entry wins."""
+        key = (i1, kind)
+        if key not in B_var:
+            a, b = off[i1]
+            c = 3 - a - b
+            i2, i3 = [i for i in range(3) if i != i1]
+            fc, dc = R[c][kind == 0]
+            X = np.zeros((N, 3, nodes))  # channels v2, v3, diagonal of c
+            B0 = np.zeros((N, nodes))
+            if kind in (0, 1):
+                t = dens[i2] * fc
+                B0 += t * cdf[i3]
+                X[:, 0] += ds[i2] * t * cdf[i3]
+                X[:, 1] -= t * dens[i3]
+                X[:, 2] += dens[i2] * dc * cdf[i3]
+            if kind in (0, 2):
+                t = dens[i3] * fc
+                B0 += t * cdf[i2]
+                X[:, 1] += ds[i3] * t * cdf[i2]
+                X[:, 0] -= t * dens[i2]
+                X[:, 2] += dens[i3] * dc * cdf[i2]
+            B_var[key] = (X, B0)
+        return B_var[key]
+
+    # every variant the outcomes need, then two batched products (one BLAS call each)
+    a_keys, b_keys = [], []
+    for y in ys:
+        for i1, (a, b) in enumerate(off):
+            if y[a] not in (a, b) or y[b] not in (a, b):
+                continue
+            c = 3 - a - b
+            i2 = [i for i in range(3) if i != i1][0]
+            kind = 0 if y[c] == c else (1 if y[c] in off[i2] else 2)
+            for keys, k in ((a_keys, (i1, y[a] == a, y[b] == b)), (b_keys, (i1, kind))):
+                if k not in keys:
+                    keys.append(k)
+    if not a_keys:
+        return np.zeros((len(ys), N, 1 + len(flat)))
+    XA = {k: a_variant(*k) for k in a_keys}
+    XB = {k: b_variant(*k) for k in b_keys}
+    abar = _rows_matmul((np.stack([XA[k][:, 0] for k in a_keys]) * top).reshape(-1, nodes),
+                        np.ascontiguousarray(up.T))
+    cumb = _rows_matmul(np.stack([XB[k][1] for k in b_keys]).reshape(-1, nodes), up) * top
+    abar = abar.reshape(len(a_keys), N, nodes)
+    cumb = cumb.reshape(len(b_keys), N, nodes)
+    A_var = {k: (XA[k], abar[i]) for i, k in enumerate(a_keys)}
+    B_var = {k: (XB[k][0], cumb[i]) for i, k in enumerate(b_keys)}
+
+    combo: dict = {}
+    out = np.zeros((len(ys), N, 1 + len(flat)))
+    for iy, y in enumerate(ys):
+        o = out[iy]
+        for i1, (a, b) in enumerate(off):
+            if y[a] not in (a, b) or y[b] not in (a, b):
+                continue
+            c = 3 - a - b
+            i2, i3 = [i for i in range(3) if i != i1]
+            kind = 0 if y[c] == c else (1 if y[c] in off[i2] else 2)
+            key = (i1, y[a] == a, y[b] == b, kind)
+            if key not in combo:
+                xa, Abar = A_var[(i1, y[a] == a, y[b] == b)]
+                xb, cumBt = B_var[(i1, kind)]
+                combo[key] = (np.einsum("nkj,nj->nk", xa, cumBt),
+                              np.einsum("nkj,nj->nk", xb, Abar))
+            ca, cb = combo[key]
+            o[:, 0] += ca[:, 0]
+            o[:, 1 + col[off[i1]]] += ca[:, 1]
+            o[:, 1 + col[(a, a)]] += ca[:, 2]
+            o[:, 1 + col[(b, b)]] += ca[:, 3]
+            o[:, 1 + col[off[i2]]] += cb[:, 0]
+            o[:, 1 + col[off[i3]]] += cb[:, 1]
+            o[:, 1 + col[(c, c)]] += cb[:, 2]
+    return out * (half[None, :, :] ** 2)
+
+
+def sweep_nodes(omega_unit: np.ndarray, T: int, *, L: float = TAIL_L,
+                per_unit: float = NODES_PER_UNIT) -> int:
+    """Chebyshev nodes for the sweep over [min omega_v - L, max omega_v + L] (V = 1 units):
+    ``per_unit`` per unit length, at least :data:`MIN_NODES`."""
+    off = [pairs(T).index(v) for v in off_diagonal_pairs(T)]
+    spread = float(np.max(np.ptp(omega_unit[:, off], axis=1))) if omega_unit.size else 0.0
+    return max(MIN_NODES, int(math.ceil(per_unit * (2 * L + spread))))
+
+
+def outcome_moments(y: Sequence[int], *, omega, V: float = 1.0, nodes: int | None = None,
+                    L: float = TAIL_L) -> np.ndarray:
+    """Z_y(omega; V) and the centred moments E[(h_ab - omega_ab) 1_y] at many omega (rows of an
+    (N, T(T+1)/2) array, flat order of :func:`pairs`): an (N, 1 + T(T+1)/2) array (THEORY 1.4).
+    ``nodes`` defaults to :func:`sweep_nodes`."""
+    y = tuple(int(c) for c in y)
+    return outcomes_moments([y], omega=omega, V=V, nodes=nodes, L=L)[0]
+
+
+def outcomes_moments(ys: Sequence[Sequence[int]], *, omega, V: float = 1.0,
+                     nodes: int | None = None, L: float = TAIL_L,
+                     fast: bool = True) -> np.ndarray:
+    """:func:`outcome_moments` for several outcomes of one T at once: (len(ys), N, 1 + n).
+    ``fast``: the shared-integral kernel at T = 3 (False: the generic subset recursion)."""
+    ys = [tuple(int(c) for c in y) for y in ys]
+    require(len(ys) > 0, "y", "at least one outcome", ys)
+    T = len(ys[0])
+    _check_tokens(T)
+    require(all(len(y) == T and all(0 <= c < T for c in y) for y in ys), "y",
+            f"winners in 0..{T - 1}, {T} per outcome", ys)
+    require(np.isfinite(V) and V > 0, "V", "finite > 0", V)
+    om = np.atleast_2d(np.asarray(omega, dtype=float))
+    n = T * (T + 1) // 2
+    require(om.ndim == 2 and om.shape[1] == n and np.all(np.isfinite(om)), "omega",
+            f"finite, {n} entries per row (a <= b)", om.shape)
+    w = om / math.sqrt(V)
+    if nodes is None:
+        nodes = sweep_nodes(w, T, L=L)
+    out = np.empty((len(ys), w.shape[0], 1 + n))
+    for i in range(0, w.shape[0], CHUNK):
+        kernel = _moments_t3 if T == 3 and fast else _moments_unit
+        out[:, i:i + CHUNK] = kernel(ys, w[i:i + CHUNK], nodes, L)
+    out[:, :, 1:] *= math.sqrt(V)
+    return out
+
+
+def all_outcomes(T: int) -> list[tuple[int, ...]]:
+    """Every y in {0..T-1}^T (row-wise winners), lexicographic."""
+    import itertools
+
+    return [tuple(y) for y in itertools.product(range(T), repeat=T)]
+
+
+def z_out(*, T: int, omega, V: float = 1.0, nodes: int | None = None) -> dict:
+    """Z_out, g_out for every outcome at many omega (THEORY 1.1): ``Z`` (Y, N), ``g`` (Y, N, n)
+    with g_ab = E[(h_ab - omega_ab) 1_y] / (Z (1 + delta_ab) V) (0 where Z underflows), and the
+    outcome list ``y``."""
+    _check_tokens(T)
+    ys = all_outcomes(T)
+    W = weights(T)
+    mom = outcomes_moments(ys, omega=omega, V=V, nodes=nodes)
+    Z = mom[:, :, 0]
+    pos = Z > 1e-300
+    G = np.where(pos[..., None], mom[:, :, 1:] / np.where(pos, Z, 1.0)[..., None], 0.0) / (W * V)
+    return {"y": ys, "Z": Z, "g": G}
+
+
+# ----------------------------------------------------------------------------- omega rule
+@lru_cache(maxsize=8)
+def _shift_free_basis(T: int) -> tuple[np.ndarray, np.ndarray]:
+    """A (n x (n - 1)) with omega = sqrt(r) A z, z ~ N(0, I), having the law of omega ~
+    N(0, r (1 + delta)) modulo the shift direction 1 (the GLS projection removes it), and the
+    projection's covariance eigenvalues (for checks)."""
+    Sig = np.diag(weights(T))
+    one = np.ones(len(Sig))
+    si1 = np.linalg.solve(Sig, one)
+    Cov = Sig - np.outer(one, one) / (one @ si1)
+    lam, U = np.linalg.eigh(Cov)
+    keep = lam > 1e-12
+    return U[:, keep] * np.sqrt(lam[keep]), lam
+
+
+#: tensor nodes of relative weight below this are dropped; their total weight times the bound
+#: F <= T(T+1)/2 (the output's Fisher information is below the pre-activations') is added to the
+#: error
+PRUNE = 1e-12
+
+
+@lru_cache(maxsize=32)
+def _gh_tensor(dim: int, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+    z, w = roots_hermitenorm(n)
+    w = w / math.sqrt(2 * math.pi)
+    grids = np.meshgrid(*([z] * dim), indexing="ij")
+    wg = np.meshgrid(*([w] * dim), indexing="ij")
+    Z = np.stack([g.ravel() for g in grids], axis=1)
+    Wt = np.ones(Z.shape[0])
+    for g in wg:
+        Wt = Wt * g.ravel()
+    keep = Wt > PRUNE * Wt.max()
+    return Z[keep], Wt[keep], float(Wt[~keep].sum())
+
+
+def omega_rule(*, T: int, r: float, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Nodes omega (V = 1 units), weights and the dropped weight of E over
+    omega ~ N(0, r (1 + delta_ab)) for shift-invariant integrands: tensor Gauss-Hermite, ``n``
+    nodes per axis of the T(T+1)/2 - 1 shift-free directions (relative weights below
+    :data:`PRUNE` dropped)."""
+    A, _ = _shift_free_basis(T)
+    z, w, dropped = _gh_tensor(A.shape[1], n)
+    return math.sqrt(r) * z @ A.T, w, dropped
+
+
+def _integrands(T: int, om: np.ndarray, nodes: int | None):
+    """Per omega node (V = 1 units): the orbit sums of Z |g|_W^2, Z log Z and Z (each orbit's
+    representative times the orbit's size)."""
+    W = weights(T)
+    e = np.zeros(om.shape[0])
+    psi = np.zeros(om.shape[0])
+    mass = np.zeros(om.shape[0])
+    orbits = outcome_orbits(T)
+    moms = outcomes_moments([y for y, _ in orbits], omega=om, V=1.0, nodes=nodes)
+    for (_, size), mom in zip(orbits, moms):
+        z = mom[:, 0]
+        pos = z > 1e-300
+        zs = np.where(pos, z, 1.0)
+        e += size * np.where(pos, (mom[:, 1:] ** 2 / W).sum(axis=1) / zs, 0.0)
+        psi += size * np.where(pos, z * np.log(zs), 0.0)
+        mass += size * z
+    return e, psi, mass
+
+
+def _outer_level(T: int, r: float, n: int, nodes: int | None) -> tuple[float, float, float]:
+    """(E_hat(r), Psi_out(r), |E_omega sum_y Z - 1| + the dropped weight) on the
+    n-point-per-axis rule."""
+    dropped = 0.0
+    if r == 0:
+        om, wt = np.zeros((1, T * (T + 1) // 2)), np.ones(1)
+    else:
+        om, wt, dropped = omega_rule(T=T, r=r, n=n)
+    e, psi, mass = _integrands(T, om, nodes)
+    # the orbit sum of Z is 1 only on average over omega (the rule is not permutation-invariant)
+    return float(wt @ e), float(wt @ psi), float(abs(wt @ mass - 1.0)) + dropped
+
+
+def _geometric_bar(values: Sequence[float]) -> tuple[float, float]:
+    """Error bar of the last of three successive rules: d = |Q_n - Q_(n-2)| times
+    max(1, rho / (1 - rho)), rho = d / |Q_(n-2) - Q_(n-4)| (the geometric tail of the further
+    differences); inf when the differences do not shrink (rho >= 0.9)."""
+    d_prev = abs(values[1] - values[0])
+    d = abs(values[2] - values[1])
+    tiny = 1e-12 * max(abs(v) for v in values)
+    if d <= tiny:  # converged to the rounding of the sums
+        return tiny, 0.0
+    rho = d / d_prev if d_prev > 0 else float("inf")
+    if rho >= 0.9:
+        return float("inf"), rho
+    return d * max(1.0, rho / (1.0 - rho)), rho
+
+
+#: most Gauss-Hermite nodes per axis of the omega rule (T = 3: 15^5 = 759375 points)
+MAX_RULE = {2: 81, 3: 15}
+
+
+def rule_levels(T: int, r: float) -> tuple[int, int, int]:
+    """The three Gauss-Hermite rules (nodes per axis) for E_hat(r): the coarsest resolves the
+    integrand's unit-scale features, k = max(5, ceil(4 r + 3)) (calibrated at T = 2 against the
+    exact route of the compiled channel: fewer nodes give non-monotone errors that fool the bar);
+    T = 3 uses (k, k + 2, k + 4), T = 2 (two dimensions, cheap) (2k + 5, 2k + 9, 2k + 13)."""
+    k = max(5, math.ceil(4 * r + 3))
+    if T == 2:
+        return 2 * k + 5, 2 * k + 9, 2 * k + 13
+    return k, k + 2, k + 4
+
+
+def max_ratio(T: int) -> float:
+    """The largest r = q / V the deterministic rule accepts at T (finest rule <= MAX_RULE)."""
+    k_max = (MAX_RULE[T] - 13) // 2 if T == 2 else MAX_RULE[T] - 4
+    return (k_max - 3) / 4
+
+
+def output_e(*, T: int, q: float, V: float, nodes: int | None = None) -> Estimate:
+    """E(q, V) = E_omega sum_y Z_y |g_y|_W^2 = E_hat(q / V) / V (THEORY 1.1, 1.4) with
+    Psi_out(q, V) = E_omega sum_y Z_y log Z_y in ``extra``: tensor Gauss-Hermite over the
+    shift-free omega directions on the three rules of :func:`rule_levels`; error = the last
+    difference with its geometric tail (:func:`_geometric_bar`) + the orbit-mass gauge
+    |E_omega sum_y Z - 1| E + the sweep's own error (its rule against one with 1.5 times the
+    nodes, on the coarsest omega rule). ConvergenceError beyond r = :func:`max_ratio`
+    (use :func:`monte_carlo_e`) or when the rules do not converge."""
+    _check_tokens(T, SE_TOKENS)
+    require(np.isfinite(q) and q >= 0, "q", "finite >= 0", q)
+    require(np.isfinite(V) and V > 0, "V", "finite > 0", V)
+    t0 = time.perf_counter()
+    r = q / V
+    if r > max_ratio(T):
+        raise ConvergenceError(f"r = q / V = {r:g} needs more than {MAX_RULE[T]} Gauss-Hermite "
+                               f"nodes per axis at T = {T}; the deterministic rule stops at "
+                               f"r = {max_ratio(T):g} (use monte_carlo_e)", last_iterate=r)
+    if r == 0:
+        e1, p1, dm = _outer_level(T, 0.0, 1, nodes)
+        e_fine, _, _ = _outer_level(T, 0.0, 1, None if nodes is None else int(1.5 * nodes))
+        bar, pbar, rho, levels = 0.0, 0.0, 0.0, (1,)
+        sweep = abs(e_fine - e1)
+    else:
+        levels = rule_levels(T, r)
+        vals = [_outer_level(T, r, k, nodes) for k in levels]
+        e1, p1, dm = vals[-1]
+        bar, rho = _geometric_bar([v[0] for v in vals])
+        pbar, _ = _geometric_bar([v[1] for v in vals])
+        om, _, _ = omega_rule(T=T, r=r, n=levels[0])
+        n_sweep = sweep_nodes(om, T) if nodes is None else nodes
+        e_fine, _, _ = _outer_level(T, r, levels[0], int(1.5 * n_sweep))
+        sweep = abs(e_fine - vals[0][0])
+    # dm: orbit-mass gauge + dropped weight; F <= T(T+1)/2 bounds the dropped nodes' share
+    err = bar + dm * max(abs(e1), T * (T + 1) / 2) + sweep + 1e-14 * abs(e1)
+    if not math.isfinite(err):
+        raise ConvergenceError(f"the omega rules {levels} do not converge at r = q / V = {r:g}",
+                               last_iterate=e1 / V, residual=rho)
+    return Estimate(e1 / V, err / V,
+                    f"ordered-cone recursion at each omega, tensor Gauss-Hermite over the "
+                    f"{T * (T + 1) // 2 - 1} shift-free omega directions ({levels} per axis); "
+                    "error = last difference with its geometric tail + orbit-mass gauge + "
+                    "sweep error",
+                    extra={"psi_out": p1,
+                           "psi_out_error": pbar + dm * T * math.log(T) + sweep, "r": r,
+                           "E_hat": e1, "ratio": rho, "sweep_error": sweep / V,
+                           "levels": levels, "seconds": time.perf_counter() - t0})
+
+
+@lru_cache(maxsize=16)
+def _smolyak(dim: int, level: int) -> tuple[np.ndarray, np.ndarray]:
+    """Smolyak's combination of one-dimensional Gauss-Hermite rules of 2 l - 1 nodes
+    (l = 1..level) in ``dim`` dimensions: nodes and (signed) weights, coincident nodes merged."""
+    import itertools
+    from math import comb
+
+    pts: dict = {}
+    for ls in itertools.product(range(1, level + 1), repeat=dim):
+        s = sum(ls)
+        if not level <= s <= level + dim - 1:
+            continue
+        c = (-1) ** (level + dim - 1 - s) * comb(dim - 1, level + dim - 1 - s)
+        rules = []
+        for lv in ls:
+            z, w = roots_hermitenorm(2 * lv - 1)
+            rules.append((z, w / math.sqrt(2 * math.pi)))
+        for idx in itertools.product(*[range(len(r[0])) for r in rules]):
+            x = tuple(round(float(rules[k][0][i]), 13) for k, i in enumerate(idx))
+            pts[x] = pts.get(x, 0.0) + c * math.prod(rules[k][1][i] for k, i in enumerate(idx))
+    X = np.array(list(pts.keys()))
+    Wt = np.array(list(pts.values()))
+    keep = np.abs(Wt) > 1e-16 * np.abs(Wt).max()
+    return X[keep], Wt[keep]
+
+
+def output_e_sparse(*, T: int, q: float, V: float, level: int = 7) -> Estimate:
+    """E(q, V) on Smolyak sparse grids of Gauss-Hermite rules (levels ``level`` - 1 and
+    ``level``; error = their difference): a second omega rule, independent of the tensor rule
+    of :func:`output_e` (same integrand)."""
+    _check_tokens(T, SE_TOKENS)
+    require(np.isfinite(q) and q >= 0 and np.isfinite(V) and V > 0, "q, V",
+            "finite, q >= 0, V > 0", (q, V))
+    require(isinstance(level, int) and 2 <= level <= 8, "level", "an integer in 2..8", level)
+    A, _ = _shift_free_basis(T)
+    vals = []
+    for lv in (level - 1, level):
+        X, Wt = _smolyak(A.shape[1], lv)
+        e, _, _ = _integrands(T, math.sqrt(q / V) * X @ A.T, None)
+        vals.append(float(Wt @ e) / V)
+    return Estimate(vals[1], abs(vals[1] - vals[0]),
+                    f"Smolyak sparse grids of Gauss-Hermite rules, levels {level - 1}, {level}",
+                    extra={"coarse": vals[0]})
+
+
+# ----------------------------------------------------------------------------- e_gen
+def _row_probabilities(mu: np.ndarray, sd: np.ndarray, *, nodes: int = 96,
+                       L: float = 9.0) -> np.ndarray:
+    """P(argmax_b x_b = b) for independent x_b ~ N(mu_b, sd_b^2) (N x k arrays): the winner's
+    density against the others' CDFs, Gauss-Legendre on its window +- L sd_b."""
+    gx, gw = np.polynomial.legendre.leggauss(nodes)
+    N, k = mu.shape
+    P = np.zeros((N, k))
+    for b in range(k):
+        s = mu[:, b:b + 1] + L * sd[b] * gx[None, :]
+        f = _npdf((s - mu[:, b:b + 1]) / sd[b]) / sd[b]
+        for c in range(k):
+            if c != b:
+                f = f * ndtr((s - mu[:, c:c + 1]) / sd[c])
+        P[:, b] = L * sd[b] * (f @ gw)
+    return P
+
+
+@lru_cache(maxsize=8)
+def _row_basis(T: int) -> np.ndarray:
+    """Row 0's entries (diagonal first) modulo the row's shift: A with omega_row = sqrt(r) A z."""
+    sd2 = np.array([2.0] + [1.0] * (T - 1))
+    one = np.ones(T)
+    Cov = np.diag(sd2) - np.outer(one, one) / (one @ (one / sd2))
+    lam, U = np.linalg.eigh(Cov)
+    keep = lam > 1e-12
+    return U[:, keep] * np.sqrt(lam[keep])
+
+
+def _egen_level(T: int, r: float, h: float, z_max: float = 8.5) -> float:
+    """T (1 - E sum_b P(y_0 = b | omega)^2) on the trapezoid rule of step h in the row's
+    whitened shift-free coordinates z (|z_k| <= z_max)."""
+    sd = np.sqrt(np.array([2.0] + [1.0] * (T - 1)))
+    if r == 0:
+        mu, wt = np.zeros((1, T)), np.ones(1)
+    else:
+        A = _row_basis(T)
+        k = int(math.ceil(z_max / h))
+        z1 = h * np.arange(-k, k + 1)
+        w1 = h * _npdf(z1)
+        grids = np.meshgrid(*([z1] * A.shape[1]), indexing="ij")
+        Z = np.stack([g.ravel() for g in grids], axis=1)
+        wt = np.ones(Z.shape[0])
+        for g in np.meshgrid(*([w1] * A.shape[1]), indexing="ij"):
+            wt = wt * g.ravel()
+        keep = wt > 1e-20
+        mu, wt = math.sqrt(r) * Z[keep] @ A.T, wt[keep]
+    acc = 0.0
+    for i in range(0, mu.shape[0], 1 << 14):
+        P = _row_probabilities(mu[i:i + (1 << 14)], sd)
+        acc += float(wt[i:i + (1 << 14)] @ (P * P).sum(axis=1))
+    return float(T * (1.0 - acc))
+
+
+def generalisation_error(*, T: int, q: float, V: float, step: float = 0.3) -> Estimate:
+    """Bayes-optimal e_gen = E||y - E[y | omega]||_F^2 of hardmax at (q, V) (THEORY 1.5):
+    T (1 - E_omega sum_b P(y_0 = b | omega)^2) over row 0's T - 1 shift-free directions
+    (whitened), trapezoid rules of steps h and h / 2, h = ``step`` / max(1, sqrt(3 q / V)) (the
+    row probabilities vary on the scale sqrt V); error = their difference + 1e-13 (the row
+    probabilities' Gauss-Legendre rule) + the Gaussian mass outside |z| <= 8.5."""
+    _check_tokens(T, (2, 4))
+    require(np.isfinite(q) and q >= 0, "q", "finite >= 0", q)
+    require(np.isfinite(V) and V >= 0 and q + V > 0, "V", "finite >= 0 with q + V > 0", V)
+    if V == 0:
+        return Estimate(0.0, 0.0, "V = 0: y is known")
+    r = q / V
+    h = step / max(1.0, math.sqrt(3 * r))
+    e0 = _egen_level(T, r, h)
+    e1 = _egen_level(T, r, h / 2) if r > 0 else e0
+    return Estimate(e1, abs(e1 - e0) + 1e-13 + T * 1e-16,
+                    f"row argmax probabilities (Gauss-Legendre) under trapezoid rules (steps "
+                    f"{h:.3g}, {h / 2:.3g}) over the row's {T - 1} whitened shift-free directions")
+
+
+# ----------------------------------------------------------------------------- state evolution
+def delta_of_mmse(v: float, *, rho: float) -> float:
+    """Delta with Wishart mmse(Delta) = v (THEORY 1.1)."""
+    from .sparsemax import delta_of_mmse as inverse
+
+    return inverse(v, rho=rho)
+
+
+def se_curve_traced(*, T: int, rho: float, mmses: Sequence[float],
+                    with_egen: bool = True) -> list[dict]:
+    """The SE traced by V = mmse (THEORY 1.1): each V is a fixed point at
+    alpha(V) = q_hat / (2 E(Q0 - V, V)), q_hat = 1 / Delta(V), Wishart mmse(Delta(V)) = V.
+    Rows: alpha, alpha_error (E's relative error plus the prior's), mmse, q, q_hat, E, E_error,
+    psi_out, phi (free entropy Phi = -q q_hat / 4 + q_hat Q0 / 4 - I(1/q_hat) + alpha Psi_out
+    at that alpha), e_gen, e_gen_error, seconds."""
+    _check_tokens(T, SE_TOKENS)
+    require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
+    Q0 = 1.0 + rho
+    rows = []
+    for v in mmses:
+        v = float(v)
+        require(0 < v < 1, "mmse", "in (0, 1)", v)
+        t0 = time.perf_counter()
+        delta = delta_of_mmse(v, rho=rho)
+        q = Q0 - v
+        e = output_e(T=T, q=q, V=v)
+        alpha = 1.0 / (2 * delta * e.value)
+        prior = wishart.mmse_estimate(delta, rho=rho).error
+        dmdd = (float(wishart.mmse(delta * 1.001, rho=rho))
+                - float(wishart.mmse(delta * 0.999, rho=rho))) / (0.002 * delta)
+        err = alpha * (e.error / e.value + prior / max(dmdd * delta, 1e-300))
+        q_hat = 1.0 / delta
+        psi = e.extra["psi_out"]
+        phi = (-q * q_hat / 4 + q_hat * Q0 / 4
+               - float(wishart.mutual_information(delta, rho=rho)) + alpha * psi)
+        row = {"alpha": alpha, "alpha_error": err, "mmse": v, "q": q, "q_hat": q_hat,
+               "E": e.value, "E_error": e.error, "psi_out": psi, "phi": phi}
+        if with_egen:
+            g = generalisation_error(T=T, q=q, V=v)
+            row.update(e_gen=g.value, e_gen_error=g.error)
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+    return rows
+
+
+def e_hat_interpolant(*, T: int, r_max: float, nodes: int = 9) -> dict:
+    """E_hat(r) = V E(q, V) on [0, r_max] (it depends on r = q / V only) as the Chebyshev
+    interpolant through ``nodes`` Chebyshev-Lobatto points (``nodes`` odd), each from
+    :func:`output_e`. ``value(r)`` and ``error(r)``: the interpolant and its bar = the
+    largest node bar times the Lebesgue constant bound (2 / pi) log(nodes) + 1, plus the
+    difference from the interpolant through every other node (a much coarser one, so the
+    difference bounds the finer one's interpolation error)."""
+    _check_tokens(T, SE_TOKENS)
+    require(np.isfinite(r_max) and 0 < r_max <= max_ratio(T), "r_max",
+            f"in (0, {max_ratio(T):g}]", r_max)
+    require(isinstance(nodes, int) and nodes >= 5 and nodes % 2 == 1, "nodes",
+            "an odd integer >= 5", nodes)
+    t0 = time.perf_counter()
+    k = np.arange(nodes)
+    x = np.cos(np.pi * k / (nodes - 1))
+    r = 0.5 * r_max * (1 + x)
+    ests = [output_e(T=T, q=float(ri), V=1.0) for ri in r]
+    vals = np.array([e.value for e in ests])
+    node_err = max(e.error for e in ests) * (2 / np.pi * math.log(nodes) + 1)
+
+    def cheb_fit(xs, ys):
+        return np.polynomial.chebyshev.Chebyshev.fit(xs, ys, len(xs) - 1, domain=[-1, 1])
+
+    fine = cheb_fit(x, vals)
+    coarse = cheb_fit(x[::2], vals[::2])
+
+    def value(rr):
+        return fine(2 * np.asarray(rr, dtype=float) / r_max - 1)
+
+    def error(rr):
+        xx = 2 * np.asarray(rr, dtype=float) / r_max - 1
+        return np.abs(fine(xx) - coarse(xx)) + node_err
+
+    return {"value": value, "error": error, "r_nodes": r, "E_hat_nodes": vals,
+            "node_errors": np.array([e.error for e in ests]),
+            "seconds": time.perf_counter() - t0}
+
+
+def se_curve_interpolated(*, T: int, rho: float, mmses: Sequence[float],
+                          nodes: int = 9) -> list[dict]:
+    """:func:`se_curve_traced` for many V at the cost of ``nodes`` output-side evaluations:
+    E(Q0 - V, V) = E_hat(r) / V from :func:`e_hat_interpolant` on [0, max r of the curve]
+    (rows as there, without e_gen and phi; E_error from the interpolant's bar)."""
+    _check_tokens(T, SE_TOKENS)
+    require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
+    Q0 = 1.0 + rho
+    vs = [float(v) for v in mmses]
+    require(len(vs) > 0 and all(0 < v < 1 for v in vs), "mmse", "values in (0, 1)", vs)
+    r_max = max((Q0 - v) / v for v in vs)
+    it = e_hat_interpolant(T=T, r_max=r_max, nodes=nodes)
+    rows = []
+    for v in vs:
+        delta = delta_of_mmse(v, rho=rho)
+        r = (Q0 - v) / v
+        E, E_err = float(it["value"](r)) / v, float(it["error"](r)) / v
+        alpha = 1.0 / (2 * delta * E)
+        prior = wishart.mmse_estimate(delta, rho=rho).error
+        dmdd = (float(wishart.mmse(delta * 1.001, rho=rho))
+                - float(wishart.mmse(delta * 0.999, rho=rho))) / (0.002 * delta)
+        rows.append({"alpha": alpha,
+                     "alpha_error": alpha * (E_err / E + prior / max(dmdd * delta, 1e-300)),
+                     "mmse": v, "q": Q0 - v, "q_hat": 1.0 / delta, "E": E, "E_error": E_err})
+    return rows
+
+
+def alpha_of_mmse(*, T: int, rho: float, V: float, n: int) -> float:
+    """alpha(V) = 1 / (2 Delta(V) E(Q0 - V, V)) on one Gauss-Hermite rule of ``n`` nodes per
+    axis (a smooth function of V for the root search; errors come from :func:`output_e`)."""
+    q = 1.0 + rho - V
+    e_hat, _, _ = _outer_level(T, q / V, n, None)
+    return V / (2 * delta_of_mmse(V, rho=rho) * e_hat)
+
+
+def se_fixed_points(*, T: int, alpha: float, rho: float,
+                    grid: Sequence[float] | None = None, xtol: float = 1e-8) -> list[dict]:
+    """All SE fixed points V = mmse at sample ratio ``alpha`` within the grid's range
+    (THEORY 1.1): sign changes of alpha(V) - alpha on ``grid`` (default: 8 points from the
+    smallest V the deterministic rule accepts, r = q / V <= :func:`max_ratio`, to 0.995; each
+    on its coarsest rule), each root by Brent's method on the finest rule of its bracket;
+    error = xtol + (the traced row's alpha error + |alpha(V*) - alpha|) / |d alpha / dV|.
+    Rows: those of :func:`se_curve_traced` plus error, stable (alpha(V) decreasing),
+    d_alpha_d_mmse and bayes_optimal (the stable one of largest phi). Fixed points below the
+    grid's range are not searched: say so when reporting."""
+    from scipy.optimize import brentq
+
+    require(np.isfinite(alpha) and alpha > 0, "alpha", "finite > 0", alpha)
+    require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
+    _check_tokens(T, SE_TOKENS)
+    Q0 = 1.0 + rho
+    v_min = Q0 / (1.0 + max_ratio(T))
+    if grid is None:
+        grid = np.geomspace(max(v_min, 1e-3) * 1.0001, 0.995, 8)
+    grid = [float(v) for v in grid]
+    require(all(v_min <= v < 1 for v in grid), "grid", f"mmse values in [{v_min:.4g}, 1)", grid)
+    vals = [alpha_of_mmse(T=T, rho=rho, V=v, n=rule_levels(T, (Q0 - v) / v)[0]) - alpha
+            for v in grid]
+    out = []
+    for (v0, f0), (v1, f1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
+        if f0 * f1 > 0:
+            continue
+        n = rule_levels(T, (Q0 - v0) / v0)[-1]
+        v = brentq(lambda x, n=n: alpha_of_mmse(T=T, rho=rho, V=x, n=n) - alpha, v0, v1,
+                   xtol=xtol, rtol=1e-12)
+        row = se_curve_traced(T=T, rho=rho, mmses=[v])[0]
+        dv = 1e-4 * v
+        slope = (alpha_of_mmse(T=T, rho=rho, V=v + dv, n=n)
+                 - alpha_of_mmse(T=T, rho=rho, V=v - dv, n=n)) / (2 * dv)
+        phi = (-row["q"] * row["q_hat"] / 4 + row["q_hat"] * Q0 / 4
+               - float(wishart.mutual_information(1 / row["q_hat"], rho=rho))
+               + alpha * row["psi_out"])
+        out.append({**row, "alpha_traced": row["alpha"], "alpha": alpha, "phi": phi,
+                    "error": xtol + (row["alpha_error"] + abs(row["alpha"] - alpha))
+                    / max(abs(slope), 1e-12),
+                    "stable": bool(slope < 0), "d_alpha_d_mmse": slope})
+    if not out:
+        raise ConvergenceError("no SE fixed point in the mmse grid", last_iterate=alpha,
+                               residual=vals)
+    stable = [r for r in out if r["stable"]]
+    best = max(stable, key=lambda r: r["phi"]) if stable else None
+    for r in out:
+        r["bayes_optimal"] = r is best
+    return out
+
+
+# ----------------------------------------------------------------------------- Monte Carlo
+def monte_carlo_e(*, T: int, q: float, V: float, samples: int, seed: int = 2026,
+                  nodes: int | None = None) -> Estimate:
+    """E(q, V) by seeded Monte Carlo (independent of the omega rule and of the orbits): omega
+    and h drawn, y = row-wise argmax of h, g_out from :func:`outcome_moments` at (y, omega);
+    error = standard error of the mean of |g|_W^2. Any T of :data:`TOKENS_RANGE` (T = 4: the
+    generic recursion; no deterministic omega rule there)."""
+    _check_tokens(T)
+    require(isinstance(samples, int) and samples >= 100, "samples", "an integer >= 100",
+            samples)
+    rng = np.random.default_rng(seed)
+    flat = pairs(T)
+    W = weights(T)
+    n = len(flat)
+    om = math.sqrt(q) * np.sqrt(W) * rng.standard_normal((samples, n))
+    h = om + math.sqrt(V) * np.sqrt(W) * rng.standard_normal((samples, n))
+    H = np.empty((samples, T, T))
+    for k, (a, b) in enumerate(flat):
+        H[:, a, b] = h[:, k]
+        H[:, b, a] = h[:, k]
+    Y = np.argmax(H, axis=2)
+    vals = np.zeros(samples)
+    codes = Y @ (T ** np.arange(T)[::-1])
+    for code in np.unique(codes):
+        sel = codes == code
+        y = tuple(int(c) for c in Y[np.argmax(sel)])
+        mom = outcome_moments(y, omega=om[sel], V=V, nodes=nodes)
+        g = mom[:, 1:] / mom[:, :1] / (W * V)
+        vals[sel] = (W * g * g).sum(axis=1)
+    return Estimate(float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(samples)),
+                    f"seeded Monte Carlo ({samples} draws of omega and h, seed {seed}); "
+                    "error = standard error")

@@ -1,0 +1,248 @@
+"""Hardmax at any (omega, V) and its state evolution (THEORY 1.1, 1.4, 1.5): the output side
+against finite differences, Nishimori, the q = 0 recursion of hardmax.py and the T = 2 compiled
+channel; the omega rule against seeded Monte Carlo; e_gen against the T = 2 closed form."""
+
+import math
+
+import numpy as np
+import pytest
+from aim_sym.numerics import egen, hardmax, wishart
+from aim_sym.numerics import hardmax_se as hs
+from aim_sym.numerics.records import ConvergenceError, InputError
+
+RNG = np.random.default_rng(20261125)
+OMEGA3 = RNG.standard_normal((4, 6)) * np.sqrt(hs.weights(3)) * 1.2
+
+
+def test_q0_reproduces_small_width_sum():
+    S = hardmax.weak_threshold(3)
+    e = hs.output_e(T=3, q=0.0, V=1.0)
+    assert abs(e.value - S.extra["S"]) <= e.error + 1e-13
+    assert e.error < 1e-7  # the default sweep (3 nodes per unit) is good to ~1e-8
+    fine = hs.output_e(T=3, q=0.0, V=1.0, nodes=160)
+    assert abs(fine.value - S.extra["S"]) < 1e-12
+    # the scale invariance: E(0, V) = S / V
+    e2 = hs.output_e(T=3, q=0.0, V=0.25)
+    assert abs(e2.value - 4 * S.extra["S"]) <= 4 * e.error + 1e-12
+
+
+@pytest.mark.parametrize("T", [2, 3, 4])
+def test_probabilities_sum_to_one_and_first_nishimori(T):
+    n = T * (T + 1) // 2
+    om = RNG.standard_normal((2, n)) * np.sqrt(hs.weights(T))
+    out = hs.z_out(T=T, omega=om, V=0.6, nodes=140)
+    assert np.max(np.abs(out["Z"].sum(axis=0) - 1)) < 1e-12
+    coarse = hs.z_out(T=T, omega=om, V=0.6)
+    assert np.max(np.abs(coarse["Z"].sum(axis=0) - 1)) < 1e-7
+    assert np.all(out["Z"] >= -1e-15)
+    # sum_y Z_y g_y = sum_y grad Z_y = 0
+    assert np.max(np.abs(np.einsum("yn,ynk->nk", out["Z"], out["g"]))) < 1e-8
+    # the shift invariance: sum_ab g_ab = 0 for every y (grad Z is orthogonal to 1)
+    zg = out["Z"][..., None] * out["g"]
+    assert np.max(np.abs(zg.sum(axis=2))) < 1e-9
+
+
+def test_t3_kernel_matches_generic_recursion():
+    ys = hs.all_outcomes(3)
+    a = hs.outcomes_moments(ys, omega=OMEGA3, V=0.8, fast=False)
+    b = hs.outcomes_moments(ys, omega=OMEGA3, V=0.8, fast=True)
+    assert np.max(np.abs(a - b)) < 1e-14
+
+
+def test_omega_zero_matches_q0_recursion_moments():
+    # hardmax.py's E[h_ab 1_y] at omega = 0, V = 1 (an independent implementation)
+    for y, _ in hardmax.outcome_orbits(3)[:4]:
+        ref = hardmax.outcome_moments(y, nodes=128)
+        got = hs.outcome_moments(y, omega=np.zeros((1, 6)), V=1.0, nodes=96)[0]
+        assert np.max(np.abs(got - ref)) < 1e-12
+
+
+def _log_z(y, om, V):
+    return math.log(hs.outcome_moments(y, omega=om[None, :], V=V, nodes=120)[0, 0])
+
+
+@pytest.mark.parametrize("y", [(0, 1, 2), (1, 1, 1), (0, 0, 1), (2, 0, 2)])
+def test_g_out_is_the_gradient_of_log_z(y):
+    om, V = OMEGA3[0], 0.7
+    mom = hs.outcome_moments(y, omega=om[None, :], V=V, nodes=120)[0]
+    g = mom[1:] / mom[0] / (hs.weights(3) * V)
+    fd, coarse = np.zeros(6), np.zeros(6)
+    for k in range(6):
+        e = np.zeros(6)
+        e[k] = 1.0
+
+        def d(h, k=k, e=e):
+            return (_log_z(y, om + h * e, V) - _log_z(y, om - h * e, V)) / (2 * h)
+
+        fd[k] = (4 * d(5e-4) - d(1e-3)) / 3  # Richardson on two step sizes
+        coarse[k] = d(0.3)
+    assert np.max(np.abs(fd - g)) < 1e-7
+    assert np.max(np.abs(coarse - g)) > 1e-4  # a crude difference is visibly off
+
+
+def test_second_nishimori_identity():
+    """sum_y Z (g g^T + dg/domega) = sum_y grad grad Z_y = 0, traced with W = (1 + delta): the
+    Jacobian by central differences of g_out."""
+    om, V = OMEGA3[1], 0.9
+    W = hs.weights(3)
+    base = hs.z_out(T=3, omega=om[None, :], V=V)
+    Z, g = base["Z"][:, 0], base["g"][:, 0]
+    trace_dg = np.zeros(len(Z))
+    h = 1e-4
+    for k in range(6):
+        e = np.zeros(6)
+        e[k] = h
+        gp = hs.z_out(T=3, omega=(om + e)[None, :], V=V)["g"][:, 0, k]
+        gm = hs.z_out(T=3, omega=(om - e)[None, :], V=V)["g"][:, 0, k]
+        trace_dg += W[k] * (gp - gm) / (2 * h)
+    gg = (W * g * g).sum(axis=1)
+    assert abs(float(Z @ (gg + trace_dg))) < 1e-6
+    assert float(Z @ gg) > 0.5  # the identity is not trivially 0 = 0
+
+
+def test_t2_matches_compiled_channel():
+    from aim_sym.numerics import aim_se
+
+    from aim_sym.channels import hardmax as hardmax_channel
+    from aim_sym.compiled import compile_channel
+
+    cc = compile_channel(hardmax_channel(2))
+    for q, V in ((0.3, 0.9), (1.0, 0.5)):
+        e = hs.output_e(T=2, q=q, V=V)
+        E, P = aim_se.output_estimate(cc, q=q, V=V, level=1)
+        assert abs(e.value - E.value) <= e.error + E.error
+        assert abs(e.extra["psi_out"] - P.value) <= e.extra["psi_out_error"] + P.error
+        assert e.error < 1e-7
+
+
+def test_psi_out_stationarity_t2():
+    """E = 2 d Psi_out / dq at fixed Q0 (the SE is the free entropy's stationarity, THEORY 1.1)."""
+    Q0, q, dq = 1.5, 0.7, 1e-3
+
+    def psi(x):
+        return hs.output_e(T=2, q=x, V=Q0 - x).extra["psi_out"]
+
+    slope = (psi(q + dq) - psi(q - dq)) / (2 * dq)
+    e = hs.output_e(T=2, q=q, V=Q0 - q)
+    assert abs(2 * slope - e.value) < 1e-5 * e.value
+
+
+def test_egen_t2_closed_form_and_q0():
+    for q, V in ((0.3, 0.9), (1.4, 0.1)):
+        g = hs.generalisation_error(T=2, q=q, V=V)
+        ref, _ = egen.hardmax_t2(q=q, V=V)
+        assert abs(g.value - ref) <= g.error + 1e-14
+        assert g.error < 1e-10
+    g3 = hs.generalisation_error(T=3, q=0.0, V=1.0)
+    assert abs(g3.value - egen.hardmax_q0(3)) < 1e-12
+    # e_gen decreases from the prior predictive value as q grows
+    g3b = hs.generalisation_error(T=3, q=1.0, V=0.5)
+    assert g3b.value < g3.value - 0.5
+
+
+def test_monte_carlo_agrees_small_ratio():
+    q, V = 0.3, 1.0
+    e = hs.output_e(T=3, q=q, V=V)
+    m = hs.monte_carlo_e(T=3, q=q, V=V, samples=20000, seed=7)
+    assert abs(e.value - m.value) < 4 * m.error + e.error
+    assert e.error < 1e-6
+
+
+def test_rule_refuses_large_ratio():
+    with pytest.raises(ConvergenceError):
+        hs.output_e(T=3, q=1.4, V=0.1)
+
+
+@pytest.mark.parametrize("kw", [dict(T=6, q=0.1, V=1.0), dict(T=3, q=-1.0, V=1.0),
+                                dict(T=3, q=0.1, V=0.0), dict(T=3, q=float("nan"), V=1.0)])
+def test_bad_input(kw):
+    with pytest.raises(InputError):
+        hs.output_e(**kw)
+
+
+def test_bad_omega_shape():
+    with pytest.raises(InputError):
+        hs.outcome_moments((0, 1, 2), omega=np.zeros((2, 5)))
+    with pytest.raises(InputError):
+        hs.outcome_moments((0, 3, 2), omega=np.zeros((2, 6)))
+
+
+def test_traced_point_is_a_fixed_point_t2():
+    """A traced row (alpha, V) satisfies V = mmse(1 / (2 alpha E)) with the Wishart prior."""
+    rho = 0.5
+    row = hs.se_curve_traced(T=2, rho=rho, mmses=[0.6])[0]
+    q_hat = 2 * row["alpha"] * row["E"]
+    assert abs(float(wishart.mmse(1 / q_hat, rho=rho)) - 0.6) < 1e-9
+    assert row["e_gen"] < egen.hardmax_q0(2)
+
+
+@pytest.mark.slow
+def test_monte_carlo_agrees_t3_two_points():
+    for q, V in ((0.5, 1.0), (0.75, 0.75)):
+        e = hs.output_e(T=3, q=q, V=V)
+        m = hs.monte_carlo_e(T=3, q=q, V=V, samples=200000, seed=11)
+        assert abs(e.value - m.value) < 4 * m.error + e.error
+
+
+@pytest.mark.slow
+def test_fixed_points_t3():
+    rho = 0.5
+    fps = hs.se_fixed_points(T=3, alpha=0.03, rho=rho, grid=[0.6, 0.75, 0.9, 0.99])
+    assert len(fps) == 1 and fps[0]["bayes_optimal"] and fps[0]["stable"]
+    f = fps[0]
+    q_hat = 2 * f["alpha"] * f["E"]
+    assert abs(float(wishart.mmse(1 / q_hat, rho=rho)) - f["mmse"]) < 2 * f["error"] + 1e-9
+    assert f["error"] < 1e-6
+
+
+def test_interpolant_in_r_t2():
+    """E_hat(r) through 13 Chebyshev nodes against direct evaluations, within its bar."""
+    it = hs.e_hat_interpolant(T=2, r_max=2.0, nodes=13)
+    for r in (0.1, 0.77, 1.99):
+        d = hs.output_e(T=2, q=r, V=1.0)
+        assert abs(float(it["value"](r)) - d.value) <= float(it["error"](r)) + d.error
+        assert float(it["error"](r)) < 1e-5
+    rows = hs.se_curve_interpolated(T=2, rho=0.5, mmses=[0.9, 0.6])
+    direct = hs.se_curve_traced(T=2, rho=0.5, mmses=[0.6], with_egen=False)[0]
+    assert abs(rows[1]["alpha"] - direct["alpha"]) <= rows[1]["alpha_error"] + direct[
+        "alpha_error"]
+
+
+def test_t4_output_side_monte_carlo_at_q0():
+    """T = 4 (generic recursion): Monte Carlo over h of |g|_W^2 at omega = 0 against S(4) of the
+    q = 0 recursion; e_gen at q = 0 against its closed form."""
+    S = hardmax.weak_threshold(4).extra["S"]
+    m = hs.monte_carlo_e(T=4, q=0.0, V=1.0, samples=2000, seed=5)
+    assert abs(m.value - S) < 4 * m.error
+    assert m.error < 0.02
+    g = hs.generalisation_error(T=4, q=0.0, V=1.0)
+    assert abs(g.value - egen.hardmax_q0(4)) < 1e-12
+
+
+def test_cli_hardmax_t3_se_refusals(run_cli):
+    """`se --channel hardmax --tokens 3`: options the channel has not, and T = 4, are refused with
+    one line and exit 2 (before any quadrature)."""
+    for args, opt in ((["--epsilon", "0.1"], "--epsilon"), (["--beta", "2"], "--beta"),
+                      (["--tokens", "4"], "--tokens"), (["--digits", "20"], "--digits"),
+                      (["--alpha", "0"], "--alpha")):
+        argv = ["se", "--channel", "hardmax", "--tokens", "3", "--alpha", "0.03", *args]
+        rc, _, err = run_cli(argv)
+        assert rc == 2 and opt in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+@pytest.mark.slow
+def test_cli_hardmax_t3_se_fixed_point_and_range(run_cli):
+    """The CLI reports the API's fixed point (flagged Bayes-optimal, with phi and e_gen), and an
+    alpha whose fixed point lies below the resolved mmse range exits 3 saying so (~2 min)."""
+    import json
+
+    rc, out, err = run_cli(["se", "--channel", "hardmax", "--tokens", "3", "--rho", "0.5",
+                            "--alpha", "0.03", "--json"])
+    assert rc == 0, err
+    o = json.loads(out)
+    (fp,) = o["fixed_points"]
+    assert fp["bayes_optimal"] and fp["stable"] and o["mmse"] == fp["mmse"]
+    row = hs.se_curve_traced(T=3, rho=0.5, mmses=[fp["mmse"]])[0]
+    assert abs(row["alpha"] - 0.03) <= row["alpha_error"] + abs(fp["d_alpha_d_mmse"]) * fp["error"]
+    rc, _, err = run_cli(["se", "--channel", "hardmax", "--tokens", "3", "--alpha", "0.2"])
+    assert rc == 3 and "mmse >= 0.5" in err
