@@ -35,7 +35,7 @@ BETA_ERM = Domain(name="beta", option="--beta", low=0, low_open=True, default=1.
 BETA0 = Domain(name="beta0", option="--beta0", low=0, low_open=True, default=1.0,
                description="inverse temperature of the teacher's softmax, > 0")
 TOKENS_ERM = Domain(name="tokens", option="--tokens", kind="integer", low=2, high=64, default=2,
-                    description="sequence length T (the SE is T = 2 only; thresholds any T)")
+                    description="sequence length T (the SE takes T = 2..6; thresholds any T)")
 ALPHA_ERM = ALPHA.with_(low_open=True, description="sample ratio alpha = N / d^2, > 0")
 THRESHOLD_DIGITS_ERM = Domain(name="digits", option="--digits", kind="integer", low=15,
                               high=100, default=30,
@@ -67,15 +67,19 @@ class ERM:
         return {"model": "erm", "tokens": self.tokens, "kappa0": self.kappa0, "delta": self.delta,
                 "lam": self.lam, "beta": self.beta, "beta0": self.beta0, **extra}
 
-    def _params(self, alpha: float):
+    def _params(self, alpha: float, *, direct: bool = False):
+        from .numerics.erm_output_tokens import TOKENS
         from .numerics.erm_se import ERMParams
 
-        if self.tokens != 2:
+        if self.tokens not in TOKENS:
             raise DomainError(TOKENS_ERM, self.tokens, "tokens",
-                              allowed="2 for the ERM state evolution (deterministic output "
-                              "quadrature; larger T is not implemented)")
+                              allowed=f"{TOKENS[0]}..{TOKENS[-1]} for the ERM state evolution "
+                              "(thresholds take up to 64)")
+        if direct and self.tokens != 2:
+            raise DomainError(TOKENS_ERM, self.tokens, "tokens",
+                              allowed="2 for the direct parameterisation's state evolution")
         return ERMParams(alpha=alpha, kappa0=self.kappa0, Delta=self.delta, lam=self.lam,
-                         beta=self.beta, beta0=self.beta0, tokens=2)
+                         beta=self.beta, beta0=self.beta0, tokens=self.tokens)
 
     # ------------------------------------------------------------------ state evolution
     def fixed_points(self, *, alpha: float, direct: bool = False) -> ResultTable:
@@ -87,7 +91,7 @@ class ERM:
         from .numerics import erm_direct, erm_se
 
         alpha = ALPHA_ERM.check(alpha)
-        fps = (erm_direct if direct else erm_se).solve(self._params(alpha))
+        fps = (erm_direct if direct else erm_se).solve(self._params(alpha, direct=direct))
         return ResultTable(tuple(dict(f.as_dict(), alpha=alpha) for f in fps),
                            self.parameters(alpha=alpha))
 
@@ -101,9 +105,15 @@ class ERM:
         params = self.parameters(alpha=float(alpha), direct=bool(direct))
         prior = ("direct (element-wise) S with ridge penalty (lam/2) d ||S||_F^2: linear "
                  "denoiser" if direct else "exact spectral derivatives")
-        method = (f"ERM SE (THEORY 3): {prior}, T = 2 proximal step by Newton, "
-                  "tensor Gauss-Hermite; error = difference of orders 24 and 17 x 17/7 (the error of "
-                  "order 24 if it falls as 1/n: the rule converges algebraically)")
+        if self.tokens == 2:
+            method = (f"ERM SE (THEORY 3): {prior}, T = 2 proximal step by Newton, tensor "
+                      "Gauss-Hermite; error = difference of orders 24 and 17 x 17/7 (the error of "
+                      "order 24 if it falls as 1/n: the rule converges algebraically)")
+        else:
+            method = (f"ERM SE (THEORY 3): {prior}, T = {self.tokens} proximal step by Newton "
+                      "in the n - 1 seen directions, randomised QMC (16 scrambled Sobol "
+                      "replicates x 2048 points); error = 3 x standard error of the replicate "
+                      "fixed points")
         return ResultTable(tuple(
             Result(quantity=k, value=best[k], error=best[f"{k}_error"], method=method,
                    precision=16, parameters=params,

@@ -1,4 +1,4 @@
-"""State evolution of ERM for one tied attention layer, T = 2 tokens (THEORY 3).
+"""State evolution of ERM for one tied attention layer, T = 2 to 6 tokens (THEORY 3).
 
 Six order parameters: (q, m, Sigma) on the student side, (q_hat, m_hat, Sigma_hat) conjugate.
 
@@ -20,6 +20,12 @@ the error of each quantity is the difference between the fixed points at two Gau
 orders n_lo < n of the output side, times n_lo / (n - n_lo): the rule converges only
 algebraically (the proximal step switches minimiser across a surface), and this is the error
 of the order-n value if it falls at least as 1/n (:func:`algebraic_factor`).
+
+T >= 3 (:mod:`numerics.erm_output_tokens`): the output side by randomised QMC, R scrambled
+Sobol replicates of ``qmc_points`` each (common random numbers: the map is deterministic).  The
+value is the fixed point of the pooled map; its error bar is COVER (= 3) times the standard error
+of the R fixed points of the single-replicate maps, each started from the pooled one, so the QMC
+error is carried through the fixed point without linearisation (:func:`_solve_tokens`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import erm_output_tokens as qmc_route
 from .erm_output import _ORDER, _ORDER_LO, generalisation_error, output_moments
 from .erm_spectral import spectral_integrals
 from .records import ConvergenceError, require, require_reals
@@ -53,13 +60,25 @@ class ERMParams:
     beta: float = 1.0
     beta0: float = 1.0
     tokens: int = 2
+    qmc_points: int = 2**11  # T >= 3: scrambled Sobol points per replicate (a power of 2)
+    qmc_replicates: int = 16  # T >= 3: independent scramblings (standard error from their spread)
+    qmc_seed: int = 0
 
     def __post_init__(self) -> None:
         require_reals(self, positive=("alpha", "kappa0", "beta", "beta0"),
                       nonnegative=("Delta", "lam"))
-        require(self.tokens == 2, "tokens", "2 (the deterministic output side is T = 2 only)",
-                self.tokens)
+        require(not isinstance(self.tokens, bool) and self.tokens in qmc_route.TOKENS, "tokens",
+                f"one of {qmc_route.TOKENS} (T = 2: deterministic quadrature; T >= 3: "
+                "randomised quasi-Monte Carlo)", self.tokens)
+        object.__setattr__(self, "tokens", int(self.tokens))
         require(self.kappa0 >= 1e-4, "kappa0", ">= 1e-4", self.kappa0)
+        require(isinstance(self.qmc_points, int) and self.qmc_points >= 2**7
+                and self.qmc_points & (self.qmc_points - 1) == 0, "qmc_points",
+                "a power of 2 >= 128", self.qmc_points)
+        require(isinstance(self.qmc_replicates, int) and 4 <= self.qmc_replicates <= 256,
+                "qmc_replicates", "an integer in [4, 256]", self.qmc_replicates)
+        require(isinstance(self.qmc_seed, int) and self.qmc_seed >= 0, "qmc_seed",
+                "an integer >= 0", self.qmc_seed)
 
     @property
     def Q0(self) -> float:
@@ -99,11 +118,26 @@ class FixedPoint:
         return out
 
 
+def _moments(q: float, m: float, sigma: float, p: ERMParams, *, order: int,
+             replicate: int | None, points: int | None):
+    """Output moments: T = 2 Gauss-Hermite of ``order``; T >= 3 randomised QMC
+    (:mod:`.erm_output_tokens`) with ``points`` per replicate (default ``p.qmc_points``), all
+    replicates pooled or only ``replicate``."""
+    if p.tokens == 2:
+        return output_moments(q=q, m=m, sigma=sigma, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
+                              order=order)
+    return qmc_route.output_moments(
+        q=q, m=m, sigma=sigma, Q0n=p.Q0n, tokens=p.tokens, beta=p.beta, beta0=p.beta0,
+        points=points or p.qmc_points, replicates=p.qmc_replicates, seed=p.qmc_seed,
+        only=replicate).mean
+
+
 def hats_from_overlaps(q: float, m: float, sigma: float, p: ERMParams, *,
-                       order: int = _ORDER) -> tuple[float, float, float, float]:
-    """(q_hat, m_hat, Sigma_hat, E min) from (q, m, Sigma): the output side (THEORY 3)."""
-    o = output_moments(q=q, m=m, sigma=sigma, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
-                       order=order)
+                       order: int = _ORDER, replicate: int | None = None,
+                       points: int | None = None) -> tuple[float, float, float, float]:
+    """(q_hat, m_hat, Sigma_hat, E min) from (q, m, Sigma): the output side (THEORY 3).
+    ``replicate``, ``points``: T >= 3 only (see :func:`_moments`)."""
+    o = _moments(q, m, sigma, p, order=order, replicate=replicate, points=points)
     den = sigma * (p.Q0n * q - m * m)
     return (2 * p.alpha * o.sq / sigma**2, 2 * p.alpha * o.cross_m / den,
             -2 * p.alpha * o.cross_s / den, o.envelope)
@@ -123,10 +157,10 @@ def overlaps_from_hats(q_hat: float, m_hat: float, sigma_hat: float,
 
 
 def potential(q: float, m: float, sigma: float, q_hat: float, m_hat: float, sigma_hat: float,
-              p: ERMParams, *, order: int = _ORDER) -> float:
+              p: ERMParams, *, order: int = _ORDER, replicate: int | None = None,
+              points: int | None = None) -> float:
     """The training-loss potential Phi (THEORY 3) at any six order parameters."""
-    env = output_moments(q=q, m=m, sigma=sigma, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
-                         order=order).envelope
+    env = _moments(q, m, sigma, p, order=order, replicate=replicate, points=points).envelope
     s = spectral_integrals(kappa0=p.kappa0, delta=math.sqrt(q_hat) / m_hat,
                            eps=2 * p.lam / m_hat)
     return ((q_hat * sigma - sigma_hat * q) / 4 + m_hat * m / 2 + p.alpha * env
@@ -144,13 +178,16 @@ def _from_x(x: np.ndarray) -> tuple[float, float, float]:
 def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = _ORDER,
                 tol: float = 1e-11, max_iter: int = 400, damping: float = 0.5,
                 anderson: int = 4, prior: Callable | None = None,
-                label: str = "ERM SE") -> tuple[tuple, int, float]:
+                label: str = "ERM SE", replicate: int | None = None,
+                points: int | None = None) -> tuple[tuple, int, float]:
     """Iterate the SE map from (q, m, Sigma) to a fixed point.
 
     ``prior`` maps (q_hat, m_hat, Sigma_hat, p) to the overlaps (default: the factorised
     :func:`overlaps_from_hats`; :mod:`~aim_sym.numerics.erm_direct` passes its linear one).
     Returns ((q, m, Sigma, q_hat, m_hat, Sigma_hat), iterations, residual); raises
     :class:`ConvergenceError` (with the last iterate) when the change does not fall below ``tol``.
+    ``replicate``, ``points``: the QMC output side of T >= 3 (:func:`hats_from_overlaps`); the
+    map is deterministic for fixed points (common random numbers).
     """
     prior = overlaps_from_hats if prior is None else prior
     x = _to_x(q, m, sigma)
@@ -164,7 +201,8 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
         lim = 0.999 * math.sqrt(p.Q0n * qq)
         mm = max(min(mm, lim), -lim)
         try:
-            hats = hats_from_overlaps(qq, mm, ss, p, order=order)[:3]
+            hats = hats_from_overlaps(qq, mm, ss, p, order=order, replicate=replicate,
+                                      points=points)[:3]
             new = prior(*hats, p)[:3]
         except (ValueError, FloatingPointError) as e:
             raise ConvergenceError(f"{label} map left its domain", last_iterate=(qq, mm, ss),
@@ -223,6 +261,10 @@ def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
     is iterated at order 12 first, then at ``order_lo``, then at ``order``.  ``prior`` (see
     :func:`fixed_point`) and ``derived`` ((p, params, order) -> train, test, mse, rank) default
     to the factorised model's."""
+    if p.tokens != 2:
+        require(prior is None and derived is None, "tokens",
+                "2 for a custom prior side (T >= 3 is the factorised model only)", p.tokens)
+        return _solve_tokens(p, inits=inits, label=label)
     derived = _derived if derived is None else derived
     kw = {"tol": tol, "prior": prior, "label": label}
     names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
@@ -262,5 +304,67 @@ def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
     return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
 
 
-def _close(a: tuple, b: tuple) -> bool:
-    return all(abs(x - y) <= 1e-6 * (1 + abs(y)) for x, y in zip(a[:3], b[:3], strict=True))
+def _close(a: tuple, b: tuple, rel: float = 1e-6) -> bool:
+    return all(abs(x - y) <= rel * (1 + abs(y)) for x, y in zip(a[:3], b[:3], strict=True))
+
+
+def _derived_tokens(p: ERMParams, params: tuple, replicate: int | None) -> dict:
+    """train, test, mse, rank at a T >= 3 fixed point, with the pooled QMC points or those of
+    one replicate (the test error uses its own, independent points)."""
+    q, m, sigma, q_hat, m_hat, sigma_hat = params
+    s = spectral_integrals(kappa0=p.kappa0, delta=math.sqrt(q_hat) / m_hat,
+                           eps=2 * p.lam / m_hat)
+    test = qmc_route.generalisation_error(
+        q=q, m=m, Q0n=p.Q0n, tokens=p.tokens, beta=p.beta, beta0=p.beta0,
+        points=4 * p.qmc_points, replicates=p.qmc_replicates, seed=p.qmc_seed + 1,
+        only=replicate).value
+    return {"train": potential(q, m, sigma, q_hat, m_hat, sigma_hat, p, replicate=replicate),
+            "test": test, "mse": p.Q0 + q - 2 * m, "rank": s.rank}
+
+
+QMC_TOL = 1e-9  # fixed-point tolerance of the T >= 3 iteration (the QMC map is deterministic)
+
+
+def _solve_tokens(p: ERMParams, *, inits: tuple, label: str) -> list[FixedPoint]:
+    """T >= 3: the fixed points of the pooled QMC map (all replicates), each with the error bar
+    COVER x the standard error of the R fixed points of the single-replicate maps (started from
+    the pooled one): the QMC error propagated through the fixed point without linearising.
+    ``errors`` also holds ``*_stderr`` and ``*_bias`` (mean of the replicate fixed points minus
+    the pooled one: a nonlinearity check, expected well inside the standard error)."""
+    names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
+    R = p.qmc_replicates
+    kw = {"tol": QMC_TOL, "label": label, "max_iter": 300}
+    found: list[FixedPoint] = []
+    failures = []
+    cheap: list[tuple] = []
+    for qi, mi, si in inits:
+        try:
+            first, _, _ = fixed_point(p, q=qi * p.Q0, m=mi * p.Q0, sigma=si,
+                                      points=max(p.qmc_points // 16, 2**5), **kw)
+            if any(_close(first, c, 1e-3) for c in cheap):
+                continue
+            cheap.append(first[:3])
+            params, its, res = fixed_point(p, q=first[0], m=first[1], sigma=first[2], **kw)
+            if any(_close(params, (f.q, f.m, f.sigma)) for f in found):
+                continue
+            reps = [fixed_point(p, q=params[0], m=params[1], sigma=params[2], replicate=r,
+                                **kw)[0] for r in range(R)]
+        except ConvergenceError as e:
+            failures.append(e)
+            continue
+        vals = {**dict(zip(names, params, strict=True)), **_derived_tokens(p, params, None)}
+        rep_vals = [{**dict(zip(names, x, strict=True)), **_derived_tokens(p, x, r)}
+                    for r, x in enumerate(reps)]
+        errors = {}
+        for k in vals:
+            arr = np.array([rv[k] for rv in rep_vals])
+            se = float(arr.std(ddof=1) / math.sqrt(R))
+            errors[k] = qmc_route.COVER * se
+            errors[f"{k}_stderr"] = se
+            errors[f"{k}_bias"] = float(arr.mean() - vals[k])
+        found.append(FixedPoint(**vals, iterations=its, residual=res, errors=errors))
+    if not found:
+        raise ConvergenceError(f"no {label} start converged (T = {p.tokens})", last_iterate=[
+            f.last_iterate for f in failures], residual=[f.residual for f in failures])
+    best = min(range(len(found)), key=lambda i: found[i].train)
+    return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]

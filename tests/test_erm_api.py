@@ -25,7 +25,7 @@ def test_model_validates_every_parameter():
     with pytest.raises(DomainError, match="tokens"):
         ERM(kappa0=0.5, delta=0.5, lam=0.01, tokens=1)
     with pytest.raises(DomainError, match="tokens"):
-        ERM(kappa0=0.5, delta=0.5, lam=0.01, tokens=3).state_evolution(alpha=0.5)
+        ERM(kappa0=0.5, delta=0.5, lam=0.01, tokens=7).state_evolution(alpha=0.5)
     with pytest.raises(DomainError, match="alpha"):
         ERM(kappa0=0.5, delta=0.5, lam=0.01).state_evolution(alpha=0.0)
 

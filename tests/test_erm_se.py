@@ -141,7 +141,7 @@ def test_non_convergence_raises_with_last_iterate():
 
 def test_bad_parameters():
     with pytest.raises(InputError, match="tokens"):
-        S.ERMParams(alpha=0.1, kappa0=0.5, Delta=0.5, lam=0.01, tokens=3)
+        S.ERMParams(alpha=0.1, kappa0=0.5, Delta=0.5, lam=0.01, tokens=7)
     with pytest.raises(InputError, match="lam"):
         S.ERMParams(alpha=0.1, kappa0=0.5, Delta=0.5, lam=-1.0)
     with pytest.raises(InputError, match="alpha"):
