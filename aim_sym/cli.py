@@ -36,6 +36,26 @@ from .numerics.records import ConvergenceError, InputError, atomic_write
 
 
 # ----------------------------------------------------------------------------- options
+class RhoOption(click.ParamType):
+    """``--rho``: one number, or ``r1,r2`` (the two layers of ``--model aim --layers 2``)."""
+
+    name = "rho"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (float, tuple)):
+            return value
+        try:
+            parts = tuple(float(v) for v in str(value).split(","))
+        except ValueError:
+            self.fail(f"must be a number or r1,r2; got {value!r}", param, ctx)
+        if len(parts) > 2:
+            self.fail(f"must be a number or r1,r2; got {value!r}", param, ctx)
+        return parts[0] if len(parts) == 1 else parts
+
+
+RHO_OPTION = RhoOption()
+
+
 def model_options(f):
     opts = [
         click.option("--model", default="aim", show_default=True, help="aim, smi or erm"),
@@ -45,7 +65,8 @@ def model_options(f):
         click.option("--channel-file", default=None, help="a Python file defining a channel "
                      "(runs the file's code)"),
         click.option("--tokens", type=int, default=2, show_default=True, help="T (aim) or M (smi)"),
-        click.option("--rho", type=float, default=None, help="aim: width ratio rho > 0"),
+        click.option("--rho", type=RHO_OPTION, default=None, help="aim: width ratio rho > 0 "
+                     "(--layers 2: r1,r2 per layer, or one value for both)"),
         click.option("--beta", type=float, default=None, help="inverse temperature > 0"),
         click.option("--delta-out", type=float, default=None, help="aim linear-noisy: noise >= 0"),
         click.option("--epsilon", type=float, default=None, help="aim noisy-hardmax: flip prob"),
@@ -99,9 +120,12 @@ def check_model(kw: dict, allowed: tuple = ("aim", "smi"), *, deep_aim: bool = F
             fail("--layers", "1 or 2 for --model aim", kw["layers"])
         elif kw["layers"] == 2 and not deep_aim:
             fail("--layers", "1 for this command (--model aim --layers 2 serves threshold weak "
-                 "--small-width only)", kw["layers"])
+                 "--small-width and se)", kw["layers"])
         elif kw["layers"] == 2:
             skip_ok = ("layers", "skip")
+    if isinstance(kw.get("rho"), tuple) and not (model == "aim" and kw.get("layers") == 2):
+        fail("--rho", "one number > 0 (two, r1,r2, only with --model aim --layers 2)",
+             ",".join(map(str, kw["rho"])))
     for name in (n for n in NOT_WITH[model] if n not in skip_ok):
         if kw.get(name) not in (None, ()):
             fail("--" + name.replace("_", "-"), f"not given with --model {model} (it does not apply)",
@@ -216,7 +240,13 @@ def cli() -> None:
               "(lam/2) d ||S||_F^2) parameterisation")
 def se(alpha, small_width, digits, direct, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
-    model = check_model(kw, ("aim", "smi", "erm"))
+    model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
+    if model == "aim" and kw.get("layers") == 2:
+        for opt, value in (("small_width", small_width), ("digits", digits), ("direct", direct)):
+            if given(opt):
+                fail("--" + opt.replace("_", "-"), "omitted for --model aim --layers 2", value)
+        aim_channels.deep_aim_se(kw, alpha)
+        return
     if model == "erm":
         if small_width:
             fail("--small-width", "used only with --model aim", True)

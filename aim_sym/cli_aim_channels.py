@@ -174,3 +174,65 @@ def hardmax_se(kw: dict, alpha: float) -> None:
         + [f"  mmse = {f['mmse']:.10g} +- {f['error']:.1e}, q = {f['q']:.10g}, phi = "
            f"{f['phi']:.10g}, e_gen = {f['e_gen']:.10g} +- {f['e_gen_error']:.1e}, stable = "
            f"{f['stable']}{', Bayes-optimal' if f['bayes_optimal'] else ''}" for f in fps]))
+
+
+#: skips accepted by the two-layer SE at finite width: below c = 1 det A vanishes inside the
+#: domain and the inner rule does not follow the narrow posterior at small mmse (docs/deep_aim.md)
+DEEP_AIM_SE_SKIP = (1.0, 1e3)
+
+
+def deep_aim_se(kw: dict, alpha: float) -> None:
+    """``se --model aim --layers 2 --rho r1,r2 --skip c --alpha a``: the SE fixed points of two
+    tied attention layers at finite width, T = 2 (THEORY 1.6), one per start (uninformed,
+    informed, each layer informed), per layer q, q_hat, mmse with errors (randomised QMC,
+    docs/deep_aim.md section 4)."""
+    from .cli_common import progress_printer
+    from .domains import ALPHA, RHO
+    from .numerics import deep_aim_se as das
+
+    if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
+        fail("--channel", "softmax for --model aim --layers 2 (two tied attention layers)",
+             kw.get("channel") or kw.get("channel_file"))
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for --model aim --layers 2", kw["tokens"])
+    skip = 1.0 if kw.get("skip") is None else kw["skip"]
+    lo, hi = DEEP_AIM_SE_SKIP
+    if not (lo <= skip <= hi):
+        fail("--skip", f"in [{lo:g}, {hi:g}] for the two-layer SE at finite width (below 1 the "
+             "fibre's narrow posterior is not resolved; small width: threshold weak "
+             "--small-width)", skip)
+    rho = kw.get("rho")
+    rho = (0.5, 0.5) if rho is None else (rho if isinstance(rho, tuple) else (rho, rho))
+    try:
+        rho = tuple(RHO.check(r) for r in rho)
+        alpha = ALPHA.with_(low_open=True).check(alpha)
+    except DomainError as e:
+        raise relabel(e) from None
+    beta = 1.0 if kw.get("beta") is None else kw["beta"]
+    if not (beta > 0 and beta < 1e3):
+        fail("--beta", "in (0, 1000)", beta)
+    model = das.DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta)
+    inits = ((1.0, 1.0), (1e-3, 1e-3), (1e-3, 1.0), (1.0, 1e-3))
+    names = ("uninformed", "informed", "layer 1 informed", "layer 2 informed")
+    fps = []
+    for k, (init, name) in enumerate(zip(inits, names)):
+        progress_printer(k, len(inits), f"start {name} (mmse {init[0]:g}, {init[1]:g})")
+        fps.append({"start": name, **das.fixed_point(model, alpha=alpha, v_init=init, m=9)})
+    progress_printer(len(inits), len(inits), "done")
+    out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
+           "beta": beta, "rho": list(rho), "alpha": alpha,
+           "alpha_PR": das.perfect_recovery_alpha(model),
+           "method": "randomised QMC (8 scrambles x 2^9 Sobol points) over the output side, "
+                     "2D inner rule over H1's seen directions; error = 2.5 standard errors plus "
+                     "the inner rule's two-step difference, through (I - J)^-1",
+           "note": "free entropy not computed: coexisting fixed points are listed, not ranked",
+           "fixed_points": fps}
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM, two tied attention layers, T=2, skip={skip}, rho={list(rho)}, alpha={alpha} "
+         f"(alpha_PR = {o['alpha_PR']:.6g}):"]
+        + [f"  from {f['start']}: " + ("perfect recovery (mmse 0, both layers)"
+                                       if f["perfect_recovery"] else "; ".join(
+            f"layer {i + 1}: mmse = {L['mmse']:.5g} +- {L['mmse_error']:.1e}, q_hat = "
+            f"{L['q_hat']:.5g}" for i, L in enumerate(f["layers"])))
+           + f", stable = {f['stable']}" for f in fps]
+        + [o["note"]]))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_two_layer_thresholds_skip_2(run_cli):
     rc, out, err = run_cli(["threshold", "weak", "--model", "aim", "--layers", "2", "--skip", "2",
@@ -33,7 +35,14 @@ def test_layers_1_is_the_one_layer_aim(run_cli):
 def test_two_layer_refusals(run_cli):
     deep = ["--model", "aim", "--layers", "2"]
     for args, opt in (
-        (["se", *deep, "--alpha", "0.1"], "--layers"),
+        (["curve", *deep, "--alphas", "0:1:3"], "--layers"),
+        (["se", *deep, "--alpha", "0.1", "--skip", "0.5"], "--skip"),
+        (["se", *deep, "--alpha", "0.1", "--tokens", "3"], "--tokens"),
+        (["se", *deep, "--alpha", "0.1", "--rho", "1,2,3"], "--rho"),
+        (["se", *deep, "--alpha", "0.1", "--rho", "0.5,-1"], "--rho"),
+        (["se", *deep, "--alpha", "0.1", "--small-width"], "--small-width"),
+        (["se", *deep, "--alpha", "0", "--rho", "0.5,0.5"], "--alpha"),
+        (["se", "--model", "aim", "--alpha", "0.1", "--rho", "0.5,0.5"], "--rho"),
         (["threshold", "weak", *deep], "--small-width"),
         (["threshold", "weak", *deep, "--small-width", "--skip", "-1"], "--skip"),
         (["threshold", "weak", *deep, "--small-width", "--channel", "hardmax"], "--channel"),
@@ -44,3 +53,27 @@ def test_two_layer_refusals(run_cli):
     ):
         rc, _, err = run_cli(args)
         assert rc == 2 and opt in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+@pytest.mark.slow
+def test_two_layer_se_at_finite_width(run_cli):
+    """`se --model aim --layers 2 --rho 0.5,0.5 --skip 1 --alpha 0.1`: all four starts reach one
+    stable fixed point, layer 2 ahead of layer 1, and it agrees with the API's independent-seed
+    fixed point within the bars (docs/deep_aim.md section 4; several minutes)."""
+    from aim_sym.numerics import deep_aim_se as das
+
+    rc, out, err = run_cli(["se", "--model", "aim", "--layers", "2", "--rho", "0.5,0.5",
+                            "--skip", "1", "--alpha", "0.1", "--json"])
+    assert rc == 0, err
+    o = json.loads(out)
+    fps = o["fixed_points"]
+    assert len(fps) == 4 and all(f["stable"] and not f["perfect_recovery"] for f in fps)
+    m1 = [f["layers"][0]["mmse"] for f in fps]
+    m2 = [f["layers"][1]["mmse"] for f in fps]
+    assert max(m1) - min(m1) < 1e-6 and max(m2) - min(m2) < 1e-6
+    assert m2[0] + fps[0]["layers"][1]["mmse_error"] < m1[0] - fps[0]["layers"][0]["mmse_error"]
+    other = das.fixed_point(das.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5), alpha=0.1,
+                            v_init=(1.0, 1.0), m=9, seed=5)
+    for k in range(2):
+        a, b = fps[0]["layers"][k], other["layers"][k]
+        assert abs(a["mmse"] - b["mmse"]) <= a["mmse_error"] + b["mmse_error"]

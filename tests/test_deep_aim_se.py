@@ -1,0 +1,174 @@
+"""Deep AIM at finite width (THEORY 1.6, docs/deep_aim.md "Finite width"): Z_out and g_out at any
+(omega, V), and the state evolution with one overlap per layer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from aim_sym.numerics import deep_aim as da
+from aim_sym.numerics import deep_aim_se as ds
+from aim_sym.numerics import wishart
+from aim_sym.numerics.records import InputError
+from scipy.optimize import brentq
+
+Z1 = np.array([0.5, 1e-2, 3.0, -2.0, 7.0])
+Z2 = np.array([0.3, 1e-2, -1.0, 4.0, -6.0])
+
+
+@pytest.mark.parametrize("skip, rule, tol", [(2.0, "trapezoid-xi", 1e-8),
+                                             (0.5, "tanh-sinh-mu", 1e-6)])
+def test_reduces_to_the_small_width_fibre(skip, rule, tol):
+    """omega = 0, V = 1: Z_out and the posterior means are those of numerics/deep_aim.py."""
+    m = ds.DeepAimSE(skip=skip, rho1=0.5, rho2=0.5)
+    r = ds.z_out(Z1, Z2, model=m, a=[0.0, 0.0], b=[0.0, 0.0], v1=1.0, v2=1.0, h_in=0.2)
+    d = da.posterior_means(Z1, Z2, skip=skip, beta=1.0, h_in=0.2, rule=rule)
+    np.testing.assert_allclose(r["z_out"], d["z_out"], rtol=tol)
+    for got, key in ((r["g1"][:, 0], "xi1"), (r["g1"][:, 1], "xi2"), (r["g2"][:, 0], "x"),
+                     (r["g2"][:, 1], "y")):
+        np.testing.assert_allclose(got, d[key], atol=tol)
+
+
+@pytest.mark.parametrize("skip", [2.0, 0.5])
+def test_g_out_is_the_gradient_of_log_z_out(skip):
+    """g^l_ab = d log Z_out / d omega^l_ab, by central differences in every entry of both layers."""
+    m = ds.DeepAimSE(skip=skip, rho1=0.5, rho2=0.3)
+    rng = np.random.default_rng(4)
+    om1, om2 = 0.6 * rng.standard_normal(3), 0.6 * rng.standard_normal(3)
+    v1, v2 = 0.7, 0.45
+
+    def logz(o1, o2):
+        return ds.z_out(Z1, Z2, model=m, a=ds.whiten(o1), b=ds.whiten(o2), v1=v1, v2=v2,
+                        h_in=0.2)["log_z_out"]
+
+    r = ds.z_out(Z1, Z2, model=m, a=ds.whiten(om1), b=ds.whiten(om2), v1=v1, v2=v2, h_in=0.2)
+    g1, g2 = ds.unwhiten_gradient(r["g1"]), ds.unwhiten_gradient(r["g2"])
+    h = 1e-5
+    for k in range(3):
+        e = np.zeros(3)
+        e[k] = h
+        fd1 = (logz(om1 + e, om2) - logz(om1 - e, om2)) / (2 * h)
+        fd2 = (logz(om1, om2 + e) - logz(om1, om2 - e)) / (2 * h)
+        np.testing.assert_allclose(g1[:, k], fd1, atol=2e-7)
+        np.testing.assert_allclose(g2[:, k], fd2, atol=2e-7)
+
+
+def test_z_out_against_monte_carlo():
+    """Z_out(z) at omega != 0, V != 1 against seeded Monte Carlo over H1 (4 standard errors)."""
+    m = ds.DeepAimSE(skip=1.5, rho1=0.5, rho2=0.5)
+    a, b = np.array([0.3, -0.4]), np.array([-0.5, 0.7])
+    r = ds.z_out(Z1, Z2, model=m, a=a, b=b, v1=0.6, v2=0.4)
+    for k in range(Z1.size):
+        e = ds.z_out_mc(Z1[k], Z2[k], model=m, a=a, b=b, v1=0.6, v2=0.4, samples=100_000, seed=k)
+        assert abs(r["z_out"][k] - e.value) < 4 * e.error, (k, r["z_out"][k], e)
+
+
+def test_z_out_is_a_normalised_density():
+    """integral Z_out(z) dz = 1 at omega != 0, V != 1 (sinh-mapped trapezoid over the z plane)."""
+    m = ds.DeepAimSE(skip=2.0, rho1=0.5, rho2=0.5)
+    t = np.arange(-5.0, 5.0 + 1e-9, 0.15)
+    z, w = 4.0 * np.sinh(t), 0.15 * 4.0 * np.cosh(t)
+    z1, z2 = (v.ravel() for v in np.meshgrid(z, z, indexing="ij"))
+    mass = np.outer(w, w).ravel() @ ds.z_out(z1, z2, model=m, a=[0.4, -0.3], b=[0.2, 0.5],
+                                             v1=0.5, v2=0.6, h_in=0.35)["z_out"]
+    assert abs(mass - 1.0) < 1e-6
+
+
+def test_small_width_expectations_match_deep_aim():
+    """q = 0, V = 1 (rho -> 0): E|g_l|^2 is S_l of numerics/deep_aim.py (c = 2: S1 = 0.30327571,
+    S2 = 1.83592158, docs/deep_aim.md), within twice the bar."""
+    m = ds.DeepAimSE(skip=2.0, rho1=1e-12, rho2=1e-12)
+    r = ds.output_overlaps(m, q1=0.0, q2=0.0, m=8, scrambles=6, steps=(0.45, 0.35))
+    for key, ref in (("E1", 0.30327571), ("E2", 1.83592158)):
+        assert abs(r[key].value - ref) < 2 * r[key].error, (key, r[key], ref)
+        assert r[key].error < 0.03
+
+
+def test_nishimori_per_layer():
+    """E|g_l|^2 = E[(h_true - omega).g_l]/V_l at finite (q1, q2), per layer (THEORY 1.2)."""
+    m = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    r = ds.output_overlaps(m, q1=0.8, q2=1.1, m=8, scrambles=6, steps=(0.45, 0.35))
+    for i in (1, 2):
+        e, n = r[f"E{i}"], r[f"nishimori_{i}"]
+        assert abs(e.value - n.value) < 2 * math.hypot(e.error, n.error), (i, e, n)
+
+
+def test_information_sum_near_perfect_recovery():
+    """Near V = 0 the fibre is linear and V1 E1 + V2 E2 = 2 (two observed numbers per sample):
+    the identity behind alpha_PR = (c(rho1) + c(rho2))/4."""
+    m = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    v1, v2 = 1e-4, 2e-4
+    normals = ds._sobol_normals(8, 6, 3)
+    s = ds._output_sums(m, m.q0[0] - v1, m.q0[1] - v2, 0.35, normals)
+    tot = v1 * s[:, 0] + v2 * s[:, 1]
+    se = tot.std(ddof=1) / math.sqrt(tot.size)
+    assert abs(tot.mean() - 2.0) < 4 * se and se < 0.03
+    assert ds.perfect_recovery_alpha(m) == pytest.approx(0.375)
+
+
+def test_large_skip_layer_two_is_one_layer_softmax():
+    """skip -> infinity: y = softmax(skip^2 H2) and E2 -> 2/V2 (one-layer softmax T = 2), E1 -> 0."""
+    m = ds.DeepAimSE(skip=100.0, rho1=0.5, rho2=0.5)
+    q1, q2 = 0.6, 1.0
+    r = ds.output_overlaps(m, q1=q1, q2=q2, m=8, scrambles=6, steps=(0.45, 0.35))
+    v2 = m.q0[1] - q2
+    assert abs(r["E2"].value - 2.0 / v2) < 2 * r["E2"].error
+    assert 0 <= r["E1"].value < 1e-3
+
+
+def test_se_step_against_plain_monte_carlo():
+    """One SE step: RQMC + trapezoid against seeded Monte Carlo with importance-sampled posterior
+    means (independent route): within 2 bars / 4 standard errors combined."""
+    m = ds.DeepAimSE(skip=2.0, rho1=0.5, rho2=0.5)
+    q1, q2 = 0.7, 0.9
+    r = ds.output_overlaps(m, q1=q1, q2=q2, m=8, scrambles=6, steps=(0.45, 0.35))
+    mc = ds.se_step_mc(m, alpha=0.3, q1=q1, q2=q2, samples=4000, inner=2000, batches=10, seed=5)
+    for k in ("E1", "E2"):
+        assert abs(r[k].value - mc[k].value) < math.hypot(2 * r[k].error, 4 * mc[k].error), (k, r[k], mc[k])
+        assert mc[f"q_hat{k[1]}"].value == pytest.approx(0.6 * mc[k].value)
+
+
+def test_bad_input():
+    with pytest.raises(InputError):
+        ds.DeepAimSE(skip=-1.0, rho1=0.5, rho2=0.5)
+    with pytest.raises(InputError):
+        ds.DeepAimSE(skip=1.0, rho1=0.0, rho2=0.5)
+    m = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    with pytest.raises(InputError):
+        ds.output_overlaps(m, q1=1.5, q2=0.5)
+    with pytest.raises(InputError):
+        ds.fixed_point(m, alpha=0.0, v_init=(1.0, 1.0))
+    with pytest.raises(InputError):
+        ds.fixed_point(m, alpha=0.1, v_init=(0.0, 1.0))
+    with pytest.raises(InputError):
+        ds.z_out(Z1, Z2, model=m, a=[0, 0], b=[0, 0], v1=0.0, v2=1.0)
+
+
+@pytest.mark.slow
+def test_large_skip_fixed_point_is_one_layer_softmax():
+    """skip = 100, alpha = 0.1: layer 2's fixed point is the one-layer softmax SE of rho = 0.5
+    (V = mmse(V/(4 alpha))) within the bar; layer 1 stays near mmse = 1."""
+    alpha = 0.1
+    v_one = brentq(lambda v: float(wishart.mmse(v / (4 * alpha), rho=0.5)) - v, 1e-3, 1.0,
+                   xtol=1e-14)
+    fp = ds.fixed_point(ds.DeepAimSE(skip=100.0, rho1=0.5, rho2=0.5), alpha=alpha,
+                        v_init=(1.0, 1.0), m=9)
+    l1, l2 = fp["layers"]
+    assert abs(l2["mmse"] - v_one) < 2 * l2["mmse_error"]
+    assert 0.999 < l1["mmse"] <= 1.0
+
+
+@pytest.mark.slow
+def test_fixed_point_seeds_agree_and_perfect_recovery():
+    """c = 1, rho = (0.5, 0.5): the alpha = 0.1 fixed point from two independent scramble seeds
+    agrees within the combined bars; at alpha = 1 > alpha_PR = 0.375 the informed start reaches
+    V = 0."""
+    m = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    a = ds.fixed_point(m, alpha=0.1, v_init=(1.0, 1.0), m=9, seed=0)
+    b = ds.fixed_point(m, alpha=0.1, v_init=(1.0, 1.0), m=9, seed=1)
+    for la, lb in zip(a["layers"], b["layers"]):
+        assert abs(la["mmse"] - lb["mmse"]) < 1.5 * math.hypot(la["mmse_error"], lb["mmse_error"])
+    assert a["layers"][1]["mmse"] < a["layers"][0]["mmse"]      # layer 2 learned first
+    pr = ds.fixed_point(m, alpha=1.0, v_init=(1e-3, 1e-3), m=8)
+    assert pr["perfect_recovery"] and pr["stable"]
