@@ -63,7 +63,7 @@ CASES = [
      "--epsilon"),
     ("epsilon-with-hardmax", SE + AIM_A + ["--channel", "hardmax", "--epsilon", "0.1"],
      "--epsilon"),
-    ("layers-with-aim", SE + AIM_A + ["--layers", "2"], "--layers"),
+    ("layers-3-with-aim", SE + AIM_A + ["--layers", "3"], "--layers"),
     ("skip-with-aim", SE + AIM_A + ["--skip", "1"], "--skip"),
     ("digits-too-few", SE + AIM_A + ["--channel", "softmax", "--digits", "3"], "--digits"),
     ("digits-too-many", SE + AIM_A + ["--channel", "softmax", "--digits", "5000"], "--digits"),

@@ -64,7 +64,7 @@ def test_check_command_passes_for_softmax():
         (["se", "--alpha", "0.1", "--tokens", "1"], "--tokens"),
         (["se", "--alpha", "0.1", "--beta", "0", "--channel", "softmax"], "--beta"),
         (["threshold", "weak", "--small-width", "--digits", "0"], "--digits"),
-        (["se", "--alpha", "0.1", "--layers", "2"], "--layers"),
+        (["se", "--alpha", "0.1", "--layers", "3"], "--layers"),
         (["threshold", "weak", "--model", "smi", "--rho", "0.5"], "--rho"),
         (["threshold", "weak", "--model", "smi", "--digits", "10"], "--digits"),
         (["threshold", "weak", "--model", "smi", "--sequential-route", "montecarlo"],
