@@ -322,10 +322,20 @@ def se(alpha, small_width, digits, direct, **kw):
               help="aim: trace alpha(Delta) once for all alphas, or solve each alpha on its own")
 def curve(alphas, out_path, plot_path, tol, method, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
-    model = check_model(kw, ("aim", "smi", "erm"))
+    model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     grid = parse_grid(alphas, "--alphas")
     if not np.all(grid >= 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
+    if model == "aim" and kw.get("layers") == 2:
+        for opt, value in (("tol", tol), ("method", method)):
+            if given(opt):
+                fail("--" + opt, "omitted for --model aim --layers 2", value)
+        if plot_path:
+            from .plots import check_plot_path
+
+            check_plot_path(plot_path)
+        aim_channels.deep_aim_curve(kw, grid, out_path, plot_path)
+        return
     if model == "erm":
         for opt, value in (("tol", tol), ("method", method)):
             if given(opt):

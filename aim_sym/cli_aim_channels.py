@@ -181,13 +181,19 @@ def hardmax_se(kw: dict, alpha: float) -> None:
 DEEP_AIM_SE_SKIP = (1.0, 1e3)
 
 
-def deep_aim_se(kw: dict, alpha: float) -> None:
-    """``se --model aim --layers 2 --rho r1,r2 --skip c --alpha a``: the SE fixed points of two
-    tied attention layers at finite width, T = 2 (THEORY 1.6), one per start (uninformed,
-    informed, each layer informed), per layer q, q_hat, mmse with errors (randomised QMC,
-    docs/deep_aim.md section 4)."""
-    from .cli_common import progress_printer
-    from .domains import ALPHA, RHO
+def _alpha(alpha: float) -> float:
+    from .domains import ALPHA
+
+    try:
+        return ALPHA.with_(low_open=True).check(alpha)
+    except DomainError as e:
+        raise relabel(e) from None
+
+
+def deep_aim_se_model(kw: dict):
+    """The two-layer SE specification named by the options (checked: channel softmax, T = 2,
+    skip in DEEP_AIM_SE_SKIP, rho one value or r1,r2, beta)."""
+    from .domains import RHO
     from .numerics import deep_aim_se as das
 
     if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
@@ -205,13 +211,25 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
     rho = (0.5, 0.5) if rho is None else (rho if isinstance(rho, tuple) else (rho, rho))
     try:
         rho = tuple(RHO.check(r) for r in rho)
-        alpha = ALPHA.with_(low_open=True).check(alpha)
     except DomainError as e:
         raise relabel(e) from None
     beta = 1.0 if kw.get("beta") is None else kw["beta"]
     if not (beta > 0 and beta < 1e3):
         fail("--beta", "in (0, 1000)", beta)
-    model = das.DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta)
+    return das.DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta)
+
+
+def deep_aim_se(kw: dict, alpha: float) -> None:
+    """``se --model aim --layers 2 --rho r1,r2 --skip c --alpha a``: the SE fixed points of two
+    tied attention layers at finite width, T = 2 (THEORY 1.6), one per start (uninformed,
+    informed, each layer informed), per layer q, q_hat, mmse with errors (randomised QMC,
+    docs/deep_aim.md section 4)."""
+    from .cli_common import progress_printer
+    from .numerics import deep_aim_se as das
+
+    alpha = _alpha(alpha)
+    model = deep_aim_se_model(kw)
+    skip, beta, rho = model.skip, model.beta, (model.rho1, model.rho2)
     inits = ((1.0, 1.0), (1e-3, 1e-3), (1e-3, 1.0), (1.0, 1e-3))
     names = ("uninformed", "informed", "layer 1 informed", "layer 2 informed")
     fps = []
@@ -219,13 +237,16 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
         progress_printer(k, len(inits), f"start {name} (mmse {init[0]:g}, {init[1]:g})")
         fps.append({"start": name, **das.fixed_point(model, alpha=alpha, v_init=init, m=9)})
     progress_printer(len(inits), len(inits), "done")
+    fps = das.flag_bayes_optimal(fps)
     out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
            "beta": beta, "rho": list(rho), "alpha": alpha,
            "alpha_PR": das.perfect_recovery_alpha(model),
            "method": "randomised QMC (8 scrambles x 2^9 Sobol points) over the output side, "
                      "2D inner rule over H1's seen directions; error = 2.5 standard errors plus "
                      "the inner rule's two-step difference, through (I - J)^-1",
-           "note": "free entropy not computed: coexisting fixed points are listed, not ranked",
+           "note": "phi ranks coexisting fixed points (Bayes-optimal: the stable one of largest "
+                   "phi); e_gen: E||y(h) - y(h')||^2/2, h, h' two posterior draws given omega; "
+                   "e_gen_plugin: E||y(h) - y(omega)||^2",
            "fixed_points": fps}
     emit(out, kw["as_json"], lambda o: "\n".join(
         [f"AIM, two tied attention layers, T=2, skip={skip}, rho={list(rho)}, alpha={alpha} "
@@ -233,6 +254,50 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
         + [f"  from {f['start']}: " + ("perfect recovery (mmse 0, both layers)"
                                        if f["perfect_recovery"] else "; ".join(
             f"layer {i + 1}: mmse = {L['mmse']:.5g} +- {L['mmse_error']:.1e}, q_hat = "
-            f"{L['q_hat']:.5g}" for i, L in enumerate(f["layers"])))
-           + f", stable = {f['stable']}" for f in fps]
+            f"{L['q_hat']:.5g}" for i, L in enumerate(f["layers"]))
+            + f"; phi = {f['phi']:.6g} +- {f['phi_error']:.1e}, e_gen = {f['e_gen']:.5g} +- "
+            f"{f['e_gen_error']:.1e}")
+           + f", stable = {f['stable']}" + (", Bayes-optimal" if f["bayes_optimal"] else "")
+           for f in fps]
         + [o["note"]]))
+
+
+def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
+    """``curve --model aim --layers 2 --rho r1,r2 --skip c --alphas a:b:n``: the branch from the
+    uninformed start, each alpha warm-started from the previous one (docs/deep_aim.md 5); CSV
+    columns alpha, per layer mmse/q/q_hat with errors, phi, e_gen, perfect_recovery."""
+    from .cli_common import progress_printer
+    from .numerics import deep_aim_se as das
+
+    alphas = [float(a) for a in grid]
+    if any(a <= 0 for a in alphas):
+        fail("--alphas", "a grid of alpha > 0 for --model aim --layers 2", alphas)
+    model = deep_aim_se_model(kw)
+    rows = das.curve(model, alphas=alphas, m=9, progress=progress_printer)
+    flat = []
+    for r in rows:
+        row = {"alpha": r["alpha"]}
+        for i, L in enumerate(r["layers"], start=1):
+            for k in ("mmse", "q", "q_hat"):
+                row[f"{k}_{i}"] = L[k]
+                row[f"{k}_{i}_error"] = L[f"{k}_error"]
+        for k in ("phi", "phi_error", "e_gen", "e_gen_error", "e_gen_plugin",
+                  "e_gen_plugin_error", "perfect_recovery", "stable"):
+            row[k] = r.get(k)
+        flat.append(row)
+    if out_path:
+        import pandas as pd
+
+        from .numerics.records import atomic_write
+
+        atomic_write(out_path, pd.DataFrame(flat).to_csv(index=False))
+    if plot_path:
+        from .plots import plot_curve
+
+        plot_curve(flat, ["mmse_1", "mmse_2"], path=plot_path,
+                   title=f"two tied layers, T=2, c={model.skip:g}, "
+                         f"rho=({model.rho1:g}, {model.rho2:g})")
+    emit({"model": "aim", "layers": 2, "skip": model.skip, "beta": model.beta,
+          "rho": [model.rho1, model.rho2], "rows": flat}, kw["as_json"], lambda o: "\n".join(
+        f"alpha={r['alpha']:.6g}: mmse_1 = {r['mmse_1']:.5g} +- {r['mmse_1_error']:.1e}, "
+        f"mmse_2 = {r['mmse_2']:.5g} +- {r['mmse_2_error']:.1e}" for r in o["rows"]))

@@ -26,6 +26,12 @@ inner 2D integral over xi is a trapezoid rule in t = (xi - a)/sqrt(V1) for skip 
 vanishes; step refined by sqrt(V2/V1) when V2 < V1, at most MAX_REFINE times) and, for
 skip < 1, the rule of numerics/deep_aim.py graded towards det A = 0,
 reweighted from N(0, I) to N(a, V1 I).
+
+Free entropy (THEORY 1.1, 1.6): Phi = sum_l [-q_l q_hat_l/4 + Psi_S(q_hat_l; rho_l)] + alpha Psi_out,
+Psi_S(q_hat) = q_hat Q0/4 - I(1/q_hat), Psi_out = E log Z_out(z) on the SE's point sets; the
+Bayes-optimal generalisation error (THEORY 1.5) by a 12-dimensional randomised QMC over two
+conditionally independent replicas; the curve along the uninformed branch (docs/deep_aim.md,
+section 5).
 """
 
 from __future__ import annotations
@@ -219,25 +225,27 @@ def z_out_mc(z1: float, z2: float, *, model: DeepAimSE, a, b, v1: float, v2: flo
 
 # ---------------------------------------------------------------- output side of the SE
 
-def _sobol_normals(m: int, scrambles: int, seed: int) -> np.ndarray:
-    """(scrambles, 2^m, 8) standard normals from independently scrambled Sobol sequences."""
+def _sobol_normals(m: int, scrambles: int, seed: int, d: int = 8) -> np.ndarray:
+    """(scrambles, 2^m, d) standard normals from independently scrambled Sobol sequences."""
     out = []
     for s in range(scrambles):
-        u = qmc.Sobol(d=8, scramble=True, seed=np.random.default_rng([seed, s])).random_base2(m)
+        key = [seed, s] if d == 8 else [seed, s, d]
+        u = qmc.Sobol(d=d, scramble=True, seed=np.random.default_rng(key)).random_base2(m)
         out.append(ndtri(np.clip(u, 1e-300, 1.0 - 2.0**-53)))
     return np.stack(out)
 
 
 def _output_sums(model: DeepAimSE, q1: float, q2: float, h_in: float, normals: np.ndarray,
                  chunk: int = 256) -> np.ndarray:
-    """Per scramble: the RQMC means of |E[xi - a|z]|^2/V1^2, |E[x* - b|z]|^2/V2^2 (E|g_l|^2) and of
-    the Nishimori forms (xi_true - a).E[xi - a|z]/V1^2, (x_true - b).E[x* - b|z]/V2^2."""
+    """Per scramble (rows): the RQMC means of |E[xi - a|z]|^2/V1^2, |E[x* - b|z]|^2/V2^2 (E|g_l|^2),
+    of the Nishimori forms (xi_true - a).E[xi - a|z]/V1^2, (x_true - b).E[x* - b|z]/V2^2, and of
+    log Z_out(z) (column 4: Psi_out, THEORY 1.1)."""
     v1, v2 = model.q0[0] - q1, model.q0[1] - q2
     r, n, _ = normals.shape
-    out = np.zeros((r, 4))
+    out = np.zeros((r, 5))
     s1, s2, r1, r2 = math.sqrt(q1), math.sqrt(q2), math.sqrt(v1), math.sqrt(v2)
     for k in range(r):
-        acc = np.zeros(4)
+        acc = np.zeros(5)
         for st in range(0, n, chunk):
             u = normals[k, st:st + chunk]
             a, b = s1 * u[:, 0:2], s2 * u[:, 2:4]
@@ -246,8 +254,8 @@ def _output_sums(model: DeepAimSE, q1: float, q2: float, h_in: float, normals: n
                                 b[:, 1] + e2[:, 1], skip=model.skip, beta=model.beta)
             p = _posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in)
             acc += [np.sum(p["d_xi"] ** 2), np.sum(p["d_x"] ** 2),
-                    np.sum(e1 * p["d_xi"]), np.sum(e2 * p["d_x"])]
-        out[k] = acc / n / np.array([v1 * v1, v2 * v2, v1 * v1, v2 * v2])
+                    np.sum(e1 * p["d_xi"]), np.sum(e2 * p["d_x"]), np.sum(p["log_z_out"])]
+        out[k] = acc / n / np.array([v1 * v1, v2 * v2, v1 * v1, v2 * v2, 1.0])
     return out
 
 
@@ -256,7 +264,9 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     """E_l = E|g_l|^2 = E[sum_{a<=b} (1 + delta_ab) (g^l_ab)^2] for l = 1, 2 at overlaps (q1, q2)
     (THEORY 1.6), randomised QMC over 8 dimensions (2^m points x ``scrambles``). Error = COVERAGE
     standard errors over scrambles + |fine - coarse| of the inner rule (``steps``, same points). Also
-    ``nishimori_l`` = E[(h_true - omega).g_l]/V_l, equal to E_l for the exact posterior."""
+    ``nishimori_l`` = E[(h_true - omega).g_l]/V_l, equal to E_l for the exact posterior, and
+    ``psi_out`` = Psi_out(q1, q2) = E log Z_out(z) (THEORY 1.1; Z_out the density of z, see
+    :func:`free_entropy`)."""
     _check_q(model, q1, q2)
     normals = _sobol_normals(m, scrambles, seed)
     t0 = time.perf_counter()
@@ -264,7 +274,7 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     fine = _output_sums(model, q1, q2, steps[1], normals)
     secs = time.perf_counter() - t0
     out = {}
-    for i, name in enumerate(("E1", "E2", "nishimori_1", "nishimori_2")):
+    for i, name in enumerate(("E1", "E2", "nishimori_1", "nishimori_2", "psi_out")):
         f = fine[:, i]
         se = float(f.std(ddof=1) / math.sqrt(f.size)) if f.size > 1 else float("nan")
         rule = abs(float(f.mean() - coarse[:, i].mean()))
@@ -337,7 +347,10 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     perfect-recovery fixed point V = 0 (stable iff alpha > alpha_PR). Errors:
     COVERAGE RQMC standard errors over scrambles and the inner-rule difference, each propagated
     through (I - J)^-1, plus the last step. Returns a plain dict: per layer q, q_hat, mmse and their
-    errors, stability (Jacobian eigenvalues), iterations, seconds."""
+    errors, stability (Jacobian eigenvalues), iterations, seconds; ``phi``, ``psi_out`` (free
+    entropy, :func:`free_entropy`), ``e_gen`` and ``e_gen_plugin`` (:func:`generalisation_error`,
+    the fixed point's error propagated), each with ``_error``. At perfect recovery phi is None
+    (``phi_limit`` "+inf" when stable) and e_gen = 0."""
     _check_alpha(alpha)
     for v in v_init:
         require(0 < v <= 1, "v_init", "pairs in (0, 1]", v_init)
@@ -376,7 +389,7 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     else:
         raise ConvergenceError("deep AIM SE did not converge", last_iterate=v.tolist(),
                                residual=float(np.max(np.abs(step))))
-    return _finite_result(model, alpha, v, normals, steps, v_init, len(history), t0)
+    return _finite_result(model, alpha, v, normals, steps, v_init, len(history), t0, seed)
 
 
 def _geometric_to_zero(history: list, rel: float = 0.03) -> bool:
@@ -400,7 +413,7 @@ def _jacobian(model, alpha, v, normals, h, fv, rel: float = 1e-4):
     return jac
 
 
-def _finite_result(model, alpha, v, normals, steps, v_init, iterations, t0) -> dict:
+def _finite_result(model, alpha, v, normals, steps, v_init, iterations, t0, seed) -> dict:
     fv, sums = _map_mean(model, alpha, v, normals, steps[1])
     _, sums_c = _map_mean(model, alpha, v, normals, steps[0])
     jac = _jacobian(model, alpha, v, normals, steps[1], fv)
@@ -423,10 +436,20 @@ def _finite_result(model, alpha, v, normals, steps, v_init, iterations, t0) -> d
                        "q_hat_error": float(2 * alpha * (COVERAGE * e_se[i]
                                                          + abs(e[i] - sums_c[:, i].mean()))),
                        "rho": (model.rho1, model.rho2)[i]})
+    q = [x["q"] for x in layers]
+    psi = _estimate_columns(sums[:, 4:5], sums_c[:, 4:5])[0]
+    phi = _phi_estimate(model, alpha=alpha, layers=layers, psi_out=psi)
+    gen = _egen_at(model, q=q, q_error=[float(x) for x in err], m=14,
+                   scrambles=normals.shape[0], seed=seed)
     return {"alpha": alpha, "layers": layers, "perfect_recovery": False,
             "stable": bool(np.max(np.abs(eig)) < 1), "jacobian_eigenvalues": eig.tolist(),
             "init_mmse": list(v_init), "iterations": iterations,
             "standard_error": se.tolist(), "rule_error": rule.tolist(),
+            "phi": phi.value, "phi_error": phi.error,
+            "psi_out": psi.value, "psi_out_error": psi.error,
+            "e_gen": gen["e_gen"].value, "e_gen_error": gen["e_gen"].error,
+            "e_gen_plugin": gen["e_gen_plugin"].value,
+            "e_gen_plugin_error": gen["e_gen_plugin"].error,
             "seconds": time.perf_counter() - t0}
 
 
@@ -434,9 +457,14 @@ def _pr_result(model, alpha, apr, v_init, history, secs) -> dict:
     layers = [{"q": q0, "q_error": 0.0, "mmse": 0.0, "mmse_error": 0.0, "q_hat": math.inf,
                "q_hat_error": 0.0, "rho": rho}
               for q0, rho in zip(model.q0, (model.rho1, model.rho2))]
+    # Phi -> (alpha - alpha_PR) log(1/V) as V -> 0 (docs/deep_aim.md, section 5): +infinity
+    # exactly when this point is stable; e_gen = 0 exactly (h = omega)
     return {"alpha": alpha, "layers": layers, "perfect_recovery": True, "stable": alpha > apr,
             "alpha_PR": apr, "init_mmse": list(v_init), "iterations": len(history),
-            "last_mmse": history[-1], "seconds": secs}
+            "last_mmse": history[-1], "phi": None, "phi_error": None,
+            "phi_limit": "+inf" if alpha > apr else "-inf", "psi_out": None,
+            "psi_out_error": None, "e_gen": 0.0, "e_gen_error": 0.0, "e_gen_plugin": 0.0,
+            "e_gen_plugin_error": 0.0, "seconds": secs}
 
 
 def fixed_points(model: DeepAimSE, *, alpha: float,
@@ -444,8 +472,282 @@ def fixed_points(model: DeepAimSE, *, alpha: float,
                                                            (1.0, 1e-3)),
                  **kw) -> list[dict]:
     """Fixed points of the deep AIM SE from several initial (mmse_1, mmse_2): uninformed (1, 1),
-    i.e. q_l = rho_l, informed (1e-3, 1e-3) and one layer informed; all are returned (THEORY 1.6)."""
-    return [fixed_point(model, alpha=alpha, v_init=init, **kw) for init in inits]
+    i.e. q_l = rho_l, informed (1e-3, 1e-3) and one layer informed; all are returned, the
+    Bayes-optimal one(s) flagged (:func:`flag_bayes_optimal`; THEORY 1.1, 1.6)."""
+    return flag_bayes_optimal([fixed_point(model, alpha=alpha, v_init=init, **kw)
+                               for init in inits])
+
+
+# ---------------------------------------------------------------- free entropy
+
+def prior_potential(q_hat: float, *, rho: float) -> Estimate:
+    """Psi_S(q_hat; rho) = q_hat Q0/4 - I(1/q_hat), Q0 = 1 + rho (THEORY 1.1; the one-layer
+    convention of numerics/aim_se.py); 0 at q_hat = 0. Error: the mutual information's two-order
+    difference."""
+    require(math.isfinite(q_hat) and q_hat >= 0, "q_hat", "a finite number >= 0", q_hat)
+    if q_hat == 0:
+        return Estimate(0.0, 0.0, "q_hat = 0")
+    mi = wishart.mutual_information_estimate(1.0 / q_hat, rho=rho)
+    return Estimate(q_hat * (1.0 + rho) / 4.0 - float(mi.value), float(mi.error), mi.method)
+
+
+def free_entropy(model: DeepAimSE, *, alpha: float, q1: float, q2: float, q_hat1: float,
+                 q_hat2: float, psi_out: float) -> float:
+    """Phi = sum_l [-q_l q_hat_l/4 + Psi_S(q_hat_l; rho_l)] + alpha Psi_out (THEORY 1.1, 1.6).
+
+    Psi_out = E log Z_out(z) with Z_out the density of z = (l^T M l, l^T M 1) (module docstring;
+    :func:`output_overlaps`). Any other choice of coordinates for y changes log Z_out by a
+    function of y alone, whose mean is the same at every (q1, q2) (y's law is the prior
+    predictive, q_l + V_l = Q0_l): Phi shifts by alpha times a constant, which changes neither
+    its stationary points nor the ranking of fixed points at one alpha."""
+    phi = alpha * psi_out
+    for q, q_hat, rho in ((q1, q_hat1, model.rho1), (q2, q_hat2, model.rho2)):
+        phi += -q * q_hat / 4.0 + prior_potential(q_hat, rho=rho).value
+    return float(phi)
+
+
+def psi_out_bound(model: DeepAimSE, *, q2: float, nodes: tuple[int, int] = (80, 120)) -> Estimate:
+    """-1 - log(2 pi V2) - E log J, J = 4 sqrt 2 (1 + skip) |mu|^3 (xi ~ N(0, Q0_1 I2), the prior
+    of H1's seen part), by tensor Gauss-Hermite (error: two orders). Exact identity (z = J-linear
+    image of H2's seen part x given xi): Psi_out(q1, q2) = bound - I(xi; z | omega), the second
+    term >= 0 the information z carries on H1's seen part given omega; it vanishes as skip ->
+    infinity (layer 2 alone: -1 - log(2 pi V2) is the one-layer softmax Psi_out in whitened
+    coordinates, docs/deep_aim.md section 5). Needs skip >= 1 (log|mu| is smooth)."""
+    require(model.skip >= 1, "skip", ">= 1 (log|mu| singular below)", model.skip)
+    require(math.isfinite(q2) and 0 <= q2 < model.q0[1], "q2", f"in [0, {model.q0[1]:g})", q2)
+    vals = []
+    for n in nodes:
+        x, w = np.polynomial.hermite_e.hermegauss(n)
+        x = math.sqrt(model.q0[0]) * x
+        x1, x2 = np.meshgrid(x, x, indexing="ij")
+        mu, _ = layer1_weights(x1, x2, skip=model.skip, beta=model.beta)
+        vals.append(float((np.outer(w, w) * np.log(np.abs(mu))).sum() / (2.0 * math.pi)))
+    const = -1.0 - math.log(2.0 * math.pi * (model.q0[1] - q2)) \
+        - math.log(4.0 * SQRT2 * (1.0 + model.skip))
+    return Estimate(const - 3.0 * vals[1], 3.0 * abs(vals[1] - vals[0]),
+                    "tensor Gauss-Hermite over xi, two orders", extra={"nodes": nodes})
+
+
+def _estimate_columns(fine: np.ndarray, coarse: np.ndarray) -> list[Estimate]:
+    """Per column: mean over scrambles, error COVERAGE standard errors + |fine - coarse|."""
+    out = []
+    for i in range(fine.shape[1]):
+        f = fine[:, i]
+        se = float(f.std(ddof=1) / math.sqrt(f.size)) if f.size > 1 else float("nan")
+        rule = abs(float(f.mean() - coarse[:, i].mean()))
+        out.append(Estimate(float(f.mean()), COVERAGE * se + rule,
+                            "randomised QMC (scrambled Sobol) + inner rule, two steps",
+                            extra={"standard_error": se, "rule_error": rule}))
+    return out
+
+
+def _phi_estimate(model: DeepAimSE, *, alpha: float, layers: list[dict],
+                  psi_out: Estimate) -> Estimate:
+    """Phi at a fixed point with its error: alpha times Psi_out's error, the mutual informations'
+    errors, and the second-order effect of the fixed point's own error (Phi is stationary there:
+    sum_l q_error_l q_hat_error_l / 4)."""
+    q = [x["q"] for x in layers]
+    qh = [x["q_hat"] for x in layers]
+    phi = free_entropy(model, alpha=alpha, q1=q[0], q2=q[1], q_hat1=qh[0], q_hat2=qh[1],
+                       psi_out=psi_out.value)
+    err = alpha * psi_out.error
+    for x, rho in zip(layers, (model.rho1, model.rho2)):
+        err += prior_potential(x["q_hat"], rho=rho).error + x["q_error"] * x["q_hat_error"] / 4.0
+    return Estimate(phi, err, "Phi = sum_l [-q q_hat/4 + Psi_S] + alpha Psi_out (RQMC)")
+
+
+def stationarity(model: DeepAimSE, *, q1: float, q2: float, dq: float = 0.02, m: int = 9,
+                 scrambles: int = 8, seed: int = 0,
+                 h_in: float = INNER_STEPS[1]) -> dict[str, Estimate]:
+    """The check d Psi_out / d q_l = E_l / 2, i.e. stationarity of Phi in q_l reproduces
+    q_hat_l = 2 alpha E_l (THEORY 1.1, 1.6). The derivative is the central difference of the RQMC
+    estimate of Psi_out on one point set (q_l +- dq, the other overlap held); error: COVERAGE
+    standard errors of the paired differences over scrambles + |D(dq) - D(2 dq)| (the step's own
+    error, Richardson). Returns dpsi_dq1, dpsi_dq2 and half_E1, half_E2 (E_l/2 at (q1, q2), bars
+    of :func:`output_overlaps` without the rule term, the same inner step)."""
+    _check_q(model, q1, q2)
+    require(math.isfinite(dq) and dq > 0, "dq", "a finite number > 0", dq)
+    for q, q0 in zip((q1, q2), model.q0):
+        require(q - 2 * dq >= 0 and q + 2 * dq < q0, "dq", f"q_l +- 2 dq inside [0, Q0 = {q0:g})",
+                dq)
+    normals = _sobol_normals(m, scrambles, seed)
+    base = _output_sums(model, q1, q2, h_in, normals)
+    out = {}
+    for i in range(2):
+        q = [q1, q2]
+        diffs = []
+        for step in (dq, 2 * dq):
+            qp, qm = list(q), list(q)
+            qp[i] += step
+            qm[i] -= step
+            up = _output_sums(model, qp[0], qp[1], h_in, normals)[:, 4]
+            dn = _output_sums(model, qm[0], qm[1], h_in, normals)[:, 4]
+            diffs.append((up - dn) / (2 * step))
+        d1, d2 = diffs
+        se = float(d1.std(ddof=1) / math.sqrt(d1.size))
+        out[f"dpsi_dq{i + 1}"] = Estimate(
+            float(d1.mean()), COVERAGE * se + abs(float(d1.mean() - d2.mean())),
+            "central difference of RQMC Psi_out, one point set",
+            extra={"standard_error": se, "dq": dq})
+        e = base[:, i] / 2.0
+        se_e = float(e.std(ddof=1) / math.sqrt(e.size))
+        out[f"half_E{i + 1}"] = Estimate(float(e.mean()), COVERAGE * se_e, "RQMC E_l / 2",
+                                         extra={"standard_error": se_e})
+    return out
+
+
+def flag_bayes_optimal(fps: list[dict]) -> list[dict]:
+    """Copies of the fixed points (dicts of :func:`fixed_point`) with ``bayes_optimal``: the stable
+    one of largest Phi (THEORY 1.1). A stable perfect-recovery point (alpha > alpha_PR, where
+    Phi -> +infinity as V -> 0) wins over any finite one. Points that coincide with the winner
+    (another start landing on it: both mmse within the combined bars) are flagged too; with no
+    stable point none is flagged."""
+    stable = [f for f in fps if f.get("stable")]
+    pr = [f for f in stable if f["perfect_recovery"]]
+    finite = [f for f in stable if not f["perfect_recovery"] and f.get("phi") is not None]
+    best = pr[0] if pr else (max(finite, key=lambda f: f["phi"]) if finite else None)
+
+    def same(f: dict) -> bool:
+        if best is None or not f.get("stable") or f["perfect_recovery"] != best["perfect_recovery"]:
+            return False
+        return all(abs(a["mmse"] - b["mmse"]) <= a["mmse_error"] + b["mmse_error"]
+                   for a, b in zip(f["layers"], best["layers"]))
+
+    return [{**f, "bayes_optimal": same(f)} for f in fps]
+
+
+# ---------------------------------------------------------------- generalisation error
+
+def _diagonal_outputs(xi1, xi2, x1, x2, *, model: DeepAimSE):
+    """(y_11, y_22) = sigmoid(beta u_a), u_1 = M11 - M12 = (z1 + z2)/2, u_2 = M22 - M12 =
+    (z1 - z2)/2 (T = 2: y_ab = 1 - y_aa, so ||y - y'||_F^2 = 2 sum_a (y_aa - y'_aa)^2)."""
+    z1, z2 = statistics(xi1, xi2, x1, x2, skip=model.skip, beta=model.beta)
+    return expit(model.beta * (z1 + z2) / 2.0), expit(model.beta * (z1 - z2) / 2.0)
+
+
+def _egen_sums(model: DeepAimSE, q1: float, q2: float, normals: np.ndarray) -> np.ndarray:
+    """Per scramble: the RQMC means of ||y(h) - y(h')||_F^2 / 2 (h, h' two draws given omega: its
+    mean is the Bayes e_gen) and of ||y(h) - y(omega)||_F^2 (plug-in), over 12 dimensions."""
+    v1, v2 = model.q0[0] - q1, model.q0[1] - q2
+    s1, s2, r1, r2 = (math.sqrt(max(x, 0.0)) for x in (q1, q2, v1, v2))
+    u = normals
+    a, b = s1 * u[..., 0:2], s2 * u[..., 2:4]
+    ys = []
+    for k in (4, 8):
+        xi, x = a + r1 * u[..., k:k + 2], b + r2 * u[..., k + 2:k + 4]
+        ys.append(_diagonal_outputs(xi[..., 0], xi[..., 1], x[..., 0], x[..., 1], model=model))
+    y0 = _diagonal_outputs(a[..., 0], a[..., 1], b[..., 0], b[..., 1], model=model)
+    (p1, p2), (r1_, r2_) = ys
+    bayes = (p1 - r1_) ** 2 + (p2 - r2_) ** 2
+    plug = ((p1 - y0[0]) ** 2 + (p2 - y0[1]) ** 2 + (r1_ - y0[0]) ** 2 + (r2_ - y0[1]) ** 2)
+    return np.stack([bayes.mean(axis=1), plug.mean(axis=1)], axis=1)
+
+
+def generalisation_error(model: DeepAimSE, *, q1: float, q2: float, m: int = 14,
+                         scrambles: int = 8, seed: int = 0) -> dict[str, Estimate]:
+    """Bayes-optimal e_gen = E_omega E_{h|omega} ||y(h) - E[y|omega]||_F^2 (THEORY 1.5) at overlaps
+    (q1, q2), estimated as E||y(h) - y(h')||_F^2 / 2 with h, h' independent given omega (no inner
+    integral), and the plug-in error E||y(h) - y(omega)||_F^2 (a different quantity, larger),
+    both by randomised QMC in 12 dimensions (scrambled Sobol, 2^m points x ``scrambles``);
+    error COVERAGE standard errors over scrambles. q_l = Q0_l gives 0 exactly."""
+    for name, q, q0 in (("q1", q1, model.q0[0]), ("q2", q2, model.q0[1])):
+        require(math.isfinite(q) and 0 <= q <= q0, name, f"in [0, Q0 = {q0:g}]", q)
+    sums = _egen_sums(model, q1, q2, _sobol_normals(m, scrambles, seed, d=12))
+    out = {}
+    for i, name in enumerate(("e_gen", "e_gen_plugin")):
+        f = sums[:, i]
+        se = float(f.std(ddof=1) / math.sqrt(f.size))
+        out[name] = Estimate(float(f.mean()), COVERAGE * se,
+                             "randomised QMC (scrambled Sobol, 12 dimensions)",
+                             extra={"standard_error": se, "points": 2**m, "scrambles": scrambles})
+    return out
+
+
+def _egen_at(model: DeepAimSE, *, q: list[float], q_error: list[float], m: int, scrambles: int,
+             seed: int) -> dict[str, Estimate]:
+    """e_gen at a fixed point: :func:`generalisation_error` plus |d e_gen / d q_l| q_error_l
+    (central differences on the same point set)."""
+    normals = _sobol_normals(m, scrambles, seed, d=12)
+    slope = []
+    for i in range(2):
+        d = 1e-3 * min(q[i], model.q0[i] - q[i])
+        qp, qm = list(q), list(q)
+        qp[i] += d
+        qm[i] -= d
+        slope.append((_egen_sums(model, qp[0], qp[1], normals).mean(axis=0)
+                      - _egen_sums(model, qm[0], qm[1], normals).mean(axis=0)) / (2 * d))
+    est = generalisation_error(model, q1=q[0], q2=q[1], m=m, scrambles=scrambles, seed=seed)
+    out = {}
+    for j, name in enumerate(("e_gen", "e_gen_plugin")):
+        prop = float(sum(abs(slope[i][j]) * q_error[i] for i in range(2)))
+        e = est[name]
+        out[name] = Estimate(e.value, e.error + prop, e.method,
+                             extra={**e.extra, "from_fixed_point_error": prop})
+    return out
+
+
+def generalisation_error_mc(model: DeepAimSE, *, q1: float, q2: float, outer: int = 4000,
+                            inner: int = 64, seed: int = 0) -> dict[str, Estimate]:
+    """Independent route for :func:`generalisation_error`: nested seeded Monte Carlo on the
+    matrices themselves (no whitening, no reduction to z): omega^l_ab ~ N(0, (1 + delta_ab) q_l),
+    ``inner`` draws H^l = omega^l + N(0, (1 + delta_ab) V_l) per omega, A = c I + softmax_beta(H1),
+    y = softmax_beta(A H2 A^T) row-wise; e_gen = E_omega of the unbiased sample variance summed over
+    the entries of y; plug-in E||y(H) - y(omega)||_F^2. Standard error over omega."""
+    require(outer >= 2 and inner >= 2, "outer, inner", "integers >= 2", (outer, inner))
+    rng = np.random.default_rng(seed)
+    c, beta = model.skip, model.beta
+
+    def sym(v):
+        return np.stack([np.stack([v[..., 0], v[..., 1]], -1),
+                         np.stack([v[..., 1], v[..., 2]], -1)], -2)
+
+    def row_softmax(mat):
+        e = np.exp(beta * (mat - mat.max(axis=-1, keepdims=True)))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def output(h1, h2):
+        a = c * np.eye(2) + row_softmax(sym(h1))
+        return row_softmax(a @ sym(h2) @ np.swapaxes(a, -1, -2))
+
+    scale = np.sqrt(np.array([2.0, 1.0, 2.0]))
+    (v1, v2), (q0a, q0b) = (model.q0[0] - q1, model.q0[1] - q2), model.q0
+    require(0 <= q1 <= q0a and 0 <= q2 <= q0b, "q", "in [0, Q0]", (q1, q2))
+    om1 = math.sqrt(q1) * scale * rng.standard_normal((outer, 1, 3))
+    om2 = math.sqrt(q2) * scale * rng.standard_normal((outer, 1, 3))
+    h1 = om1 + math.sqrt(v1) * scale * rng.standard_normal((outer, inner, 3))
+    h2 = om2 + math.sqrt(v2) * scale * rng.standard_normal((outer, inner, 3))
+    y = output(h1, h2)
+    bayes = y.var(axis=1, ddof=1).sum(axis=(-1, -2))
+    plug = ((y - output(om1, om2)) ** 2).sum(axis=(-1, -2)).mean(axis=1)
+    return {name: Estimate(float(f.mean()), float(f.std(ddof=1) / math.sqrt(outer)),
+                           "nested monte carlo on the matrices (standard error)",
+                           extra={"outer": outer, "inner": inner, "seed": seed})
+            for name, f in (("e_gen", bayes), ("e_gen_plugin", plug))}
+
+
+# ---------------------------------------------------------------- curve
+
+def curve(model: DeepAimSE, *, alphas, m: int = 9, progress=None,
+          v_init: tuple[float, float] = (1.0, 1.0), **kw) -> list[dict]:
+    """The SE branch from the uninformed start (THEORY 1.6): the fixed point at each alpha in
+    the given order, each warm-started from the previous alpha's (mmse_1, mmse_2) (floored at
+    1e-4; the first from ``v_init``). One row per alpha: the dict of :func:`fixed_point` (alpha,
+    per layer q, q_hat, mmse with errors, phi, e_gen, e_gen_plugin, perfect_recovery, stable).
+    ``progress(k, n, text)`` is called before each alpha and at the end."""
+    alphas = [float(a) for a in alphas]
+    require(len(alphas) > 0, "alphas", "a non-empty list", alphas)
+    for a in alphas:
+        _check_alpha(a)
+    rows, v = [], tuple(v_init)
+    for k, alpha in enumerate(alphas):
+        if progress is not None:
+            progress(k, len(alphas), f"alpha = {alpha:g}")
+        row = fixed_point(model, alpha=alpha, v_init=v, m=m, **kw)
+        rows.append(row)
+        v = tuple(min(max(x["mmse"], 1e-4), 1.0) for x in row["layers"])
+    if progress is not None:
+        progress(len(alphas), len(alphas), "done")
+    return rows
 
 
 # ---------------------------------------------------------------- Monte Carlo route

@@ -35,7 +35,9 @@ def test_layers_1_is_the_one_layer_aim(run_cli):
 def test_two_layer_refusals(run_cli):
     deep = ["--model", "aim", "--layers", "2"]
     for args, opt in (
-        (["curve", *deep, "--alphas", "0:1:3"], "--layers"),
+        (["curve", *deep, "--alphas", "0:1:3"], "--alphas"),
+        (["curve", *deep, "--alphas", "0.1:0.2:2", "--tol", "1e-3"], "--tol"),
+        (["curve", *deep, "--alphas", "0.1:0.2:2", "--plot", "x.txt"], "--plot"),
         (["se", *deep, "--alpha", "0.1", "--skip", "0.5"], "--skip"),
         (["se", *deep, "--alpha", "0.1", "--tokens", "3"], "--tokens"),
         (["se", *deep, "--alpha", "0.1", "--rho", "1,2,3"], "--rho"),

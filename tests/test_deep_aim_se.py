@@ -7,11 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from aim_sym.numerics import aim_se, wishart
 from aim_sym.numerics import deep_aim as da
 from aim_sym.numerics import deep_aim_se as ds
-from aim_sym.numerics import wishart
 from aim_sym.numerics.records import InputError
 from scipy.optimize import brentq
+
+from aim_sym.channels import softmax
+from aim_sym.compiled import compile_channel
 
 Z1 = np.array([0.5, 1e-2, 3.0, -2.0, 7.0])
 Z2 = np.array([0.3, 1e-2, -1.0, 4.0, -6.0])
@@ -152,11 +155,21 @@ def test_large_skip_fixed_point_is_one_layer_softmax():
     alpha = 0.1
     v_one = brentq(lambda v: float(wishart.mmse(v / (4 * alpha), rho=0.5)) - v, 1e-3, 1.0,
                    xtol=1e-14)
-    fp = ds.fixed_point(ds.DeepAimSE(skip=100.0, rho1=0.5, rho2=0.5), alpha=alpha,
-                        v_init=(1.0, 1.0), m=9)
+    model = ds.DeepAimSE(skip=100.0, rho1=0.5, rho2=0.5)
+    fp = ds.fixed_point(model, alpha=alpha, v_init=(1.0, 1.0), m=9)
     l1, l2 = fp["layers"]
     assert abs(l2["mmse"] - v_one) < 2 * l2["mmse_error"]
     assert 0.999 < l1["mmse"] <= 1.0
+    # Phi: the one-layer softmax Phi (aim_se, coordinates beta (h_ab - h_aa)) plus alpha times the
+    # change of coordinates to z, log(2 sqrt 2) - E log J (layer 1 contributes O(q_hat_1^2))
+    one = aim_se.bayes_optimal(aim_se.fixed_points(compile_channel(softmax(2)), alpha=alpha,
+                                                   rho=0.5))
+    assert one.mmse == pytest.approx(v_one, abs=1e-9)
+    bound = ds.psi_out_bound(model, q2=l2["q"])
+    e_log_j = -1 - math.log(2 * math.pi * l2["mmse"]) - bound.value
+    expected = one.phi + alpha * (math.log(2 * math.sqrt(2)) - e_log_j)
+    assert abs(fp["phi"] - expected) < fp["phi_error"] + alpha * bound.error, (fp["phi"], expected)
+    assert 0 < fp["e_gen"] < fp["e_gen_plugin"]
 
 
 @pytest.mark.slow
@@ -172,3 +185,132 @@ def test_fixed_point_seeds_agree_and_perfect_recovery():
     assert a["layers"][1]["mmse"] < a["layers"][0]["mmse"]      # layer 2 learned first
     pr = ds.fixed_point(m, alpha=1.0, v_init=(1e-3, 1e-3), m=8)
     assert pr["perfect_recovery"] and pr["stable"]
+
+
+# ---------------------------------------------------------------- free entropy, e_gen, curve
+
+def test_free_entropy_is_stationary_in_each_overlap():
+    """d Psi_out/d q_l (central difference of the RQMC Psi_out, one point set) = E_l/2: the
+    stationarity of Phi in q_l reproduces q_hat_l = 2 alpha E_l (THEORY 1.1, 1.6), per layer."""
+    m = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    r = ds.stationarity(m, q1=0.68, q2=0.94, dq=0.02, m=8, scrambles=6)
+    for i in (1, 2):
+        d, h = r[f"dpsi_dq{i}"], r[f"half_E{i}"]
+        assert abs(d.value - h.value) < d.error + h.error, (i, d, h)
+        assert d.error < 0.2 * h.value       # teeth: a factor 2 (E_l instead of E_l/2) fails
+
+
+def test_prior_potential_i_mmse():
+    """Psi_S(q_hat) = q_hat Q0/4 - I(1/q_hat): d Psi_S/d q_hat = (Q0 - mmse(1/q_hat))/4 (so the
+    stationarity of Phi in q_hat gives q = Q0 - mmse), and Psi_S ~ rho q_hat/4 as q_hat -> 0."""
+    rho, qh, d = 0.5, 1.7, 1e-4
+    fd = (ds.prior_potential(qh + d, rho=rho).value
+          - ds.prior_potential(qh - d, rho=rho).value) / (2 * d)
+    assert fd == pytest.approx((1.5 - float(wishart.mmse(1 / qh, rho=rho))) / 4, abs=1e-7)
+    assert ds.prior_potential(1e-6, rho=rho).value == pytest.approx(rho * 1e-6 / 4, rel=1e-4)
+    assert ds.prior_potential(0.0, rho=rho).value == 0.0
+
+
+def test_psi_out_one_layer_limit_and_layer_one_information():
+    """Psi_out = bound - I(xi; z | omega) with bound = -1 - log(2 pi V2) - E log J: at skip = 100
+    the information vanishes and Psi_out is the one-layer softmax Psi_out (aim_se, statistics
+    beta (h_ab - h_aa)) + log(2 sqrt 2) - E log J; at skip = 1 the information is > 0."""
+    cc = compile_channel(softmax(2))
+    q1, q2 = 0.6, 1.0
+    _, psi_one, _ = aim_se.output_moments(cc, q=q2, V=1.5 - q2)
+    m = ds.DeepAimSE(skip=100.0, rho1=0.5, rho2=0.5)
+    r = ds.output_overlaps(m, q1=q1, q2=q2, m=8, scrambles=6, steps=(0.45, 0.35))["psi_out"]
+    bound = ds.psi_out_bound(m, q2=q2)
+    v2 = 1.5 - q2
+    e_log_j = -1 - math.log(2 * math.pi * v2) - bound.value
+    # the one-layer Psi_out is in the coordinates u = beta (h_ab - h_aa): |det d u/d x| = 2 sqrt 2
+    assert psi_one == pytest.approx(-1 - math.log(2 * math.pi * v2) - math.log(2 * math.sqrt(2)),
+                                    rel=1e-12)
+    one_layer = psi_one + math.log(2 * math.sqrt(2)) - e_log_j
+    assert abs(r.value - one_layer) < r.error + bound.error and r.error < 0.02
+    m1 = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    r1 = ds.output_overlaps(m1, q1=q1, q2=q2, m=8, scrambles=6, steps=(0.45, 0.35))["psi_out"]
+    assert ds.psi_out_bound(m1, q2=q2).value - r1.value > 10 * r1.error
+
+
+@pytest.mark.parametrize("skip, beta", [(1.0, 1.0), (0.5, 2.0)])
+def test_e_gen_against_nested_monte_carlo_on_matrices(skip, beta):
+    """Bayes e_gen (RQMC, h and h' independent given omega, whitened statistics) and the plug-in
+    error against nested Monte Carlo on the matrices themselves (A = c I + softmax(beta H1),
+    y = softmax(beta A H2 A^T)), at an informed and at the uninformed (q_l = rho_l, alpha = 0)
+    overlaps (THEORY 1.5)."""
+    m = ds.DeepAimSE(skip=skip, rho1=0.5, rho2=0.3, beta=beta)
+    for k, (q1, q2) in enumerate(((0.68, 0.94), (0.5, 0.3))):
+        r = ds.generalisation_error(m, q1=q1, q2=q2, m=12)
+        mc = ds.generalisation_error_mc(m, q1=q1, q2=q2, outer=3000, inner=32, seed=k)
+        for key in ("e_gen", "e_gen_plugin"):
+            assert abs(r[key].value - mc[key].value) < r[key].error + 4 * mc[key].error, \
+                (key, r[key], mc[key])
+        assert r["e_gen"].value < r["e_gen_plugin"].value
+
+
+def test_e_gen_limits():
+    """q = 0 (rho -> 0, alpha = 0): e_gen is the prior predictive variance sum_ab Var(y_ab)
+    (direct Monte Carlo of y from the prior); V -> 0: e_gen -> 0 linearly, and 0 at V = 0."""
+    m = ds.DeepAimSE(skip=1.0, rho1=1e-12, rho2=1e-12)
+    r = ds.generalisation_error(m, q1=0.0, q2=0.0)["e_gen"]
+    mc = ds.generalisation_error_mc(m, q1=0.0, q2=0.0, outer=2, inner=100_000, seed=3)["e_gen"]
+    assert abs(r.value - mc.value) < r.error + 4 * mc.error and r.error < 3e-3
+    m = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    small = [ds.generalisation_error(m, q1=1.5 - v, q2=1.5 - v)["e_gen"].value for v in (1e-6, 1e-5)]
+    assert 0 < small[0] < 1e-5 and small[1] / small[0] == pytest.approx(10, rel=0.05)
+    assert ds.generalisation_error(m, q1=1.5, q2=1.5)["e_gen"].value == 0.0
+
+
+def _fp(phi, mmse, stable=True, pr=False, err=1e-3):
+    return {"phi": phi, "stable": stable, "perfect_recovery": pr,
+            "layers": [{"mmse": x, "mmse_error": err} for x in mmse]}
+
+
+def test_flag_bayes_optimal():
+    """The stable fixed point of largest Phi is flagged, with any start that landed on it; a stable
+    perfect-recovery point (Phi -> +infinity) wins; unstable points are never flagged."""
+    fps = [_fp(1.0, (0.8, 0.5)), _fp(1.2, (0.3, 0.1)), _fp(1.0 + 1e-9, (0.8, 0.5 + 1e-4)),
+           _fp(5.0, (0.6, 0.6), stable=False)]
+    assert [f["bayes_optimal"] for f in ds.flag_bayes_optimal(fps)] == [False, True, False, False]
+    fps[1]["phi"] = 0.5
+    assert [f["bayes_optimal"] for f in ds.flag_bayes_optimal(fps)] == [True, False, True, False]
+    fps.append(_fp(None, (0.0, 0.0), pr=True, err=0.0))
+    assert [f["bayes_optimal"] for f in ds.flag_bayes_optimal(fps)] == [False] * 4 + [True]
+
+
+def test_curve_bad_input():
+    m = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    with pytest.raises(InputError):
+        ds.curve(m, alphas=[])
+    with pytest.raises(InputError):
+        ds.curve(m, alphas=[0.1, -0.2])
+    with pytest.raises(InputError):
+        ds.generalisation_error(m, q1=1.6, q2=0.5)
+    with pytest.raises(InputError):
+        ds.stationarity(m, q1=0.01, q2=0.5, dq=0.02)
+    with pytest.raises(InputError):
+        ds.psi_out_bound(ds.DeepAimSE(skip=0.5, rho1=0.5, rho2=0.5), q2=0.5)
+
+
+@pytest.mark.slow
+def test_curve_follows_the_uninformed_branch():
+    """curve: each row is the fixed point from the uninformed start (warm start changes nothing
+    beyond the bars); along the branch dPhi/dalpha = Psi_out (envelope: stationarity), mmse and
+    e_gen fall, and the plug-in error exceeds e_gen (c = 2, rho = (0.5, 0.5), 2^8 x 8 points)."""
+    m = ds.DeepAimSE(skip=2.0, rho1=0.5, rho2=0.5)
+    calls = []
+    rows = ds.curve(m, alphas=[0.08, 0.12], m=8, progress=lambda k, n, t: calls.append(k))
+    assert calls == [0, 1, 2] and [r["alpha"] for r in rows] == [0.08, 0.12]
+    cold = ds.fixed_point(m, alpha=0.12, v_init=(1.0, 1.0), m=8)
+    for a, b in zip(rows[1]["layers"], cold["layers"]):
+        assert abs(a["mmse"] - b["mmse"]) < a["mmse_error"]
+    a, b = rows
+    slope = (b["phi"] - a["phi"]) / 0.04
+    assert abs(slope - (a["psi_out"] + b["psi_out"]) / 2) < (a["phi_error"] + b["phi_error"]) / 0.04
+    assert b["phi_error"] / 0.04 < 0.1 * abs(slope)
+    for r in rows:
+        assert r["stable"] and not r["perfect_recovery"]
+        assert 0 < r["e_gen"] < r["e_gen_plugin"] and r["e_gen_error"] < 0.02 * r["e_gen"]
+    assert b["e_gen"] + b["e_gen_error"] < a["e_gen"] - a["e_gen_error"]
+    assert all(lb["mmse"] < la["mmse"] for la, lb in zip(a["layers"], b["layers"]))
