@@ -222,6 +222,44 @@ class _Deferred:
             sys.exit(2)
 
 
+def smi_depth_weak_cli(kw: dict, *, sequential_route: str, digits: int) -> None:
+    """``threshold weak --model smi --layers 4`` or ``--tokens 3``: weak thresholds of every layer
+    (numerics.smi_weak); the sequential ones are not computed there (said in the output)."""
+    from .thresholds import smi_depth_weak
+
+    if kw.get("channel") not in (None, "deep-attention"):
+        fail("--channel", "deep-attention for --layers 4 or --tokens 3", kw["channel"])
+    for opt, value in (("sequential_route", sequential_route), ("digits", digits)):
+        if given(opt):
+            fail("--" + opt.replace("_", "-"), "omitted for --layers 4 or --tokens 3 (weak "
+                 "thresholds only)", value)
+    for name in ("param", "rows", "seed"):
+        if kw.get(name) not in (None, ()):
+            fail("--" + name, "used only with a general SMI channel", kw[name])
+    from .numerics import smi_weak
+
+    args = {"layers": kw.get("layers") or 2, "tokens": kw["tokens"],
+            "skip": 1.0 if kw.get("skip") is None else kw["skip"],
+            "beta": 1.0 if kw.get("beta") is None else kw["beta"]}
+    try:
+        smi_weak.check(**args)
+    except InputError as e:          # the numeric layer names the parameter: add the dashes
+        raise InputError("--" + str(e)) from None
+    table = smi_depth_weak(**args, progress=progress_printer)
+    res = [{"layer": r.details["layer"], "kind": "weak", "value": r.value, "error": r.error,
+            "method": r.method, **{k: v for k, v in r.details.items() if k not in
+                                   ("layer", "kind")}} for r in table]
+    out = {**dict(table.parameters), "thresholds": res,
+           "note": "weak thresholds of each layer at Q = 0; sequential thresholds are not "
+                   "computed for these depths/token counts (docs/smi_depth.md)"}
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"SMI deep attention L={o['layers']} M={o['tokens']} skip={o['skip']} "
+         f"beta={o['beta']}: weak thresholds"]
+        + [f"  layer {t['layer']}: alpha = {t['value']:.8g} +- {t['error']:.1e}"
+           + ("" if t["confirmed"] else "  (" + t["note"] + ")") for t in o["thresholds"]]
+        + [o["note"]]))
+
+
 # ----------------------------------------------------------------------------- commands
 @click.group()
 @click.version_option(package_name="aim-sym")
@@ -451,6 +489,17 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
                 [f"SMI {o['channel']} (P={o['P']}, M={o['M']}, {o['kind']}) {o['parameters']}"]
                 + [f"weak threshold, rows {t['rows']}: alpha_c = {t['value']:.10g} +- "
                    f"{t['error']:.1e}  ({t['method']})" for t in o["thresholds"]]))
+            return
+        layers, tokens = kw.get("layers") or 2, kw["tokens"]
+        if layers not in (2, 3, 4):
+            fail("--layers", "2 or 3 (every command) or 4 (threshold weak, --tokens 2)", layers)
+        if tokens not in (2, 3):
+            fail("--tokens", "2 (every command) or 3 (threshold weak, --layers 2 or 3)", tokens)
+        if layers == 4 and tokens == 3:
+            fail("--layers", "at most 3 with --tokens 3 (9 free coordinates: not supported)",
+                 layers)
+        if (layers, tokens) in ((4, 2), (2, 3), (3, 3)):
+            smi_depth_weak_cli(kw, sequential_route=sequential_route, digits=digits)
             return
         m = smi_model(kw)
         seq_digits = digits if given("digits") else 4

@@ -1,0 +1,445 @@
+"""Weak-recovery thresholds of deep tied attention for any depth L and M tokens, one row per
+layer (P_l = 1), at Q = 0 (THEORY 2.2, 2.3, 2.5).
+
+Each row z_l can flip sign alone (A_l depends on h^(l) h^(l)T, y on h = h^(L) up to sign), so
+F is block diagonal between layers and layer l has its own threshold alpha_l = 1 / lambda_l,
+
+    lambda_l = E_y || Cov[z_l | y] - I_M ||_F^2.
+
+Fibre (THEORY 2.5): y fixes h in R^M up to sign; z_1 .. z_{L-1} are free (weight N(0, I)) and
+z_L = Mat^{-1} (+-h), Mat = A_{L-1} ... A_1 (column convention: h^(l+1) = A_l ... A_1 z_{l+1}),
+with Jacobian 1 / det Mat.  Both signs give the same second moments, so with
+
+    Z(h) = E_free[ N(Mat^{-1} h; 0, I) / det Mat ]     (the density of h),
+
+E[z_l z_l^T | y] = E_free[ w z_l z_l^T ] / Z(h) (l < L; z_L = Mat^{-1} h for l = L) and
+lambda_l = int dh Z(h) ||E[z_l z_l^T | h] - I||_F^2.  One kernel serves every (L, M): per inner
+node the quadratic forms of Mat^{-1} h in h, then ``exp(-|Mat^{-1} h|^2 / 2)`` for all outer nodes
+at once (a matrix product followed by exp).
+
+Rules:
+
+* outer, h in R^M: h = r theta, r = e^u; trapezoid in u on a window around log(sigma), sigma^2 =
+  1.4 sup ||Mat||^2 (bounded below); theta on the half sphere (h -> -h): the trapezoid in the
+  angle for M = 2, Gauss-Legendre in cos(theta) x trapezoid in phi for M = 3.  The two cut
+  pieces of the radius are bounded and added to the error.
+* inner, z_free in R^{M (L-1)}: tensor Gauss-Hermite (``rule="gh"``, three orders, error from
+  their differences) or ``R`` scrambled Sobol replicates (``rule="qmc"``, error = the Student-t
+  99% factor x the standard error over replicates, plus the ratio bias measured as the gap
+  between the mean of the replicate ratios and the pooled ratio).
+
+Every estimate also carries the change between two outer rules and |mass - 1| x value.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+from scipy import stats
+from scipy.stats import qmc
+
+from .records import Estimate, require
+
+LAYERS = (2, 3, 4)
+TOKENS = (2, 3)
+SKIP_RANGE = (0.5, 4.0)      # M = 2: Monte Carlo at c = 0.5 and 1 (L = 4); M = 3: c >= 1
+BETA_RANGE = (0.25, 2.0)
+SIGMA_FACTOR = 1.4           # sigma^2 = factor * sup ||Mat||^2 (as numerics/smi_deep.py)
+U_LO = {2: 16.0, 3: 11.0}    # log-radius window [log sigma - U_LO[M], log sigma + U_HI]
+U_HI = 2.2
+COVERAGE = 0.995             # two-sided 99% Student-t factor for the QMC replicates
+_CHUNK = 4_000_000
+
+def default_outer(*, layers: int, tokens: int, skip: float = 1.0):
+    """(coarse, fine) outer rules.  h concentrates near the diagonal with angular width
+    ~ (c / (1 + c))^(L-1) (the off-diagonal stretch of Mat is >= c^(L-1), the diagonal one
+    (1 + c)^(L-1)), so the angles scale with its inverse.  Measured at M = 2 on one inner set:
+    c = 1, L = 4: angles 48 -> 64 -> 96 change lambda_4 by 2e-5, then 1e-7; c = 0.5, L = 4:
+    72 -> 144 -> 216 change it by 7e-3, then 7e-5."""
+    if tokens == 2:
+        fine = max(24, 8 * math.ceil(9 * ((1 + skip) / skip) ** (layers - 1) / 8))
+        return (100, 8 * math.ceil(fine * 2 / 3 / 8)), (120, fine)
+    return (56, (4 + 4 * layers, 8 + 8 * layers)), (72, (8 + 4 * layers, 16 + 8 * layers))
+
+
+# default inner rules: Gauss-Hermite orders, or (log2 n, replicates) for the Sobol sets
+GH_ORDERS = {(2, 2): (40, 48, 56), (2, 3): (24, 28, 32)}
+# per-replicate spread falls only like n^-0.5 (L = 4, M = 2: a plain Monte Carlo rate; 32
+# replicates of 2^12 show no heavy tail, kurtosis |k| < 0.7), so replicates are as good as points
+QMC = {(3, 2): (13, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
+
+
+def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
+    """InputError (one line naming the option) outside the supported and validated ranges."""
+    require(isinstance(layers, (int, np.integer)) and layers in LAYERS, "layers",
+            f"one of {LAYERS} for the weak thresholds of numerics.smi_weak", layers)
+    require(isinstance(tokens, (int, np.integer)) and tokens in TOKENS, "tokens",
+            f"one of {TOKENS} for the weak thresholds of numerics.smi_weak", tokens)
+    require(layers * tokens <= 9, "layers",
+            "at most 3 for tokens = 3 (L = 4, M = 3 has 9 free coordinates: not supported)", layers)
+    require(tokens == 2 or not skip < 1.0, "skip",
+            ">= 1 for tokens = 3 (validated at c = 1 only)", skip)
+    require(np.isfinite(skip) and SKIP_RANGE[0] <= skip <= SKIP_RANGE[1], "skip",
+            f"in [{SKIP_RANGE[0]:g}, {SKIP_RANGE[1]:g}] for the depth-L weak thresholds "
+            "(validated range; smaller c needs the rotated rules of L = 2)", skip)
+    require(np.isfinite(beta) and BETA_RANGE[0] <= beta <= BETA_RANGE[1], "beta",
+            f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the depth-L weak thresholds", beta)
+
+
+# ----------------------------------------------------------------------------- the channel
+def attention(h: np.ndarray, *, skip: float, beta: float) -> np.ndarray:
+    """``A = softmax_rows(beta h h^T) + c I`` for rows ``h`` of shape (..., M): (..., M, M)."""
+    S = beta * h[..., :, None] * h[..., None, :]
+    S = np.exp(S - S.max(-1, keepdims=True))
+    return S / S.sum(-1, keepdims=True) + skip * np.eye(h.shape[-1])
+
+
+def scores(z: np.ndarray, *, skip: float, beta: float) -> np.ndarray:
+    """Last-layer scores ``h = h^(L) = A_{L-1} ... A_1 z_L`` for ``z`` of shape (..., L, M)."""
+    h = z[..., 0, :]
+    prod = np.broadcast_to(np.eye(z.shape[-1]), z.shape[:-2] + (z.shape[-1],) * 2)
+    for l in range(1, z.shape[-2]):
+        prod = attention(h, skip=skip, beta=beta) @ prod
+        h = np.einsum("...ab,...b->...a", prod, z[..., l, :])
+    return h
+
+
+def fibre_map(z_free: np.ndarray, *, skip: float, beta: float):
+    """``Mat^{-1}`` (..., M, M) and ``log det Mat`` for the free rows ``z_free`` (..., L-1, M),
+    ``Mat = A_{L-1} ... A_1`` (THEORY 2.5: ``z_L = Mat^{-1} h``, Jacobian ``1 / det Mat``)."""
+    prod = attention(z_free[..., 0, :], skip=skip, beta=beta)
+    for l in range(1, z_free.shape[-2]):
+        h = np.einsum("...ab,...b->...a", prod, z_free[..., l, :])
+        prod = attention(h, skip=skip, beta=beta) @ prod
+    sign, logdet = np.linalg.slogdet(prod)
+    return np.linalg.inv(prod), logdet
+
+
+def norm_bound(*, tokens: int, skip: float) -> float:
+    """``sup ||P + c I||_2^2`` over row-stochastic M x M matrices P: attained at an extreme point
+    (||.||^2 is convex), i.e. each row a unit vector; all M^M of them are checked."""
+    best = 0.0
+    for cols in itertools.product(range(tokens), repeat=tokens):
+        P = np.zeros((tokens, tokens))
+        P[np.arange(tokens), cols] = 1.0
+        best = max(best, np.linalg.norm(P + skip * np.eye(tokens), 2) ** 2)
+    return float(best)
+
+
+def det_floor(*, tokens: int, skip: float) -> float:
+    """``det A >= c^(M-1) (1 + c)`` for ``A = P + c I``, ``P = softmax_rows(beta h h^T)``: P is
+    similar to ``D^(-1/2) E D^(-1/2)`` with ``E = exp(beta h h^T)`` entrywise positive
+    semidefinite (Schur), so its eigenvalues are real, in [0, 1], and one is 1."""
+    return skip ** (tokens - 1) * (1.0 + skip)
+
+
+# ----------------------------------------------------------------------------- rules
+def _pairs(m: int):
+    return [(a, b) for a in range(m) for b in range(a, m)]
+
+
+def outer_rule(n_u: int, n_angle, *, tokens: int, sigma: float):
+    """Rule for ``int_{R^M} dh f(h)``, f even: radial trapezoid in u = log r on
+    [log sigma - U_LO[M], log sigma + U_HI] (weight r^M du) x half-sphere rule (weights doubled).
+    ``n_angle``: n_theta for M = 2, (n_cos, n_phi) for M = 3.  Returns h (N, M) and w (N,)."""
+    u = np.linspace(math.log(sigma) - U_LO[tokens], math.log(sigma) + U_HI, n_u)
+    du = u[1] - u[0]
+    wu = np.full(n_u, du)
+    wu[[0, -1]] *= 0.5
+    r = np.exp(u)
+    if tokens == 2:
+        th = (np.arange(n_angle) + 0.5) * math.pi / n_angle
+        dirs = np.stack([np.cos(th), np.sin(th)], 1)
+        wd = np.full(n_angle, 2.0 * math.pi / n_angle)
+    else:
+        n_cos, n_phi = n_angle
+        t, wt = np.polynomial.legendre.leggauss(n_cos)
+        t, wt = 0.5 * (t + 1.0), 0.5 * wt                     # cos(theta) in (0, 1)
+        ph = (np.arange(n_phi) + 0.5) * 2.0 * math.pi / n_phi
+        T, PH = np.meshgrid(t, ph, indexing="ij")
+        s = np.sqrt(1.0 - T**2)
+        dirs = np.stack([(s * np.cos(PH)).ravel(), (s * np.sin(PH)).ravel(), T.ravel()], 1)
+        dirs = dirs @ _diagonal_frame().T      # pole along (1, 1, 1) / sqrt 3
+        wd = 2.0 * np.outer(wt, np.full(n_phi, 2.0 * math.pi / n_phi)).ravel()
+    h = (r[:, None, None] * dirs[None, :, :]).reshape(-1, tokens)
+    w = np.outer(wu * r**tokens, wd).ravel()
+    return h, w
+
+
+def _diagonal_frame() -> np.ndarray:
+    """Orthonormal 3 x 3 frame whose third column is (1, 1, 1) / sqrt 3: products of attention
+    maps (row-stochastic + c I) push h towards the diagonal, where the GL nodes in cos(theta)
+    cluster."""
+    e = np.array([[1.0, -1.0, 0.0], [1.0, 1.0, -2.0], [1.0, 1.0, 1.0]])
+    return (e / np.linalg.norm(e, axis=1, keepdims=True)).T
+
+
+def cut_bound(*, layers: int, tokens: int, skip: float, sigma: float) -> float:
+    """Mass of h cut by the radial window: below, |h| < r0 with density <= (2 pi)^(-M/2) /
+    det_floor^(L-1); above, |h| > r1 needs |z_L| > r1 / sup||Mat|| (chi^2_M tail)."""
+    r0 = sigma * math.exp(-U_LO[tokens])
+    r1 = sigma * math.exp(U_HI)
+    ball = math.pi ** (tokens / 2) / math.gamma(tokens / 2 + 1) * r0**tokens
+    low = ball * (2 * math.pi) ** (-tokens / 2) / det_floor(tokens=tokens, skip=skip) ** (layers - 1)
+    smax = math.sqrt(norm_bound(tokens=tokens, skip=skip)) ** (layers - 1)
+    high = stats.chi2.sf((r1 / smax) ** 2, tokens)
+    return float(low + high)
+
+
+def gh_inner(n: int, *, dims: int):
+    """Tensor probabilists' Gauss-Hermite rule for N(0, I_dims): nodes (N, dims), weights."""
+    x, w = np.polynomial.hermite_e.hermegauss(n)
+    w = w / w.sum()
+    grids = np.meshgrid(*([x] * dims), indexing="ij")
+    W = w
+    for _ in range(dims - 1):
+        W = np.multiply.outer(W, w)
+    return np.stack([g.ravel() for g in grids], 1), W.ravel()
+
+
+def sobol_inner(log2n: int, *, dims: int, seed, spread: float = 1.0):
+    """Scrambled Sobol points (2^log2n) mapped to N(0, spread^2 I_dims), weighted for N(0, I):
+    nodes and weights (equal for spread = 1)."""
+    u = qmc.Sobol(d=dims, scramble=True, seed=seed).random_base2(log2n)
+    x = spread * stats.norm.ppf(u)
+    logw = dims * math.log(spread) - 0.5 * (1.0 - spread**-2) * (x**2).sum(1)
+    return x, np.exp(logw) / u.shape[0]
+
+
+# ----------------------------------------------------------------------------- the kernel
+def inner_moments(nodes: np.ndarray, weights: np.ndarray, *, layers: int, tokens: int,
+                  skip: float, beta: float):
+    """Per inner node: ``B`` (N, Q) with ``|Mat^{-1} h|^2 = B . hh`` (hh the Q = M(M+1)/2 products
+    h_a h_b, a <= b) and the moment matrix ``Mz`` (N, K): weight, weight z_l z_l^T (pairs, l < L),
+    weight x coefficients of (z_L z_L^T)_ab in hh."""
+    m = tokens
+    z_free = nodes.reshape(-1, layers - 1, m)
+    Mi, logdet = fibre_map(z_free, skip=skip, beta=beta)
+    wi = weights * np.exp(-logdet) / (2 * math.pi) ** (m / 2)
+    pairs = _pairs(m)
+    B = np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
+                  for a, b in pairs], 1)
+    cols = [wi]
+    for l in range(layers - 1):
+        cols += [wi * z_free[:, l, a] * z_free[:, l, b] for a, b in pairs]
+    for a, b in pairs:
+        for c_, d in pairs:
+            k = Mi[:, a, c_] * Mi[:, b, d]
+            if c_ != d:
+                k = k + Mi[:, a, d] * Mi[:, b, c_]
+            cols.append(wi * k)
+    return B, np.stack(cols, 1)
+
+
+def outer_moments(B, Mz, h: np.ndarray, *, chunk: int = _CHUNK) -> np.ndarray:
+    """``int d(inner) w exp(-|Mat^{-1} h|^2 / 2) (...)`` at every outer node: (N_h, K)."""
+    pairs = _pairs(h.shape[1])
+    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    out = np.empty((h.shape[0], Mz.shape[1]))
+    step = max(1, chunk // B.shape[0])
+    for s in range(0, h.shape[0], step):
+        out[s:s + step] = np.exp(-0.5 * (hh[s:s + step] @ B.T)) @ Mz
+    return out
+
+
+def reduce_lambdas(mom: np.ndarray, h: np.ndarray, wh: np.ndarray, *, layers: int) -> np.ndarray:
+    """From the outer-node moments: [mass, lambda_1 .. lambda_L, tr E C_1 .. tr E C_L]."""
+    m = h.shape[1]
+    pairs = _pairs(m)
+    q = len(pairs)
+    fro = np.array([1.0 if a == b else 2.0 for a, b in pairs])
+    eye = np.array([1.0 if a == b else 0.0 for a, b in pairs])
+    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    Z = mom[:, 0]
+    Zs = np.where(Z > 0, Z, 1.0)
+    W = wh * Z
+    out = [W.sum()]
+    traces = []
+    for l in range(layers):
+        if l < layers - 1:
+            C = mom[:, 1 + q * l: 1 + q * (l + 1)] / Zs[:, None]
+        else:
+            base = 1 + q * (layers - 1)
+            C = np.stack([(mom[:, base + q * j: base + q * (j + 1)] * hh).sum(1)
+                          for j in range(q)], 1) / Zs[:, None]
+        out.append(W @ (((C - eye) ** 2) @ fro))
+        traces.append(W @ (C @ eye))
+    return np.array(out + traces)
+
+
+# ----------------------------------------------------------------------------- estimates
+def _tail(v: list[float]) -> tuple[float, float]:
+    """Value and error from three refinements: |d2| (1 + r / (1 - r)), r = |d2 / d1|; r >= 0.8
+    or a sign change means not converged: 5 x the spread."""
+    d1, d2 = v[1] - v[0], v[2] - v[1]
+    r = abs(d2) / abs(d1) if d1 != 0 else 0.0
+    if r >= 0.8 or d1 * d2 < 0:
+        return v[2], abs(v[2] - v[0]) * 5.0
+    return v[2], abs(d2) * (1.0 + r / (1.0 - r))
+
+
+def _outer_pair(layers, tokens, skip, outer):
+    sigma = math.sqrt(SIGMA_FACTOR * norm_bound(tokens=tokens, skip=skip) ** (layers - 1))
+    rules = [outer_rule(n_u, n_a, tokens=tokens, sigma=sigma) for n_u, n_a in outer]
+    h = np.concatenate([r[0] for r in rules])
+    return rules, h, sigma
+
+
+def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, outer) -> dict:
+    """Tensor Gauss-Hermite inner rule at three orders; (K, 3) values at the fine outer rule
+    and the values of the finest inner order at the coarse outer rule."""
+    rules, h, sigma = _outer_pair(layers, tokens, skip, outer)
+    n0 = rules[0][0].shape[0]
+    fine, coarse = [], None
+    for n in orders:
+        nodes, w = gh_inner(n, dims=tokens * (layers - 1))
+        B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
+        mom = outer_moments(B, Mz, h)
+        fine.append(reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))
+        coarse = reduce_lambdas(mom[:n0], rules[0][0], rules[0][1], layers=layers)
+    return dict(fine=np.array(fine), coarse=coarse, sigma=sigma)
+
+
+def lambdas_qmc(*, layers: int, tokens: int, skip: float, beta: float, log2n: int,
+                replicates: int, seed: int, outer, spread: float = 1.0) -> dict:
+    """``replicates`` scrambled Sobol inner rules: per-replicate values at the fine outer rule,
+    the pooled value (moments summed over replicates before the ratios) and the change between
+    the two outer rules on the first inner set."""
+    rules, h, sigma = _outer_pair(layers, tokens, skip, outer)
+    n0 = rules[0][0].shape[0]
+    dims = tokens * (layers - 1)
+    seeds = np.random.SeedSequence(seed).spawn(replicates)
+    per, pooled, change = [], None, None
+    for i, s in enumerate(seeds):
+        nodes, w = sobol_inner(log2n, dims=dims, seed=np.random.default_rng(s), spread=spread)
+        B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
+        mom = outer_moments(B, Mz, h if i == 0 else h[n0:])
+        if i == 0:   # the outer-rule change, measured on the first inner set
+            change = np.abs(reduce_lambdas(mom[:n0], rules[0][0], rules[0][1], layers=layers)
+                            - reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))
+            mom = mom[n0:]
+        pooled = mom if pooled is None else pooled + mom
+        per.append(reduce_lambdas(mom, rules[1][0], rules[1][1], layers=layers))
+    pooled = pooled / replicates
+    return dict(per=np.array(per), pooled=reduce_lambdas(pooled, rules[1][0], rules[1][1],
+                                                        layers=layers),
+                outer_change=change, sigma=sigma)
+
+
+def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
+              rule: str = "auto", orders=None, log2n: int | None = None,
+              replicates: int | None = None, seed: int = 0, outer=None) -> dict:
+    """lambda_l (``lam1`` .. ``lamL``), ``mass`` and ``trace1`` .. (E tr C_l, equal to M) as
+    Estimates.  ``rule``: "gh" (three tensor Gauss-Hermite orders ``orders``), "qmc"
+    (``replicates`` scrambled Sobol sets of 2^``log2n`` points) or "auto" (gh where a default
+    order triple exists, else qmc)."""
+    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    require(rule in ("auto", "gh", "qmc"), "rule", "one of auto, gh, qmc", rule)
+    if rule == "auto":
+        rule = "gh" if (layers, tokens) in GH_ORDERS else "qmc"
+    outer = (default_outer(layers=layers, tokens=tokens, skip=skip) if outer is None
+             else outer)
+    keys = (["mass"] + [f"lam{l}" for l in range(1, layers + 1)]
+            + [f"trace{l}" for l in range(1, layers + 1)])
+    sigma = math.sqrt(SIGMA_FACTOR * norm_bound(tokens=tokens, skip=skip) ** (layers - 1))
+    cut = cut_bound(layers=layers, tokens=tokens, skip=skip, sigma=sigma)
+    out = {}
+    if rule == "gh":
+        orders = GH_ORDERS.get((layers, tokens), (8, 10, 12)) if orders is None else orders
+        require(len(orders) == 3 and max(orders) ** (tokens * (layers - 1)) <= 2_000_000,
+                "orders", "three Gauss-Hermite orders with at most 2e6 inner nodes", orders)
+        r = lambdas_gh(layers=layers, tokens=tokens, skip=skip, beta=beta, orders=orders,
+                       outer=outer)
+        meth = (f"radial x half-sphere outer rules {outer[0]} vs {outer[1]} x tensor "
+                f"Gauss-Hermite over {tokens * (layers - 1)} fibre coordinates, orders "
+                f"{tuple(orders)}")
+        dm = abs(r["fine"][-1][0] - 1.0)
+        for i, k in enumerate(keys):
+            v, e = _tail(list(r["fine"][:, i]))
+            out[k] = Estimate(v, e + abs(v - r["coarse"][i]) + (dm + cut) * abs(v), meth,
+                              extra=dict(orders=[float(x) for x in r["fine"][:, i]]))
+        return out
+    log2n = QMC.get((layers, tokens), (14, 8))[0] if log2n is None else log2n
+    replicates = QMC.get((layers, tokens), (14, 8))[1] if replicates is None else replicates
+    require(isinstance(log2n, (int, np.integer)) and 6 <= log2n <= 20, "log2n", "in [6, 20]",
+            log2n)
+    require(isinstance(replicates, (int, np.integer)) and 4 <= replicates <= 64, "replicates",
+            "in [4, 64]", replicates)
+    r = lambdas_qmc(layers=layers, tokens=tokens, skip=skip, beta=beta, log2n=log2n,
+                    replicates=replicates, seed=seed, outer=outer)
+    t = stats.t.ppf(COVERAGE, replicates - 1)
+    meth = (f"radial x half-sphere outer rules {outer[0]} vs {outer[1]} x {replicates} "
+            f"scrambled Sobol sets of 2^{log2n} points over {tokens * (layers - 1)} fibre "
+            f"coordinates (error: {t:.2f} x standard error + ratio bias + outer change)")
+    dm = abs(r["pooled"][0] - 1.0)
+    for i, k in enumerate(keys):
+        per = r["per"][:, i]
+        se = per.std(ddof=1) / math.sqrt(replicates)
+        v = r["pooled"][i]
+        bias = abs(per.mean() - v)
+        err = t * se + bias + r["outer_change"][i] + (dm + cut) * abs(v)
+        out[k] = Estimate(v, err, meth, extra=dict(se=float(se), ratio_bias=float(bias),
+                                                   replicate_mean=float(per.mean())))
+    return out
+
+
+def weak_thresholds(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
+                    rule: str = "auto", progress=None, **options) -> list[dict]:
+    """alpha_l = 1 / lambda_l per layer (THEORY 2.2, 2.5), shaped like
+    :func:`aim_sym.numerics.smi_deep.weak_thresholds`: dicts layer, kind ("weak"), value, error,
+    method, seconds, plus lam, lam_error.  ``options`` go to :func:`stability`."""
+    t0 = time.perf_counter()
+    F = stability(layers=layers, tokens=tokens, skip=skip, beta=beta, rule=rule, **options)
+    dt = time.perf_counter() - t0
+    if progress:
+        progress(1, 1, "weak thresholds")
+    out = []
+    for l in range(1, layers + 1):
+        e = F[f"lam{l}"]
+        out.append(dict(layer=l, kind="weak", value=float(1.0 / e.value),
+                        error=float(e.error / e.value**2), lam=float(e.value),
+                        lam_error=float(e.error), method=e.method, seconds=dt))
+    return out
+
+
+# ----------------------------------------------------------------------------- oracle
+def montecarlo_lambdas(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
+                       samples: int = 2000, inner: int = 4096, seed: int = 0,
+                       return_values: bool = False) -> dict:
+    """Independent route (plain Monte Carlo): true z ~ N(0, I), h = h^(L)(z); the posterior of
+    the free rows by self-normalised importance sampling from their prior (weights
+    N(Mat^{-1} h) / det Mat) with ``inner`` samples split in two independent halves a, b; the
+    estimator <C_a - I, C_b - I>_F has no variance bias (only the O(1/inner) ratio bias).
+    Returns, per layer, (mean, standard error) over the outer samples (and, with
+    ``return_values``, the per-sample values under ``"values"``).  The true z and the inner
+    samples come from separate streams, so runs with one seed and two ``inner`` share the true z
+    (paired differences measure the inner-sample bias)."""
+    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    rng_true, rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    m = tokens
+    vals = np.zeros((samples, layers))
+    eye = np.eye(m)
+    for s in range(samples):
+        z = rng_true.standard_normal((layers, m))
+        h = scores(z, skip=skip, beta=beta)
+        zf = rng.standard_normal((inner, layers - 1, m))
+        Mi, logdet = fibre_map(zf, skip=skip, beta=beta)
+        zL = Mi @ h
+        logw = -0.5 * (zL**2).sum(1) - logdet
+        rows = np.concatenate([zf, zL[:, None, :]], 1)        # (inner, L, M)
+        half = inner // 2
+        C = []
+        for part in (slice(0, half), slice(half, 2 * half)):
+            w = np.exp(logw[part] - logw[part].max())
+            w /= w.sum()
+            C.append(np.einsum("n,nla,nlb->lab", w, rows[part], rows[part]) - eye)
+        vals[s] = (C[0] * C[1]).sum((1, 2))
+    mean = vals.mean(0)
+    se = vals.std(0, ddof=1) / math.sqrt(samples)
+    out = {f"lam{l + 1}": (float(mean[l]), float(se[l])) for l in range(layers)}
+    if return_values:
+        out["values"] = vals
+    return out

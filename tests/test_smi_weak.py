@@ -1,0 +1,152 @@
+"""Weak thresholds of deep attention for any depth L and M tokens (numerics/smi_weak.py)."""
+
+import numpy as np
+import pytest
+from aim_sym.numerics import smi_fibre, smi_weak
+from aim_sym.numerics.records import InputError
+
+
+@pytest.mark.parametrize("layers,tokens", [(2, 2), (3, 2), (4, 2), (2, 3), (3, 3)])
+def test_fibre_map_inverts_the_forward_map(layers, tokens):
+    rng = np.random.default_rng(layers * 10 + tokens)
+    z = rng.standard_normal((50, layers, tokens))
+    h = smi_weak.scores(z, skip=0.7, beta=1.3)
+    Mi, logdet = smi_weak.fibre_map(z[:, :-1], skip=0.7, beta=1.3)
+    assert np.allclose(np.einsum("nab,nb->na", Mi, h), z[:, -1], atol=1e-10)
+    floor = smi_weak.det_floor(tokens=tokens, skip=0.7) ** (layers - 1)
+    assert np.all(logdet >= np.log(floor) - 1e-12)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_convention_matches_the_symbolic_channel(layers):
+    # h^(L) against the sympy-derived forward map (aim_sym.smi.forward, compiled)
+    fwd = smi_fibre.functions(layers)["forward"]
+    rng = np.random.default_rng(layers)
+    for z in rng.standard_normal((5, layers, 2)):
+        h0, h1 = (float(v) for v in fwd(*z.ravel(), 0.6, 1.1)[:2])
+        assert np.allclose(smi_weak.scores(z, skip=0.6, beta=1.1), [h0, h1], atol=1e-12)
+
+
+@pytest.mark.parametrize("tokens", [2, 3])
+def test_norm_bound_and_det_floor(tokens):
+    rng = np.random.default_rng(tokens)
+    P = rng.dirichlet(np.full(tokens, 0.3), size=(4000, tokens))
+    h = rng.standard_normal((4000, tokens)) * rng.uniform(0, 3, (4000, 1))
+    for c in (0.5, 1.0, 2.0):
+        A = P + c * np.eye(tokens)           # any row-stochastic P: the norm bound
+        assert np.linalg.norm(A, 2, axis=(1, 2)).max() ** 2 <= smi_weak.norm_bound(
+            tokens=tokens, skip=c) + 1e-12
+        A = smi_weak.attention(h, skip=c, beta=2.0)   # attention maps: the determinant floor
+        det = np.linalg.det(A)
+        floor = smi_weak.det_floor(tokens=tokens, skip=c)
+        assert det.min() >= floor - 1e-12
+        assert det.min() < 1.05 * floor       # and it is approached
+
+
+def test_two_layers_reproduce_the_two_layer_engine():
+    # numerics.smi (rotated rules): 0.18547784061 +- 1.3e-12 (layer 2), 6.15693654987 +- 7.2e-10
+    out = smi_weak.weak_thresholds(layers=2, tokens=2, rule="gh")
+    ref = {1: 6.15693654987, 2: 0.18547784061}
+    for r in out:
+        assert abs(r["value"] - ref[r["layer"]]) <= r["error"]
+        assert r["error"] < 1e-5 * r["value"]
+
+
+def test_three_layers_agree_with_smi_deep_within_bars():
+    # numerics.smi_deep at c = 1 (docs/smi_small_skip.md): 5.1352 +- 0.0101, 8.6945 +- 0.0127,
+    # 0.207191 +- 2.9e-5; here 8 scrambled Sobol sets of 2^13 points
+    out = smi_weak.weak_thresholds(layers=3, tokens=2, rule="qmc", log2n=13, replicates=8)
+    ref = {1: (5.1352, 0.0101), 2: (8.6945, 0.0127), 3: (0.207191, 2.9e-5)}
+    for r in out:
+        v, e = ref[r["layer"]]
+        assert abs(r["value"] - v) <= r["error"] + e
+    assert out[2]["error"] < 1e-3 * out[2]["value"]
+
+
+@pytest.fixture(scope="module")
+def three_tokens():
+    # M = 3, L = 2 at reduced orders (the benchmark's (24, 28, 32) takes ~50 s)
+    return smi_weak.stability(layers=2, tokens=3, rule="gh", orders=(12, 16, 20),
+                              outer=((40, (8, 16)), (56, (12, 24))))
+
+
+def test_three_tokens_identities_and_the_jensen_bound(three_tokens):
+    # mass 1, E tr C_l = M, and every layer obeys lambda_l <= E|z_l|^4 - M = M (M + 1)
+    # (Jensen, issue 14), i.e. alpha_l >= 1/12
+    F = three_tokens
+    assert abs(F["mass"].value - 1) <= F["mass"].error < 1e-4
+    for l in (1, 2):
+        t = F[f"trace{l}"]
+        assert abs(t.value - 3) <= t.error < 1e-3
+        lam = F[f"lam{l}"]
+        assert lam.error < 1e-3 * lam.value
+        assert lam.value + lam.error <= 12.0
+    # the last layer carries the most information: learned first
+    assert F["lam2"].value > 10 * F["lam1"].value
+
+
+def test_three_tokens_agree_with_monte_carlo(three_tokens):
+    F = three_tokens
+    mc = smi_weak.montecarlo_lambdas(layers=2, tokens=3, samples=600, inner=2048, seed=11)
+    for l in (1, 2):
+        m, se = mc[f"lam{l}"]
+        assert abs(m - F[f"lam{l}"].value) <= 3.5 * se + F[f"lam{l}"].error
+
+
+def test_four_layers_identities_and_distinct_shallow_thresholds():
+    # the SMI paper's open question at L = 4: the shallower layers do not share one threshold
+    F = smi_weak.stability(layers=4, tokens=2, rule="qmc", log2n=11, replicates=8, seed=1)
+    assert abs(F["mass"].value - 1) <= F["mass"].error < 1e-4
+    for l in range(1, 5):
+        t = F[f"trace{l}"]
+        assert abs(t.value - 2) <= t.error < 5e-3
+        assert F[f"lam{l}"].value + F[f"lam{l}"].error <= 6.0        # Jensen, M = 2
+    lam = [F[f"lam{l}"] for l in (1, 2, 3)]
+    for a, b in zip(lam, lam[1:]):
+        assert a.value - a.error > b.value + b.error
+    assert F["lam4"].value > 10 * lam[0].value
+
+
+@pytest.mark.parametrize("kw", [dict(layers=5), dict(layers=1), dict(tokens=4),
+                                dict(layers=4, tokens=3), dict(layers=2.0),
+                                dict(skip=0.1), dict(skip=float("nan")), dict(beta=5.0),
+                                dict(rule="simpson")])
+def test_bad_input_is_refused(kw):
+    args = dict(layers=2, tokens=2) | kw
+    with pytest.raises(InputError):
+        smi_weak.weak_thresholds(**args)
+
+
+@pytest.mark.slow
+def test_four_layers_agree_with_monte_carlo():
+    F = smi_weak.stability(layers=4, tokens=2, rule="qmc", log2n=14, replicates=8)
+    mc = smi_weak.montecarlo_lambdas(layers=4, tokens=2, samples=4000, inner=2048, seed=5)
+    for l in range(1, 5):
+        m, se = mc[f"lam{l}"]
+        assert abs(m - F[f"lam{l}"].value) <= 3.5 * se + F[f"lam{l}"].error
+        assert abs(F[f"trace{l}"].value - 2) <= F[f"trace{l}"].error
+
+
+@pytest.mark.slow
+def test_cli_routes_tokens_3_to_this_kernel(run_cli):
+    """`threshold weak --model smi --tokens 3` reaches this kernel (~1 min)."""
+    import json
+
+    rc, out, err = run_cli(["threshold", "weak", "--model", "smi", "--tokens", "3", "--json"])
+    assert rc == 0, err
+    o = json.loads(out)
+    ts = {t["layer"]: t for t in o["thresholds"]}
+    assert set(ts) == {1, 2} and all(t["confirmed"] for t in ts.values())
+    assert ts[2]["value"] - ts[2]["error"] >= 1 / 12          # the Jensen bound, M = 3
+
+
+def test_cli_refuses_unsupported_depths_tokens_and_options(run_cli):
+    """Unsupported depths, token counts and options exit 2 with one line naming the option."""
+    for args, opt in ((["--layers", "5"], "--layers"), (["--tokens", "4"], "--tokens"),
+                      (["--layers", "4", "--tokens", "3"], "--layers"),
+                      (["--layers", "4", "--digits", "3"], "--digits"),
+                      (["--layers", "4", "--sequential-route", "lattice"], "--sequential-route"),
+                      (["--tokens", "3", "--skip", "0.5"], "--skip"),
+                      (["--layers", "4", "--beta", "5"], "--beta")):
+        rc, _, err = run_cli(["threshold", "weak", "--model", "smi", *args])
+        assert rc == 2 and opt in err and len(err.strip().splitlines()) == 1, (args, err)
