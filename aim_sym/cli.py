@@ -562,8 +562,20 @@ def check(**kw):
         if not out["passed"]:
             sys.exit(1)
         return
-    m = smi_model(kw) if model == "smi" else aim_model(kw)
-    results = [dict(r) for r in m.check()]
+    if (model == "aim" and (kw.get("channel") or "hardmax") == "hardmax" and kw["tokens"] >= 3
+            and not kw.get("channel_file")):
+        from .numerics import hardmax_se
+
+        if kw["tokens"] > 4:
+            fail("--tokens", "2..4 for check --channel hardmax", kw["tokens"])
+        for name in ("rho", "beta", "delta_out", "epsilon"):
+            if kw.get(name) is not None:
+                fail("--" + name.replace("_", "-"), "omitted for check --channel hardmax "
+                     "--tokens 3 or 4", kw[name])
+        results = hardmax_se.run_checks(T=kw["tokens"])
+    else:
+        m = smi_model(kw) if model == "smi" else aim_model(kw)
+        results = [dict(r) for r in m.check()]
     ok = all(r["passed"] for r in results)
     emit({"passed": ok, "checks": results}, kw["as_json"], lambda o: "\n".join(
         f"{'PASS' if r['passed'] else 'FAIL'}  {r['name']}: {r['detail']}" for r in results

@@ -876,3 +876,69 @@ def monte_carlo_e(*, T: int, q: float, V: float, samples: int, seed: int = 2026,
     return Estimate(float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(samples)),
                     f"seeded Monte Carlo ({samples} draws of omega and h, seed {seed}); "
                     "error = standard error")
+
+
+# ----------------------------------------------------------------------------- identity checks
+def run_checks(*, T: int = 3, seed: int = 2026) -> list[dict]:
+    """The identity checks of THEORY 4 for hardmax at T tokens (``aim-sym check --channel hardmax
+    --tokens T``): normalisation sum_y Z_y = 1, the first Nishimori identity sum_y Z_y g_y = 0,
+    g_out against central differences of log Z_out (two steps, Richardson), the traced second
+    Nishimori identity sum_y Z (|g|_W^2 + tr_W dg) = 0, and omega = 0, V = 1 against the q = 0
+    recursion of :mod:`.hardmax` (S). Each row: name, passed, detail."""
+    _check_tokens(T)
+    rng = np.random.default_rng(seed)
+    n = T * (T + 1) // 2
+    W = weights(T)
+    om = rng.standard_normal((3, n)) * np.sqrt(W)
+    V = 0.7
+    out = z_out(T=T, omega=om, V=V, nodes=140)
+    rows = []
+    err = float(np.max(np.abs(out["Z"].sum(axis=0) - 1)))
+    rows.append({"name": "normalisation", "passed": err < 1e-10,
+                 "detail": f"max |sum_y Z - 1| = {err:.1e} at 3 random omega (tol 1e-10)"})
+    err = float(np.max(np.abs(np.einsum("yn,ynk->nk", out["Z"], out["g"]))))
+    rows.append({"name": "nishimori (first)", "passed": err < 1e-8,
+                 "detail": f"max |sum_y Z g| = {err:.1e} (tol 1e-8)"})
+    # g against Richardson-extrapolated central differences of log Z, at the first omega
+    o, Z0, g0 = om[0], out["Z"][:, 0], out["g"][:, 0]
+    live = Z0 > 1e-8
+    fd = np.zeros((len(Z0), n))
+    for k in range(n):
+        d = []
+        for h in (2e-3, 1e-3):
+            e = np.zeros(n)
+            e[k] = h
+            zp = z_out(T=T, omega=(o + e)[None, :], V=V, nodes=140)["Z"][:, 0]
+            zm = z_out(T=T, omega=(o - e)[None, :], V=V, nodes=140)["Z"][:, 0]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                d.append((np.log(zp) - np.log(zm)) / (2 * h))
+        fd[:, k] = (4 * d[1] - d[0]) / 3
+    err = float(np.max(np.abs(fd[live] - g0[live])))
+    rows.append({"name": "g_out = d log Z_out / d omega", "passed": err < 1e-6,
+                 "detail": f"max |g - finite difference| = {err:.1e} over {int(live.sum())} "
+                           "outcomes (Richardson, steps 2e-3, 1e-3; tol 1e-6)"})
+    trace_dg = np.zeros(len(Z0))
+    h = 1e-4
+    for k in range(n):
+        e = np.zeros(n)
+        e[k] = h
+        gp = z_out(T=T, omega=(o + e)[None, :], V=V, nodes=140)["g"][:, 0, k]
+        gm = z_out(T=T, omega=(o - e)[None, :], V=V, nodes=140)["g"][:, 0, k]
+        trace_dg += W[k] * (gp - gm) / (2 * h)
+    gg = (W * g0 * g0).sum(axis=1)
+    err = abs(float(Z0 @ (gg + trace_dg)))
+    rows.append({"name": "nishimori (second, traced)", "passed": err < 1e-5,
+                 "detail": f"|sum_y Z (|g|^2_W + tr_W dg)| = {err:.1e} against sum_y Z |g|^2_W = "
+                           f"{float(Z0 @ gg):.4g} (central differences, tol 1e-5)"})
+    if T <= 5:
+        from .hardmax import weak_threshold
+
+        zero = z_out(T=T, omega=np.zeros((1, n)), V=1.0, nodes=200)
+        S = float(np.einsum("y,yk,k->", zero["Z"][:, 0], zero["g"][:, 0] ** 2, W))
+        ref = weak_threshold(T)
+        S_ref, S_err = ref.extra["S"], 2 * ref.extra["S"] ** 2 * ref.error
+        err = abs(S - S_ref)
+        rows.append({"name": "omega = 0, V = 1 against the q = 0 recursion", "passed":
+                     err < 1e-10 + S_err,
+                     "detail": f"S = {S:.15g} against {S_ref:.15g} (tol 1e-10 + its bar)"})
+    return rows

@@ -246,3 +246,28 @@ def test_cli_hardmax_t3_se_fixed_point_and_range(run_cli):
     assert abs(row["alpha"] - 0.03) <= row["alpha_error"] + abs(fp["d_alpha_d_mmse"]) * fp["error"]
     rc, _, err = run_cli(["se", "--channel", "hardmax", "--tokens", "3", "--alpha", "0.2"])
     assert rc == 3 and "mmse >= 0.5" in err
+
+
+def test_cli_check_hardmax_t3(run_cli):
+    """`check --channel hardmax --tokens 3`: five identity checks, all passing; T = 5 refused."""
+    import json
+
+    rc, out, err = run_cli(["check", "--channel", "hardmax", "--tokens", "3", "--json"])
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["passed"] and len(o["checks"]) == 5
+    rc, _, err = run_cli(["check", "--channel", "hardmax", "--tokens", "5"])
+    assert rc == 2 and "--tokens" in err
+
+
+def test_checks_detect_a_wrong_g_out(monkeypatch):
+    """The finite-difference check fails when g_out is off by 1e-5 (it can fail)."""
+    real = hs.z_out
+
+    def biased(**kw):
+        out = real(**kw)
+        return {**out, "g": out["g"] + 1e-5}
+
+    monkeypatch.setattr(hs, "z_out", biased)
+    rows = {r["name"]: r for r in hs.run_checks(T=3)}
+    assert not rows["g_out = d log Z_out / d omega"]["passed"]
