@@ -364,15 +364,19 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
     grid = parse_grid(alphas, "--alphas")
     if not np.all(grid >= 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
-    if model == "aim" and kw.get("layers") == 2:
+    deep = model == "aim" and kw.get("layers") == 2
+    hardmax3 = (model == "aim" and not deep and (kw.get("channel") or "hardmax") == "hardmax"
+                and kw["tokens"] >= 3 and not kw.get("channel_file"))
+    if deep or hardmax3:
+        what = "--model aim --layers 2" if deep else "--channel hardmax --tokens 3"
         for opt, value in (("tol", tol), ("method", method)):
             if given(opt):
-                fail("--" + opt, "omitted for --model aim --layers 2", value)
-        if plot_path:
-            from .plots import check_plot_path
-
-            check_plot_path(plot_path)
-        aim_channels.deep_aim_curve(kw, grid, out_path, plot_path)
+                fail("--" + opt, f"omitted for {what}", value)
+        _check_outputs(out_path, plot_path)
+        if deep:
+            aim_channels.deep_aim_curve(kw, grid, out_path, plot_path)
+        else:
+            aim_channels.hardmax_curve(kw, grid, out_path, plot_path)
         return
     if model == "erm":
         for opt, value in (("tol", tol), ("method", method)):

@@ -301,3 +301,64 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) 
           "rho": [model.rho1, model.rho2], "rows": flat}, kw["as_json"], lambda o: "\n".join(
         f"alpha={r['alpha']:.6g}: mmse_1 = {r['mmse_1']:.5g} +- {r['mmse_1_error']:.1e}, "
         f"mmse_2 = {r['mmse_2']:.5g} +- {r['mmse_2_error']:.1e}" for r in o["rows"]))
+
+
+def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
+    """``curve --channel hardmax --tokens 3 --rho R --alphas a:b:n``: at each alpha the
+    Bayes-optimal SE fixed point (largest phi among the stable ones with mmse >= Q0/3), with
+    e_gen; an alpha whose fixed points all lie below that range gets an empty row and a note
+    (THEORY 1.1; docs/hardmax_se.md). About a minute per alpha on 2 cores."""
+    from .cli_common import progress_printer
+    from .domains import RHO
+    from .numerics import hardmax_se as hse
+    from .numerics.records import ConvergenceError
+
+    if kw["tokens"] != 3:
+        fail("--tokens", "2 (closed forms) or 3 for hardmax's curve", kw["tokens"])
+    for name in ("beta", "delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel hardmax --tokens 3",
+                 kw[name])
+    alphas = [float(a) for a in grid]
+    if any(a <= 0 for a in alphas):
+        fail("--alphas", "a grid of alpha > 0 for hardmax --tokens 3", alphas)
+    try:
+        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
+    except DomainError as e:
+        raise relabel(e) from None
+    v_min = (1.0 + rho) / (1.0 + hse.max_ratio(3))
+    rows = []
+    for k, a in enumerate(alphas):
+        progress_printer(k, len(alphas), f"alpha = {a:g}")
+        row = {"alpha": a}
+        try:
+            fps = hse.se_fixed_points(T=3, alpha=a, rho=rho)
+        except ConvergenceError:
+            row["note"] = f"no fixed point with mmse >= {v_min:.6g} (beyond the resolved range)"
+            rows.append(row)
+            continue
+        best = next((f for f in fps if f["bayes_optimal"]), None)
+        if best is not None:
+            row.update({"mmse": best["mmse"], "mmse_error": best["error"], "q": best["q"],
+                        "q_hat": best["q_hat"], "phi": best["phi"], "e_gen": best["e_gen"],
+                        "e_gen_error": best["e_gen_error"]})
+        row["fixed_points"] = len(fps)
+        rows.append(row)
+    progress_printer(len(alphas), len(alphas), "done")
+    if out_path:
+        import pandas as pd
+
+        from .numerics.records import atomic_write
+
+        atomic_write(out_path, pd.DataFrame(rows).to_csv(index=False))
+    if plot_path:
+        from .plots import plot_curve
+
+        plot_curve([r for r in rows if "mmse" in r], ["mmse", "e_gen"], path=plot_path,
+                   title=f"AIM hardmax, T=3, rho={rho:g}")
+    emit({"model": "aim", "channel": "hardmax", "tokens": 3, "rho": rho, "rows": rows},
+         kw["as_json"], lambda o: "\n".join(
+             f"alpha={r['alpha']:.6g}: " + (f"mmse = {r['mmse']:.8g} +- {r['mmse_error']:.1e}, "
+                                             f"e_gen = {r['e_gen']:.8g}" if "mmse" in r
+                                             else r.get("note", "no stable fixed point"))
+             for r in o["rows"]))

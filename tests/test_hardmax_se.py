@@ -271,3 +271,28 @@ def test_checks_detect_a_wrong_g_out(monkeypatch):
     monkeypatch.setattr(hs, "z_out", biased)
     rows = {r["name"]: r for r in hs.run_checks(T=3)}
     assert not rows["g_out = d log Z_out / d omega"]["passed"]
+
+
+def test_cli_hardmax_t3_curve_refusals(run_cli):
+    base = ["curve", "--channel", "hardmax", "--tokens", "3", "--alphas", "0.01:0.03:2"]
+    for args, opt in ((["--tol", "1e-3"], "--tol"), (["--beta", "2"], "--beta"),
+                      (["--plot", "x.txt"], "--plot"), (["--method", "per-alpha"], "--method")):
+        rc, _, err = run_cli(base + args)
+        assert rc == 2 and opt in err and len(err.strip().splitlines()) == 1, (args, err)
+    rc, _, err = run_cli(["curve", "--channel", "hardmax", "--tokens", "3", "--alphas", "0:0.03:2"])
+    assert rc == 2 and "--alphas" in err
+
+
+@pytest.mark.slow
+def test_cli_hardmax_t3_curve_rows(run_cli, tmp_path):
+    """A two-point curve: the first alpha's row is the Bayes-optimal fixed point, the second
+    (beyond the resolved mmse range at rho = 0.5) is an empty row with its note (~2 min)."""
+    import csv
+
+    out = tmp_path / "h3.csv"
+    rc, _, err = run_cli(["curve", "--channel", "hardmax", "--tokens", "3", "--rho", "0.5",
+                          "--alphas", "0.03:0.2:2", "--out", str(out)])
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.open()))
+    assert abs(float(rows[0]["alpha"]) - 0.03) < 1e-15 and float(rows[0]["mmse"]) > 0.5
+    assert rows[1]["mmse"] == "" and "beyond the resolved range" in rows[1]["note"]
