@@ -43,6 +43,9 @@ THRESHOLD_DIGITS_ERM = Domain(name="digits", option="--digits", kind="integer", 
 SPECTRUM_POINTS = Domain(name="points", option="--points", kind="integer", low=10,
                          high=100_000, default=400, description="grid points of a spectrum")
 THRESHOLD_KINDS = ("interpolation", "perfect")
+#: smallest lambda of the SE: at 1e-3 a higher quadrature order stays inside the bar, at 1e-4
+#: (Sigma ~ 960) it moves the test error by 2.3 bars (docs/erm_peak.md)
+LAM_SE_MIN = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +78,11 @@ class ERM:
             raise DomainError(TOKENS_ERM, self.tokens, "tokens",
                               allowed=f"{TOKENS[0]}..{TOKENS[-1]} for the ERM state evolution "
                               "(thresholds take up to 64)")
+        if self.lam < LAM_SE_MIN:
+            raise DomainError(LAM, self.lam, "lam",
+                              allowed=f">= {LAM_SE_MIN:g} for the state evolution (at lambda = "
+                              "1e-4 the quadrature's bar was measured not to cover; the lambda "
+                              "-> 0+ limit: numerics.erm_se.interpolator_limit, docs/erm_peak.md)")
         if direct and self.tokens != 2:
             raise DomainError(TOKENS_ERM, self.tokens, "tokens",
                               allowed="2 for the direct parameterisation's state evolution")
@@ -130,7 +138,7 @@ class ERM:
         prev = None
         for a in grid:
             p = self._params(a)
-            inits = erm_se.DEFAULT_INITS if prev is None else (
+            inits = None if prev is None else (
                 (prev.q / p.Q0, prev.m / p.Q0, prev.sigma),)
             try:
                 fps = erm_se.solve(p, inits=inits)

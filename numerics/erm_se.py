@@ -26,6 +26,11 @@ Sobol replicates of ``qmc_points`` each (common random numbers: the map is deter
 value is the fixed point of the pooled map; its error bar is COVER (= 3) times the standard error
 of the R fixed points of the single-replicate maps, each started from the pooled one, so the QMC
 error is carried through the fixed point without linearisation (:func:`_solve_tokens`).
+Default starts: :data:`DEFAULT_INITS` (T = 2), :data:`DEFAULT_INITS_TOKENS` (T >= 3, with a
+large-Sigma start for the interpolating phase).
+
+lambda -> 0+ at alpha <= alpha_interp (:func:`interpolator_limit`): the minimum-nuclear-norm
+interpolator, closed on the spectral (delta, eps) (derivation in docs/erm_peak.md).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy.optimize import brentq
 
 from . import erm_output_tokens as qmc_route
 from .erm_output import _ORDER, _ORDER_LO, generalisation_error, output_moments
@@ -42,10 +48,15 @@ from .erm_spectral import spectral_integrals
 from .records import ConvergenceError, require, require_reals
 
 __all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
-           "potential", "fixed_point", "solve", "DEFAULT_INITS"]
+           "potential", "fixed_point", "solve", "DEFAULT_INITS", "DEFAULT_INITS_TOKENS",
+           "InterpolatorLimit", "interpolator_limit"]
 
 # (q/Q0, m/Q0, Sigma) starting points: a weak, a middle and a strong overlap
 DEFAULT_INITS = ((0.2, 0.1, 20.0), (0.6, 0.5, 2.0), (0.95, 0.9, 0.2))
+# T >= 3 adds a large-Sigma start: below the interpolation threshold the fixed point has
+# Sigma ~ 1/lambda and the middle start can diverge (alpha = 0.02, Delta = 0.5; alpha = 0.049,
+# Delta = 0, T = 3).  A start that reaches an earlier one's fixed point costs only the cheap stage.
+DEFAULT_INITS_TOKENS = (*DEFAULT_INITS, (0.6, 0.5, 200.0))
 _START_ORDER = 12  # Gauss-Hermite order of the first, cheap approach to a fixed point
 
 
@@ -252,7 +263,7 @@ def algebraic_factor(order: int, order_lo: int) -> float:
     return order_lo / (order - order_lo)
 
 
-def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
+def solve(p: ERMParams, *, inits: tuple | None = None, order: int = _ORDER,
           order_lo: int = _ORDER_LO, tol: float = 1e-11, prior: Callable | None = None,
           derived: Callable | None = None, label: str = "ERM SE") -> list[FixedPoint]:
     """All fixed points reached from ``inits`` ((q/Q0, m/Q0, Sigma) triples), deduplicated,
@@ -260,7 +271,10 @@ def solve(p: ERMParams, *, inits: tuple = DEFAULT_INITS, order: int = _ORDER,
     flagged ``global_minimum``.  Raises ConvergenceError when no start converges.  Each start
     is iterated at order 12 first, then at ``order_lo``, then at ``order``.  ``prior`` (see
     :func:`fixed_point`) and ``derived`` ((p, params, order) -> train, test, mse, rank) default
-    to the factorised model's."""
+    to the factorised model's.  ``inits=None``: :data:`DEFAULT_INITS` at T = 2,
+    :data:`DEFAULT_INITS_TOKENS` (with a large-Sigma start) at T >= 3."""
+    if inits is None:
+        inits = DEFAULT_INITS if p.tokens == 2 else DEFAULT_INITS_TOKENS
     if p.tokens != 2:
         require(prior is None and derived is None, "tokens",
                 "2 for a custom prior side (T >= 3 is the factorised model only)", p.tokens)
@@ -368,3 +382,104 @@ def _solve_tokens(p: ERMParams, *, inits: tuple, label: str) -> list[FixedPoint]
             f.last_iterate for f in failures], residual=[f.residual for f in failures])
     best = min(range(len(found)), key=lambda i: found[i].train)
     return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
+
+
+@dataclass(frozen=True)
+class InterpolatorLimit:
+    """The lambda -> 0+ limit of the SE at alpha <= alpha_interp (the minimum-nuclear-norm
+    interpolator): spectral (delta, eps), overlaps (q, m), rank, test error, each with the
+    difference of the fine and coarse spectral rules in ``errors``."""
+
+    alpha: float
+    delta: float
+    eps: float
+    q: float
+    m: float
+    mse: float
+    rank: float
+    test: float
+    errors: dict
+
+
+def _interp_eqs(ds: float, eps: float, kappa0: float, Q0n: float, coarse: bool):
+    s = spectral_integrals(kappa0=kappa0, delta=ds, eps=eps, coarse=coarse)
+    return s.J - ds * s.dJ_ddelta / 2 - eps * s.dJ_deps - Q0n, s
+
+
+def _interp_delta(eps: float, kappa0: float, Q0n: float, coarse: bool) -> float:
+    """delta solving Q0n = J - (delta/2) d_delta J - eps d_eps J at fixed eps (bracketed)."""
+    def f(d: float) -> float:
+        return _interp_eqs(d, eps, kappa0, Q0n, coarse)[0]
+
+    lo, hi = 1e-3, 1.0
+    while f(hi) < 0:
+        lo, hi = hi, 2 * hi
+        if hi > 1e6:
+            raise ConvergenceError("interpolator limit: no bracket in delta", last_iterate=hi)
+    while f(lo) > 0:
+        lo /= 4
+        if lo < 1e-12:
+            raise ConvergenceError("interpolator limit: no bracket in delta", last_iterate=lo)
+    return brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=200)
+
+
+def _interp_limit(alpha: float, kappa0: float, Q0n: float, fac: int, coarse: bool) -> tuple:
+    def alpha_of(eps: float) -> tuple[float, float]:
+        d = _interp_delta(eps, kappa0, Q0n, coarse)
+        return _interp_eqs(d, eps, kappa0, Q0n, coarse)[1].dJ_ddelta / (4 * fac * d), d
+
+    a0, _ = alpha_of(0.0)
+    require(alpha <= a0 * (1 + 1e-12), "alpha", f"<= alpha_interp = {a0:.12g} (interpolation "
+            "regime)", alpha)
+    if alpha >= a0:
+        eps = 0.0
+    else:
+        hi = 0.1
+        while alpha_of(hi)[0] > alpha:
+            hi *= 2
+            if hi > 1e4:
+                raise ConvergenceError("interpolator limit: no bracket in eps", last_iterate=hi)
+        eps = brentq(lambda e: alpha_of(e)[0] - alpha, 0.0, hi, xtol=1e-15, rtol=1e-15,
+                     maxiter=200)
+    d = alpha_of(eps)[1]
+    s = _interp_eqs(d, eps, kappa0, Q0n, coarse)[1]
+    q, m = s.J, s.J - d * s.dJ_ddelta / 2 - eps * s.dJ_deps / 2
+    return d, eps, q, m, s.rank
+
+
+def interpolator_limit(*, alpha: float, kappa0: float, Delta: float, tokens: int = 2,
+                       beta: float = 1.0, beta0: float = 1.0) -> InterpolatorLimit:
+    """The SE as lambda -> 0+ at alpha <= alpha_interp (THEORY 3, derived in docs/erm_peak.md).
+
+    With Sigma -> infinity the proximal point is the label-matching point, every output moment
+    is fac = (T^2 + T - 2)/2 times a Gaussian closed form, m_hat = Sigma_hat = 2 alpha fac /
+    Sigma, eta = 1, and lambda Sigma = alpha fac eps stays finite; the prior side then closes on
+    (delta, eps):
+        Q0 + Delta/2 = J - (delta/2) d_delta J - eps d_eps J,   alpha = d_delta J / (4 fac delta),
+    q = J, m = J - (delta/2) d_delta J - (eps/2) d_eps J.  At alpha = alpha_interp, eps = 0 and
+    delta = delta_bar (THEORY 3's threshold equations).  Test error (T = 2: trapezoidal rule;
+    T >= 3: randomised QMC, bar 3 standard errors) at (q, m)."""
+    p = ERMParams(alpha=alpha, kappa0=kappa0, Delta=Delta, lam=0.0, beta=beta, beta0=beta0,
+                  tokens=tokens)
+    fac = (p.tokens * p.tokens + p.tokens - 2) // 2
+    fine = _interp_limit(p.alpha, p.kappa0, p.Q0n, fac, False)
+    coarse = _interp_limit(p.alpha, p.kappa0, p.Q0n, fac, True)
+    names = ("delta", "eps", "q", "m", "rank")
+    errors = {k: abs(a - b) for k, a, b in zip(names, fine, coarse, strict=True)}
+    d, eps, q, m, rank = fine
+
+    def test_at(qq: float, mm: float) -> tuple[float, float]:
+        if p.tokens == 2:
+            t = generalisation_error(q=qq, m=mm, Q0n=p.Q0n, beta=beta, beta0=beta0)
+            return t, abs(t - generalisation_error(q=qq, m=mm, Q0n=p.Q0n, beta=beta,
+                                                   beta0=beta0, step=0.25))
+        r = qmc_route.generalisation_error(q=qq, m=mm, Q0n=p.Q0n, tokens=p.tokens, beta=beta,
+                                           beta0=beta0)
+        return r.value, r.bar()
+
+    test, t_err = test_at(q, m)
+    # the spectral rules' error carried into the test error
+    errors["test"] = t_err + abs(test - test_at(coarse[2], coarse[3])[0])
+    errors["mse"] = errors["q"] + 2 * errors["m"]
+    return InterpolatorLimit(alpha=p.alpha, delta=d, eps=eps, q=q, m=m, mse=p.Q0 + q - 2 * m,
+                             rank=rank, test=test, errors=errors)

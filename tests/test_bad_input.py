@@ -114,6 +114,7 @@ CASES = [
     ("erm-kappa0-negative", ERM_SE + ["--alpha", "0.5", "--kappa0", "-1"], "--kappa0"),
     ("erm-delta-negative", ERM_SE + ERM_K + ["--alpha", "0.5", "--delta", "-1"], "--delta"),
     ("erm-lam-nan", ERM_SE + ERM_K + ["--alpha", "0.5", "--lam", "nan"], "--lam"),
+    ("erm-lam-below-se-floor", ERM_SE + ERM_K + ["--alpha", "0.5", "--lam", "1e-4"], "--lam"),
     ("erm-alpha-zero", ERM_SE + ERM_K + ["--alpha", "0"], "--alpha"),
     ("erm-tokens-7", ERM_SE + ERM_K + ["--alpha", "0.5", "--tokens", "7"], "--tokens"),
     ("erm-direct-tokens-3", ERM_SE + ERM_K + ["--alpha", "0.5", "--tokens", "3", "--direct"],

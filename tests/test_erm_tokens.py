@@ -238,3 +238,25 @@ def test_interpolation_limit_depends_on_T_only_through_n_minus_1(T):
         assert getattr(r.mean, name) / k == pytest.approx(val, abs=E.COVER * r.stderr[name] / k
                                                           + 1e-4 * abs(val)), name
     assert r.mean.loss < 1e-8
+
+
+def test_T3_default_starts_include_a_large_sigma_start():
+    # solve() at T >= 3 defaults to DEFAULT_INITS_TOKENS: the T = 2 starts and Sigma = 200
+    assert S.DEFAULT_INITS_TOKENS[:len(S.DEFAULT_INITS)] == S.DEFAULT_INITS
+    assert max(s for _, _, s in S.DEFAULT_INITS_TOKENS) >= 100
+
+
+@pytest.mark.slow
+def test_T3_below_the_threshold_the_large_sigma_start_converges():
+    # alpha = 0.02 < alpha_interp(T = 3) = 0.061, Delta = 0.5, lambda = 0.001: the fixed point
+    # has Sigma ~ 250; the middle start (Sigma = 2) leaves the map's domain, the Sigma = 200
+    # start converges (in fewer iterations than the weak start) to the weak start's fixed point
+    p = S.ERMParams(alpha=0.02, kappa0=0.5, Delta=0.5, lam=0.001, tokens=3)
+    kw = {"tol": S.QMC_TOL, "max_iter": 300, "points": p.qmc_points // 16}
+    with pytest.raises(ConvergenceError):
+        S.fixed_point(p, q=0.6 * p.Q0, m=0.5 * p.Q0, sigma=2.0, **kw)
+    big, its_big, _ = S.fixed_point(p, q=0.6 * p.Q0, m=0.5 * p.Q0, sigma=200.0, **kw)
+    weak, its_weak, _ = S.fixed_point(p, q=0.2 * p.Q0, m=0.1 * p.Q0, sigma=20.0, **kw)
+    assert big[2] > 100
+    assert big[:3] == pytest.approx(weak[:3], rel=1e-6)
+    assert its_big < its_weak
