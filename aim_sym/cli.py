@@ -256,7 +256,7 @@ def smi_depth_weak_cli(kw: dict, *, sequential_route: str, digits: int) -> None:
         [f"SMI deep attention L={o['layers']} M={o['tokens']} skip={o['skip']} "
          f"beta={o['beta']}: weak thresholds"]
         + [f"  layer {t['layer']}: alpha = {t['value']:.8g} +- {t['error']:.1e}"
-           + ("" if t["confirmed"] else "  (" + t["note"] + ")") for t in o["thresholds"]]
+           for t in o["thresholds"]]
         + [o["note"]]))
 
 

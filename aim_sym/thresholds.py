@@ -243,18 +243,13 @@ def deep_aim_small_width_weak(*, skip: float, beta: float = 1.0):
 
 #: (layers, tokens) served by :mod:`aim_sym.numerics.smi_weak` beyond the L = 2, 3 / M = 2 engines
 SMI_DEPTH_CASES = ((4, 2), (2, 3), (3, 3))
-#: layers whose bars at six free coordinates Monte Carlo has not confirmed (docs/smi_depth.md)
-_UNCONFIRMED = {(4, 2): (1, 2, 3), (3, 3): (1, 2)}
-
 
 def smi_depth_weak(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
                    progress=None):
     """Weak-recovery thresholds alpha_l = 1 / lambda_l of every layer of deep tied attention
     with one row per layer at Q = 0 (THEORY 2.2; docs/smi_depth.md) by the depth-L kernel of
     :mod:`aim_sym.numerics.smi_weak`: any (layers, tokens) it accepts, refused with one line
-    outside its validated range. Where Monte Carlo sits about 2 standard errors below the
-    quadrature (the shallower layers at six free coordinates) the Result says so in
-    ``details["confirmed"]``. Returns a ResultTable, one Result per layer."""
+    outside its validated range. Returns a ResultTable, one Result per layer."""
     from .numerics import smi_weak
     from .results import Result, ResultTable
 
@@ -262,14 +257,9 @@ def smi_depth_weak(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: flo
                                     progress=progress)
     params = {"model": "smi", "channel": "deep-attention", "layers": layers, "tokens": tokens,
               "skip": skip, "beta": beta}
-    unconfirmed = _UNCONFIRMED.get((layers, tokens), ())
     return ResultTable(tuple(
         Result(quantity="alpha_weak", value=r["value"], error=r["error"], method=r["method"],
                precision=None, parameters=params,
                details={"layer": r["layer"], "kind": "weak", "lam": r["lam"],
-                        "lam_error": r["lam_error"], "seconds": r["seconds"],
-                        "confirmed": r["layer"] not in unconfirmed,
-                        "note": ("seeded Monte Carlo sits about 2 standard errors below this "
-                                 "value (unexplained; docs/smi_depth.md)")
-                        if r["layer"] in unconfirmed else ""})
+                        "lam_error": r["lam_error"], "seconds": r["seconds"]})
         for r in rows), params)

@@ -7,8 +7,14 @@ bias + outer-rule change + |mass - 1|), the seconds it took, and the Monte Carlo
 importance sampling of the free rows from their prior, the half-split estimator
 <C_a - I, C_b - I>) with its standard error.  ``E tr C_l`` must equal M (an identity).
 
+A third route (``--third R``): h sampled from the model by R scrambled Sobol sets of 2^13 true z,
+iid prior samples of the free rows (2^15 per set, shared by its h) and the block U-statistic
+(numerics.smi_weak.model_sampled_lambdas); ``--inner-bias N`` measures the ratio bias of the Monte
+Carlo route at ``--inner`` on N sampled h (montecarlo_inner_bias, paired, 2^15 samples per h).
+
 Run: python benchmarks/smi_weak_depth.py --case 4,2 [--log2n 15] [--replicates 8]
-     [--samples 20000] [--inner 2048] [--seed 3] [--skip 1] [--no-mc]
+     [--samples 20000] [--inner 2048] [--seed 3] [--skip 1] [--no-mc] [--third 28]
+     [--inner-bias 1500]
 """
 
 import argparse
@@ -28,6 +34,8 @@ def main():
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--skip", type=float, default=1.0)
     ap.add_argument("--no-mc", action="store_true")
+    ap.add_argument("--third", type=int, default=0, help="replicates of the third route")
+    ap.add_argument("--inner-bias", type=int, default=0, help="sampled h for the bias check")
     a = ap.parse_args()
     L, M = (int(x) for x in a.case.split(","))
     opts = {k: v for k, v in (("log2n", a.log2n), ("replicates", a.replicates)) if v}
@@ -57,6 +65,28 @@ def main():
             m, se = mc[f"lam{l}"]
             row += f" {m:12.6f} +- {se:8.1e} {(m - e.value) / se:7.2f}"
         print(row)
+    if a.third:
+        t = time.perf_counter()
+        r = smi_weak.model_sampled_lambdas(layers=L, tokens=M, skip=a.skip, log2_outer=13,
+                                           log2_inner=15, block=4096, replicates=a.third,
+                                           seed=a.seed)
+        print(f"third route ({a.third} x 2^13 model-sampled h, 2^15 iid inner, blocks of 4096;"
+              f" {time.perf_counter() - t:.1f} s):")
+        for l in range(1, L + 1):
+            m, se = r[f"lam{l}"]
+            v = F[f"lam{l}"].value
+            print(f"{l:5d} {m:12.6f} +- {se:8.1e} (SE)  dev/SE {(m - v) / se:6.2f}")
+    if a.inner_bias:
+        half = a.inner // 2
+        t = time.perf_counter()
+        r = smi_weak.montecarlo_inner_bias(layers=L, tokens=M, skip=a.skip,
+                                           samples=a.inner_bias, log2n=15, chunks=(half,),
+                                           seed=a.seed)
+        print(f"ratio bias of the Monte Carlo route at inner {a.inner} ({a.inner_bias} h; "
+              f"{time.perf_counter() - t:.1f} s); ESS quantiles {r['ess']}:")
+        for l in range(1, L + 1):
+            d, se = r[f"lam{l}"][half]
+            print(f"{l:5d} {d:+.2e} +- {se:.1e}")
 
 
 if __name__ == "__main__":
