@@ -45,6 +45,7 @@ from scipy.optimize import brentq
 from . import erm_output_tokens as qmc_route
 from .erm_output import _ORDER, _ORDER_LO, generalisation_error, output_moments
 from .erm_spectral import spectral_integrals
+from .erm_thresholds import delta_bracket
 from .records import ConvergenceError, require, require_reals
 
 __all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
@@ -411,15 +412,7 @@ def _interp_delta(eps: float, kappa0: float, Q0n: float, coarse: bool) -> float:
     def f(d: float) -> float:
         return _interp_eqs(d, eps, kappa0, Q0n, coarse)[0]
 
-    lo, hi = 1e-3, 1.0
-    while f(hi) < 0:
-        lo, hi = hi, 2 * hi
-        if hi > 1e6:
-            raise ConvergenceError("interpolator limit: no bracket in delta", last_iterate=hi)
-    while f(lo) > 0:
-        lo /= 4
-        if lo < 1e-12:
-            raise ConvergenceError("interpolator limit: no bracket in delta", last_iterate=lo)
+    lo, hi = delta_bracket(f, what="delta in the interpolator limit")
     return brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=200)
 
 

@@ -59,6 +59,22 @@ def _interp_residual(delta: Any, kappa0: Any, Delta: Any, dps: int | None,
     return s.J - delta * s.dJ_ddelta / 2 - (1 + kappa0 + Delta / 2), s
 
 
+def delta_bracket(f, *, what: str) -> tuple[float, float]:
+    """(lo, hi) with f(lo) <= 0 <= f(hi) for a residual f(delta) negative as delta -> 0 and
+    positive at large delta: doubling up from 1, quartering down from 1e-3; ConvergenceError
+    naming ``what`` if no sign change is found in [1e-12, 1e6]."""
+    lo, hi = 1e-3, 1.0
+    while f(hi) < 0:
+        lo, hi = hi, 2 * hi
+        if hi > 1e6:
+            raise ConvergenceError(f"no bracket for {what}", last_iterate=hi)
+    while f(lo) > 0:
+        lo /= 4
+        if lo < 1e-12:
+            raise ConvergenceError(f"no bracket for {what}", last_iterate=lo)
+    return lo, hi
+
+
 def _delta_bar(kappa0: Any, Delta: Any, dps: int | None, coarse: bool) -> tuple[Any, Any]:
     """Root of the interpolation condition: a bracket in double precision (the residual is
     -Delta/2 at delta -> 0), bisection, then secant at ``dps`` digits."""
@@ -67,15 +83,7 @@ def _delta_bar(kappa0: Any, Delta: Any, dps: int | None, coarse: bool) -> tuple[
     def f(d: float) -> float:
         return float(_interp_residual(d, k0, D, None, coarse)[0])
 
-    lo, hi = 1e-3, 1.0
-    while f(hi) < 0:
-        lo, hi = hi, 2 * hi
-        if hi > 1e6:
-            raise ConvergenceError("no bracket for delta_bar", last_iterate=hi)
-    while f(lo) > 0:
-        lo /= 4
-        if lo < 1e-12:
-            raise ConvergenceError("no bracket for delta_bar", last_iterate=lo)
+    lo, hi = delta_bracket(f, what="delta_bar")
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         if f(mid) < 0:
