@@ -557,7 +557,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
 @model_options
 def check(**kw):
     """Run the identity checks on a channel; exit 1 if any fails."""
-    model = check_model(kw)
+    model = check_model(kw, deep_aim=True)
     if model == "smi" and general.wants_general(kw):
         out = general.check(kw)
         emit(out, kw["as_json"], lambda o: "\n".join(
@@ -566,7 +566,11 @@ def check(**kw):
         if not out["passed"]:
             sys.exit(1)
         return
-    if (model == "aim" and (kw.get("channel") or "hardmax") == "hardmax" and kw["tokens"] >= 3
+    if model == "aim" and kw.get("layers") == 2:
+        from .numerics import deep_aim_se
+
+        results = deep_aim_se.run_checks(aim_channels.deep_aim_se_model(kw))
+    elif (model == "aim" and (kw.get("channel") or "hardmax") == "hardmax" and kw["tokens"] >= 3
             and not kw.get("channel_file")):
         from .numerics import hardmax_se
 

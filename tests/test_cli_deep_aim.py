@@ -39,6 +39,8 @@ def test_two_layer_refusals(run_cli):
         (["curve", *deep, "--alphas", "0.1:0.2:2", "--tol", "1e-3"], "--tol"),
         (["curve", *deep, "--alphas", "0.1:0.2:2", "--plot", "x.txt"], "--plot"),
         (["se", *deep, "--alpha", "0.1", "--skip", "0.5"], "--skip"),
+        (["check", *deep, "--skip", "0.5"], "--skip"),
+        (["check", *deep, "--tokens", "3"], "--tokens"),
         (["se", *deep, "--alpha", "0.1", "--tokens", "3"], "--tokens"),
         (["se", *deep, "--alpha", "0.1", "--rho", "1,2,3"], "--rho"),
         (["se", *deep, "--alpha", "0.1", "--rho", "0.5,-1"], "--rho"),
@@ -79,3 +81,15 @@ def test_two_layer_se_at_finite_width(run_cli):
     for k in range(2):
         a, b = fps[0]["layers"][k], other["layers"][k]
         assert abs(a["mmse"] - b["mmse"]) <= a["mmse_error"] + b["mmse_error"]
+
+
+@pytest.mark.slow
+def test_two_layer_check_command(run_cli):
+    """`check --model aim --layers 2`: the seven identity checks pass at c = 1 (where the density
+    of z is singular at 0) and c = 3 (~40 s)."""
+    for skip in ("1", "3"):
+        rc, out, err = run_cli(["check", "--model", "aim", "--layers", "2", "--skip", skip,
+                                "--rho", "0.5,0.3", "--json"])
+        assert rc == 0, err
+        o = json.loads(out)
+        assert o["passed"] and len(o["checks"]) == 7
