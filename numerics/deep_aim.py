@@ -34,7 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .records import Estimate, require
+from .records import Estimate, mean_estimate, require
 
 SQRT2 = math.sqrt(2.0)
 SQRT8 = math.sqrt(8.0)
@@ -361,11 +361,8 @@ def small_width_overlaps_mc(model: DeepAim, *, samples: int = 20000, inner: int 
     secs = time.perf_counter() - t0
     out = {}
     for k, v in res.items():
-        v = np.asarray(v)
-        out[k] = Estimate(float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)),
-                          "monte carlo (standard error)",
-                          extra={"samples": per * batches, "inner": inner, "seed": seed,
-                                 "seconds": secs})
+        out[k] = mean_estimate(v, "monte carlo (standard error)", samples=per * batches,
+                               inner=inner, seed=seed, seconds=secs)
     for k in ("S1", "S2"):
         s = out[k]
         a = 1.0 / (2.0 * s.value)

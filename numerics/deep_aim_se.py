@@ -47,7 +47,7 @@ from scipy.stats import qmc
 
 from . import wishart
 from .deep_aim import _rule_cached
-from .records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, Estimate, mean_estimate, require, standard_error
 
 SQRT2 = math.sqrt(2.0)
 SQRT8 = math.sqrt(8.0)
@@ -276,7 +276,7 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     out = {}
     for i, name in enumerate(("E1", "E2", "nishimori_1", "nishimori_2", "psi_out")):
         f = fine[:, i]
-        se = float(f.std(ddof=1) / math.sqrt(f.size)) if f.size > 1 else float("nan")
+        se = standard_error(f)
         rule = abs(float(f.mean() - coarse[:, i].mean()))
         out[name] = Estimate(float(f.mean()), COVERAGE * se + rule,
                              "randomised QMC (scrambled Sobol) + inner trapezoid, two steps",
@@ -533,7 +533,7 @@ def _estimate_columns(fine: np.ndarray, coarse: np.ndarray) -> list[Estimate]:
     out = []
     for i in range(fine.shape[1]):
         f = fine[:, i]
-        se = float(f.std(ddof=1) / math.sqrt(f.size)) if f.size > 1 else float("nan")
+        se = standard_error(f)
         rule = abs(float(f.mean() - coarse[:, i].mean()))
         out.append(Estimate(float(f.mean()), COVERAGE * se + rule,
                             "randomised QMC (scrambled Sobol) + inner rule, two steps",
@@ -584,13 +584,13 @@ def stationarity(model: DeepAimSE, *, q1: float, q2: float, dq: float = 0.02, m:
             dn = _output_sums(model, qm[0], qm[1], h_in, normals)[:, 4]
             diffs.append((up - dn) / (2 * step))
         d1, d2 = diffs
-        se = float(d1.std(ddof=1) / math.sqrt(d1.size))
+        se = standard_error(d1)
         out[f"dpsi_dq{i + 1}"] = Estimate(
             float(d1.mean()), COVERAGE * se + abs(float(d1.mean() - d2.mean())),
             "central difference of RQMC Psi_out, one point set",
             extra={"standard_error": se, "dq": dq})
         e = base[:, i] / 2.0
-        se_e = float(e.std(ddof=1) / math.sqrt(e.size))
+        se_e = standard_error(e)
         out[f"half_E{i + 1}"] = Estimate(float(e.mean()), COVERAGE * se_e, "RQMC E_l / 2",
                                          extra={"standard_error": se_e})
     return out
@@ -656,7 +656,7 @@ def generalisation_error(model: DeepAimSE, *, q1: float, q2: float, m: int = 14,
     out = {}
     for i, name in enumerate(("e_gen", "e_gen_plugin")):
         f = sums[:, i]
-        se = float(f.std(ddof=1) / math.sqrt(f.size))
+        se = standard_error(f)
         out[name] = Estimate(float(f.mean()), COVERAGE * se,
                              "randomised QMC (scrambled Sobol, 12 dimensions)",
                              extra={"standard_error": se, "points": 2**m, "scrambles": scrambles})
@@ -794,11 +794,8 @@ def se_step_mc(model: DeepAimSE, *, alpha: float, q1: float, q2: float, samples:
     secs = time.perf_counter() - t0
     out = {}
     for k, vals in res.items():
-        vals = np.asarray(vals)
-        out[k] = Estimate(float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(vals.size)),
-                          "monte carlo (standard error)",
-                          extra={"samples": per * batches, "inner": inner, "seed": seed,
-                                 "seconds": secs})
+        out[k] = mean_estimate(vals, "monte carlo (standard error)", samples=per * batches,
+                               inner=inner, seed=seed, seconds=secs)
     for i in (1, 2):
         e = out[f"E{i}"]
         out[f"q_hat{i}"] = Estimate(2 * alpha * e.value, 2 * alpha * e.error, e.method, extra=e.extra)

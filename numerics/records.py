@@ -8,6 +8,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -103,3 +105,16 @@ def atomic_write(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def standard_error(values: Any) -> float:
+    """Standard error of the mean of ``values`` (sample std with ddof = 1 over sqrt n); nan for
+    fewer than two values."""
+    v = np.asarray(values, dtype=float)
+    return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
+
+
+def mean_estimate(values: Any, method: str, **extra: Any) -> Estimate:
+    """The mean of independent replicate ``values`` with its standard error as the error."""
+    v = np.asarray(values, dtype=float)
+    return Estimate(float(v.mean()), standard_error(v), method, extra=extra)
