@@ -286,11 +286,9 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) 
             row[k] = r.get(k)
         flat.append(row)
     if out_path:
-        import pandas as pd
+        from .tables import write_csv
 
-        from .numerics.records import atomic_write
-
-        atomic_write(out_path, pd.DataFrame(flat).to_csv(index=False))
+        write_csv(out_path, flat)
     if plot_path:
         from .plots import plot_curve
 
@@ -346,11 +344,9 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
         rows.append(row)
     progress_printer(len(alphas), len(alphas), "done")
     if out_path:
-        import pandas as pd
+        from .tables import write_csv
 
-        from .numerics.records import atomic_write
-
-        atomic_write(out_path, pd.DataFrame(rows).to_csv(index=False))
+        write_csv(out_path, rows)
     if plot_path:
         from .plots import plot_curve
 
