@@ -696,6 +696,20 @@ def derive(fmt, **kw):
     if model == "smi":
         click.echo(smi_model(kw).derive())
         return
+    if kw.get("channel") == "hardmax" and kw.get("tokens") in (3, 4, 5):
+        from .hardmax_sheet import hardmax_expressions, hardmax_sheet
+        from .sheets import strip_canonical
+
+        if fmt != "markdown":
+            fail("--format", "markdown for hardmax at T >= 3 (its sheet is half symbolic, "
+                 "half integrals)", fmt)
+        if kw["as_json"]:
+            import sympy as sp
+
+            emit({k: sp.latex(v) for k, v in hardmax_expressions(kw["tokens"]).items()}, True)
+        else:
+            click.echo(strip_canonical(hardmax_sheet(kw["tokens"])))
+        return
     m = aim_model(kw)
     if fmt == "markdown" and kw["as_json"]:
         import sympy as sp

@@ -189,7 +189,8 @@ def compare_canonical(stored: dict[str, str], fresh: dict[str, sp.Expr]) -> list
     """Names whose stored expression differs mathematically from the fresh derivation."""
     ns = {"Phi": Phi, "Phi2": Phi2}
     for e in fresh.values():
-        for sym in getattr(e, "free_symbols", ()):
+        # atoms, not free_symbols: an Integral's bound variables keep their assumptions too
+        for sym in (e.atoms(sp.Symbol) if isinstance(e, sp.Basic) else ()):
             ns[sym.name] = sym
     bad = sorted(set(stored) ^ set(fresh))
     for k in set(stored) & set(fresh):

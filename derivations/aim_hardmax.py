@@ -1,20 +1,25 @@
-"""Equation sheet of the AIM with the hardmax channel, T = 2, and the small-width threshold table.
+"""Equation sheets of the AIM with the hardmax channel, T = 2 and 3, and the small-width
+threshold table.
 
 T = 2 is derived symbolically (its outputs are intersections of two half-spaces: Phi and Phi2).
-For T >= 3 an output is an intersection of T (T - 1) half-spaces; the SE output map is not
-derived, but the small-width threshold alpha_bar_c(T) (THEORY 1.4) is computed for T = 2..5 by the
-ordered-cone recursion of aim_sym.numerics.hardmax. ``python derivations/aim_hardmax.py`` writes
-the sheet; ``--figure PATH`` also prints the threshold table (hardmax, softmax, linear) and draws
-it (docs/figures/hardmax_threshold.png).
+For T >= 3 an output is an intersection of T (T - 1) half-spaces: the T = 3 sheet
+(aim_sym.hardmax_sheet) writes the half-spaces, the integrals, the invariances and the orbits; the
+integrals themselves are numeric (aim_sym.numerics.hardmax_se). The small-width threshold
+alpha_bar_c(T) (THEORY 1.4) is computed for T = 2..5 by the ordered-cone recursion of
+aim_sym.numerics.hardmax. ``python derivations/aim_hardmax.py`` writes the sheets; ``--figure
+PATH`` also prints the threshold table (hardmax, softmax, linear) and draws it
+(docs/figures/hardmax_threshold.png).
 """
 
 import sys
 
 from aim_sym.channels import hardmax
+from aim_sym.hardmax_sheet import hardmax_expressions, hardmax_sheet
 from aim_sym.sheets import aim_expressions, aim_sheet
 
 SHEETS = {
     "aim_hardmax_T2.md": (lambda: aim_sheet(hardmax(2)), lambda: aim_expressions(hardmax(2))),
+    "aim_hardmax_T3.md": (lambda: hardmax_sheet(3), lambda: hardmax_expressions(3)),
 }
 
 

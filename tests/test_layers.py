@@ -23,7 +23,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
     "numeric": ((NUMERIC,),
                 "quadrature, priors, SE solvers: numpy/scipy/mpmath only, receives compiled callables"),
     "symbolic": (("symbols", "channels", "special", "output", "smi", "sheets", "channel_file",
-                  "certified", "cache", "domains", "smi_channels"),
+                  "certified", "cache", "domains", "smi_channels", "hardmax_sheet"),
                  "sympy derivations and data; never runs a solver"),
     "compiled": (("codegen", "compiled", "lambdified", "amp_functions", "smi_compiled", "sparsemax",
                   "deep_aim"),
