@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from . import aim_se, wishart
-from .records import InputError, atomic_write, require
+from .records import InputError, atomic_write, require, standard_error
 
 
 def pairs(T: int) -> list[tuple[int, int]]:
@@ -246,9 +246,9 @@ def test_error(draw_y: Callable, *, S: np.ndarray, S_hat: np.ndarray, V: float,
     ys = draw_y(hs.reshape(-1, n), rng).reshape(draws, n_test, -1)
     excess = ys.var(axis=0, ddof=1).sum(axis=1) / draws
     bo = np.sum((y - ys.mean(axis=0)) ** 2, axis=1) - excess
-    return {"bayes": float(bo.mean()), "bayes_stderr": float(bo.std(ddof=1) / math.sqrt(n_test)),
+    return {"bayes": float(bo.mean()), "bayes_stderr": standard_error(bo),
             "plugin": float(plug.mean()),
-            "plugin_stderr": float(plug.std(ddof=1) / math.sqrt(n_test))}
+            "plugin_stderr": standard_error(plug)}
 
 
 # ----------------------------------------------------------------------------- SE side
@@ -344,7 +344,7 @@ def _mean_se(vals) -> tuple[float | None, float | None]:
     a = np.asarray(vals, dtype=float)
     if a.size == 0 or not np.all(np.isfinite(a)):
         return None, None
-    se = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else None
+    se = standard_error(a) if a.size > 1 else None
     return float(a.mean()), se
 
 

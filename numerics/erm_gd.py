@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .records import ConvergenceError, is_finite_real, require, require_reals
+from .records import ConvergenceError, is_finite_real, require, require_reals, standard_error
 
 __all__ = ["GDProblem", "GDData", "TrainResult", "sample_teacher", "preactivations",
            "label_noise", "generate", "loss_and_gradient", "train", "evaluate",
@@ -383,7 +383,7 @@ def test_error(S: np.ndarray, S0: np.ndarray, problem: GDProblem, *, n_test: int
     for name, vals in (("test", noisy), ("test_clean", clean)):
         v = np.concatenate(vals)
         out[name] = float(v.mean())
-        out[f"{name}_mc_error"] = float(v.std(ddof=1) / math.sqrt(v.size))
+        out[f"{name}_mc_error"] = standard_error(v)
     return out
 
 
@@ -409,7 +409,7 @@ def _mean_se(values: list[float]) -> tuple[float, float | None]:
     a = np.asarray(values, dtype=float)
     if a.size < 2:
         return float(a.mean()), None
-    return float(a.mean()), float(a.std(ddof=1) / math.sqrt(a.size))
+    return float(a.mean()), standard_error(a)
 
 
 def run_instances(problem: GDProblem, *, alpha: float, dim: int, seeds: int = 4,

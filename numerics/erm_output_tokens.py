@@ -41,7 +41,7 @@ from scipy.special import ndtri
 from scipy.stats import qmc
 
 from .erm_output import OutputMoments
-from .records import ConvergenceError, require
+from .records import ConvergenceError, require, standard_error
 
 __all__ = ["TOKENS", "COVER", "TokenGeometry", "geometry", "loss_and_derivatives", "prox_step",
            "gaussian_points", "QMCMoments", "output_moments", "TestError",
@@ -299,7 +299,7 @@ def _combine(reps: list[OutputMoments]) -> QMCMoments:
     R = len(reps)
     mean = OutputMoments(**{k: float(v.mean()) for k, v in vals.items()},
                          nodes=sum(r.nodes for r in reps))
-    se = {k: float(v.std(ddof=1) / math.sqrt(R)) for k, v in vals.items()} if R > 1 else {}
+    se = {k: standard_error(v) for k, v in vals.items()} if R > 1 else {}
     return QMCMoments(mean=mean, stderr=se, replicates=tuple(reps))
 
 
@@ -354,6 +354,5 @@ def generalisation_error(*, q: float, m: float, Q0n: float, tokens: int, beta: f
         ell, omega = _fields(xi_all[r], q=q, m=m, Q0n=Q0n)
         diff = _labels(ell, geo, beta0) - _labels(omega, geo, beta)
         means.append(float(np.einsum("nab,nab->n", diff, diff).mean()))
-    R = len(means)
-    se = float(np.std(means, ddof=1) / math.sqrt(R)) if R > 1 else math.nan
+    se = standard_error(means)
     return TestError(value=float(np.mean(means)), stderr=se, replicates=tuple(means))

@@ -27,7 +27,7 @@ from scipy.special import erfc, ndtr
 
 from . import wishart
 from .gauss import TAIL_MASS, gaussian_grid
-from .records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, Estimate, mean_estimate, require
 
 #: cut of the interior window, in standard deviations of d_a, for the double-precision rules
 TAIL_SD = 10.0
@@ -275,8 +275,7 @@ def monte_carlo_e(cs, *, beta: float, q: float = 0.0, V: float = 1.0, n: int = 1
             v[sel] = np.einsum("kn,k->n", g * g, WEIGHTS)
         vals.append(v)
     v = np.concatenate(vals)
-    return Estimate(float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)),
-                    f"seeded Monte Carlo, {v.size} draws, seed {seed}")
+    return mean_estimate(v, f"seeded Monte Carlo, {v.size} draws, seed {seed}")
 
 
 def monte_carlo_s(cs, *, beta: float, n: int = 1_000_000, seed: int = 2026,
