@@ -114,7 +114,8 @@ SMI_TOKENS_DOMAIN = Domain(
 SKIP_DOMAIN = Domain(
     name="skip", option="--skip", low=0, low_open=True, default=1.0,
     description="skip strength c of SMI deep attention, finite > 0: at c = 0 det A = c (1 + c) "
-    "vanishes and the engines refuse it")
+    "vanishes and the engines refuse it; validated ranges: L = 2 c >= 0.5 (SE, sequential), "
+    "L = 3 c in [0.5, 4] with beta in [0.25, 2] (weak thresholds)")
 SMI_BETA_DOMAIN = BETA_DOMAIN.with_(description="inverse temperature beta of the SMI "
                                     "attention, finite > 0")
 

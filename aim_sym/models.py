@@ -444,9 +444,9 @@ class SMI:
         _choice(route, "route", SEQUENTIAL_ROUTES)
         args = self._args()
         if self.layers == 3:
-            from .numerics import smi_deep
+            from .numerics import smi_weak
 
-            res = smi_deep.weak_thresholds(progress=progress, **args)
+            res = smi_weak.weak_thresholds(progress=progress, **args)
             if sequential:
                 from .numerics import smi_deep_branch
 

@@ -36,7 +36,7 @@ from concurrent.futures import as_completed as cf_as_completed
 from .channels import builtin
 from .compiled import compile_channel
 from .domains import MAX_GRID
-from .numerics import aim_se, smi, smi_deep, smi_fibre
+from .numerics import aim_se, smi, smi_fibre
 from .numerics.records import ConvergenceError, InputError, atomic_write, require
 from .numerics.smi_sequential import SEQ_DIGITS
 
@@ -296,6 +296,10 @@ def smi_point(point: dict) -> dict:
     return row
 
 
+SKIP_LAYERS = (2, 3)
+"""Depths of the skip sweep: L = 2 by numerics.smi (weak and sequential), L = 3 by the depth-L
+weak-threshold kernel numerics.smi_weak."""
+
 SKIP_COLUMNS = ("skip", "weak_layer2", "weak_layer2_error", "weak_layer1", "weak_layer1_error",
                 "sequential_layer1", "sequential_layer1_error", "sequential_q2", "seconds",
                 "status")
@@ -311,7 +315,7 @@ def skip_columns(layers: int) -> tuple[str, ...]:
     return ("skip", *weak, "seconds", "status")
 
 
-@sweep_task(name="skip_point", version="2")  # 2: small-c rules and floors (issue 14)
+@sweep_task(name="skip_point", version="3")  # 2: small-c rules and floors; 3: L = 3 by smi_weak
 def skip_point(point: dict) -> dict:
     """One skip strength c of the SMI phase diagram (THEORY.md 2.2): keys layers, tokens, skip,
     beta, sequential (and digits of the sequential threshold). The weak thresholds of every
@@ -331,8 +335,10 @@ def skip_point(point: dict) -> dict:
             kw = {"digits": int(point["digits"])} if sequential and "digits" in point else {}
             res = smi.weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta,
                                       sequential=sequential, **kw)
-        else:
-            res = smi_deep.weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta)
+        else:   # imported here: scipy.stats would slow the start of every sweep worker
+            from .numerics import smi_weak
+
+            res = smi_weak.weak_thresholds(layers=layers, tokens=tokens, skip=c, beta=beta)
         for d in res:
             key = f"{d['kind']}_layer{d['layer']}"
             row[key], row[key + "_error"] = float(d["value"]), float(d["error"])
@@ -361,8 +367,8 @@ def check_skip_sweep(*, skips, layers: int, tokens: int, beta: float) -> list[fl
         raise InputError(f"skips must be a list of numbers c > 0; got {skips!r}") from None
     require(len(cs) > 0, "skips", "a non-empty list of c > 0", skips)
     require(len(cs) <= MAX_POINTS, "skips", f"at most {MAX_POINTS} values", len(cs))
-    require(isinstance(layers, int) and layers in smi_deep.SUPPORTED_LAYERS, "layers",
-            f"one of {smi_deep.SUPPORTED_LAYERS}", layers)
+    require(isinstance(layers, int) and layers in SKIP_LAYERS, "layers", f"one of {SKIP_LAYERS}",
+            layers)
     require(isinstance(tokens, int) and tokens == 2, "tokens", "2", tokens)
     require(isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0, "beta",
             "finite and > 0", beta)
@@ -372,7 +378,9 @@ def check_skip_sweep(*, skips, layers: int, tokens: int, beta: float) -> list[fl
         if layers == 2:
             smi.check_weak_skip(c)
         else:
-            smi_fibre.check_skip_floor(c, "weak_l3")
+            from .numerics import smi_weak
+
+            smi_weak.check(layers=layers, tokens=tokens, skip=c, beta=float(beta))
     return cs
 
 
@@ -399,6 +407,6 @@ def sweep_skip(*, skips, layers: int = 2, tokens: int = 2, beta: float = 1.0, ou
     return [{k: r.get(k, math.nan) for k in columns} for r in rows]
 
 
-__all__ = ["MAX_POINTS", "SKIP_COLUMNS", "SweepStateError", "aim_point", "check_skip_sweep",
+__all__ = ["MAX_POINTS", "SKIP_COLUMNS", "SKIP_LAYERS", "SweepStateError", "aim_point", "check_skip_sweep",
            "failed", "grid", "point_key", "run_sweep", "skip_columns", "skip_point", "smi_point",
            "state_folder", "sweep_skip", "sweep_task", "task_identity"]

@@ -54,7 +54,7 @@ Imports (a DAG): :mod:`~aim_sym.numerics.smi_fibre` (checks, rules, compiled pie
 geometry), :mod:`~aim_sym.numerics.smi_route_a` (route A sums) and
 :mod:`~aim_sym.numerics.smi_oracles` (the seeded Monte Carlo routes, re-exported here) are the
 base; the engines (:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``,
-``smi_deep``, ``smi_deep_branch``) build on it; this module is the entry on top of them (and
+``smi_deep_branch``) build on it; this module is the entry on top of them (and
 :mod:`~aim_sym.numerics.smi_amp`, whose GAMP runs report :func:`fixed_point`, sits above it).
 """
 
@@ -79,7 +79,6 @@ from .smi_fibre import (
     functions,
     gauss_newton_mode,
     gauss_newton_precision,
-    gh_tensor,
     graded_omega_rule,
     grid2,
     ratio_grid2,
@@ -304,27 +303,6 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
 
 
 # ----------------------------------------------------------------------------- SE
-def _egen(q1, q2, *, c, beta, n):
-    """e_gen = E ||y(z) - y(omega)||_F^2, per token (z_lm, omega_lm) jointly Gaussian with
-    Cov [[1, q_l], [q_l, q_l]] (plug-in estimator y(omega)); 8D tensor Gauss-Hermite (layer
-    entries with q_l = 0 have omega = 0 and their xi-dimension is dropped)."""
-    fwd = functions()["forward"]
-    qs = (q1, q1, q2, q2)
-    pts, W = gh_tensor(n, 4 + sum(0 < q < 1 for q in qs))     # z_1 (2), z_2 (2), then xi
-    zs = pts[:4]
-    om, j = [], 4
-    for k, q in enumerate(qs):
-        if 0 < q < 1:
-            om.append(q * zs[k] + math.sqrt(q * (1 - q)) * pts[j])
-            j += 1
-        else:
-            om.append(q * zs[k])
-    with np.errstate(over="ignore"):
-        yz = np.array(fwd(*zs, c, beta)[2:])
-        yo = np.array(fwd(*om, c, beta)[2:])
-    return float(W @ ((yz - yo) ** 2).sum(0))
-
-
 def _psi_rel(q2, c, beta, order=(10, 32, 40)):
     """E log Z_out(Q = diag(0, q2)) - E log Z_out(Q = 0) (convention-free) and K2, route A.
     Accurate while the posterior is broad (3.5e-7 from the lattice rule at q2 = 0.1, 7e-5 at

@@ -84,7 +84,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import smi
-from .records import ConvergenceError, require
+from .records import ConvergenceError, require, standard_error
 from .smi_fibre import check, fibre_eval, functions, gauss_newton_mode, grid2
 
 # iterations per GAMP run: the convergence rule needs CONV_WINDOW = 10 and the benchmarks use
@@ -288,19 +288,6 @@ def gout(h, omega, V, *, skip=1.0, beta=1.0, order=24, adaptive="auto", moments=
     return g, dg, mo
 
 
-def quadrature_report(h, omega, V, *, skip=1.0, beta=1.0, orders=(24, 48)):
-    """Max and mean absolute differences of g and of the per-sample sum_m dg between two orders."""
-    g_a, dg_a, mo = gout(h, omega, V, skip=skip, beta=beta, order=orders[0])
-    g_b, dg_b, _ = gout(h, omega, V, skip=skip, beta=beta, order=orders[1])
-    dG_a, dG_b = dg_a.sum(1), dg_b.sum(1)
-    scale_g = float(np.sqrt((g_b**2).mean()))
-    return dict(orders=list(orders), g_max=float(np.abs(g_a - g_b).max()),
-                g_rms=float(np.sqrt(((g_a - g_b) ** 2).mean())), g_scale=scale_g,
-                A_diff=(dG_a.mean(0) - dG_b.mean(0)).tolist(),
-                dg_rms=float(np.sqrt(((dG_a - dG_b) ** 2).mean())),
-                ess_min=float(mo["ess"].min()), ess_median=float(np.median(mo["ess"])))
-
-
 # ----------------------------------------------------------------------------- GAMP
 def amp_run(data, *, skip=1.0, beta=1.0, max_iter=50, damping=0.3, order=24, init_overlap=0.02,
             a_update="dg", rng=None, tol=1e-6, progress=None, adaptive="auto"):
@@ -398,9 +385,8 @@ def branch_k2_montecarlo(q2, *, skip=1.0, beta=1.0, samples=20000, order=24, see
     g, dg, _ = gout(h, om, np.diag([1.0, 1 - q2]), skip=skip, beta=beta, order=order)
     gg = (g[:, 1, :] ** 2).sum(1)
     mdg = -dg[:, :, 1, 1].sum(1)
-    r = math.sqrt(n)
-    return dict(q2=float(q2), K2=float(gg.mean()), K2_err=float(gg.std(ddof=1) / r),
-                K2_dg=float(mdg.mean()), K2_dg_err=float(mdg.std(ddof=1) / r),
+    return dict(q2=float(q2), K2=float(gg.mean()), K2_err=standard_error(gg),
+                K2_dg=float(mdg.mean()), K2_dg_err=standard_error(mdg),
                 samples=n, order=order)
 
 
@@ -519,7 +505,8 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
     traj = np.array([[s["history"][min(t, len(s["history"]) - 1)]["Q"] for t in range(T)]
                      for s in per_seed])
     def stderr(a):       # over seeds; undefined (None) for a single seed
-        return _finite_or_none(a.std(0, ddof=1) / math.sqrt(seeds)) if seeds > 1 else [None] * 2
+        return (_finite_or_none(np.apply_along_axis(standard_error, 0, a)) if seeds > 1
+                else [None] * 2)
 
     out = dict(alpha=float(alpha), dim=int(dim), N=int(round(alpha * dim)), seeds=seeds,
                Q_mean=_finite_or_none(finals.mean(0)), Q_stderr=stderr(finals),
@@ -570,7 +557,7 @@ def se_montecarlo(*, alpha, skip=1.0, beta=1.0, samples=2000, iters=40, init=(0.
         Qh = 0.5 * (Qh + Qh.T)
         Q = Qh @ np.linalg.inv(np.eye(2) + Qh)
         Q = 0.5 * (Q + Q.T)
-        dqh = alpha * terms.std(0, ddof=1)[[0, 1], [0, 1]] / math.sqrt(samples)
+        dqh = alpha * np.apply_along_axis(standard_error, 0, terms)[[0, 1], [0, 1]]
         qerr = dqh / (1 + np.diag(Qh)) ** 2
         hist.append(dict(iter=it + 1, Q=Q.tolist(), Q_hat=Qh.tolist(), Q_err=qerr.tolist()))
         if progress:

@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import smi_learned
-from .records import require
+from .records import require, standard_error
 from .smi_fibre import (
     attention_image,
     check,
@@ -37,7 +37,6 @@ from .smi_fibre import (
     rotated_h_rule,
     rotated_z1_rule,
 )
-from .smi_oracles import montecarlo_stats  # noqa: F401  (public alias)
 from .smi_route_a import q0_sums
 
 
@@ -160,7 +159,7 @@ def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.
     g = smi_learned.normals(**(rule or EGEN_RULE))
     reps = _egen_replicates(q1, q2, g, skip=skip, beta=beta)
     val = float(reps.mean())
-    err = 2.0 * float(reps.std(ddof=1)) / math.sqrt(reps.size)
+    err = 2.0 * standard_error(reps)
     for k, d in enumerate(dq):
         if d > 0:
             h = min(1e-3, 0.5 * (1 - max(q1, q2)))

@@ -1,7 +1,7 @@
 """Sequential thresholds of deep tied attention with L = 3 layers (M = 2 tokens, P_l = 1),
 THEORY 2.2 (subspace thresholds) and 2.3 (noiseless fibre).
 
-At ``Q = 0`` the last layer is learned first (:mod:`aim_sym.numerics.smi_deep`).  On its SE branch
+At ``Q = 0`` the last layer is learned first (:mod:`aim_sym.numerics.smi_weak`).  On its SE branch
 ``Q = diag(0, 0, q3)``, ``V = 1 - q3``, the output channel given ``omega_3 ~ N(0, q3 I)`` is
 
     Z(h) = int dz_1 dz_2 N(z_1; 0, I) N(z_2; 0, I) sum_s N(M^{-1} s h; omega_3, V I) / det M,
@@ -63,7 +63,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import smi_sequential
-from .records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, mean_estimate, require, standard_error
 from .smi_fibre import check_skip_floor, fibre_quadratics, functions, inverse_columns
 
 H_PAD = 6.0          # h-box padding in standard deviations of the blur sqrt(V) M eta
@@ -400,11 +400,9 @@ def montecarlo_branch_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0,
     ``K3``, ``cross`` (``E ||E[z_1 z_2^T | .]||_F^2``, zero by symmetry), ``trcov3``, the
     Nishimori residual and ``resid1``, ``resid2`` (``r_l = mu_l - (1 - q3) K3 / q3``)."""
     adj = _mc_samples(q3, skip, beta, samples, inner, seed)
-    mean = adj.mean(0)
-    se = adj.std(0, ddof=1) / math.sqrt(samples)
     meth = (f"Monte Carlo, {samples} outer x {inner} inner (prior + 4 sign-flipped Laplace "
             f"components, control variates), seed {seed}")
-    return {k: Estimate(float(mean[i]), float(se[i]), meth) for i, k in enumerate(MC_NAMES)}
+    return {k: mean_estimate(adj[:, i], meth) for i, k in enumerate(MC_NAMES)}
 
 
 # ----------------------------------------------------------------------------- thresholds
@@ -526,7 +524,7 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
             layer=l, kind="sequential", value=float(a), error=err, q3=float(q_star),
             q3_error=float(se[0] + abs(q_star - q_h) + abs(q_star - q_l)),
             stat_error=float(se[1]), bias=float(abs(a - a_h)), interpolation=float(abs(a - a_l)),
-            nishimori=(float(nis.mean() / K3), float(nis.std(ddof=1) / math.sqrt(samples) / K3)),
+            nishimori=(float(nis.mean() / K3), standard_error(nis) / K3),
             slope_r=slope, points=[float(q) for q in qs], seconds=time.perf_counter() - t0,
             cpu_seconds=time.process_time() - c0,
             method=(f"root in q3 of mu_{l} - (1-q3) K3/q3 on the layer-3 SE branch (Q = diag(0, 0, "

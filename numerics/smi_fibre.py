@@ -12,8 +12,7 @@ the package root registers).
   ``J = dz_2/dz_1`` along it (:func:`fibre_jacobian`), the Gauss-Newton precision
   ``I/V1 + J^T J/V2`` :func:`gauss_newton_precision`;
 * :func:`laplace_proposal`: the Gaussian proposal of the Monte Carlo routes at the true ``z_1``;
-* Gauss-Hermite rules: :func:`gh` (the one provider), :func:`grid2`, :func:`gh_tensor`,
-  :func:`ratio_grid2`;
+* Gauss-Hermite rules: :func:`gh` (the one provider), :func:`grid2`, :func:`ratio_grid2`;
 * :func:`graded_omega_rule`: the graded rule for ``omega_2`` that resolves the width-``sqrt(V)``
   feature at ``d = w0 - w1 = 0``.
 """
@@ -29,17 +28,14 @@ import numpy as np
 from .compiled_functions import smi_functions
 from .records import require
 
-TWO_LAYERS = (2,)
-
 
 # ----------------------------------------------------------------------------- input checks
-def check(layers, tokens, skip, beta, alpha=None, *, supported: tuple = TWO_LAYERS) -> None:
-    """Raise InputError unless ``layers`` is in ``supported``, ``tokens == 2``, ``skip`` and
-    ``beta`` are finite and > 0 and (if given) ``alpha`` is finite and >= 0."""
-    allowed = ("2 (the quadrature engine supports two tied attention layers)"
-               if tuple(supported) == TWO_LAYERS else f"one of {tuple(supported)}")
-    require(isinstance(layers, (int, np.integer)) and layers in supported, "layers", allowed,
-            layers)
+def check(layers, tokens, skip, beta, alpha=None) -> None:
+    """Raise InputError unless ``layers == 2``, ``tokens == 2``, ``skip`` and ``beta`` are
+    finite and > 0 and (if given) ``alpha`` is finite and >= 0 (depth L and M tokens:
+    :func:`aim_sym.numerics.smi_weak.check`)."""
+    require(isinstance(layers, (int, np.integer)) and layers == 2, "layers",
+            "2 (the quadrature engine supports two tied attention layers)", layers)
     require(isinstance(tokens, (int, np.integer)) and tokens == 2, "tokens", "2", tokens)
     require(np.isfinite(skip) and skip > 0, "skip",
             "> 0 (c = 0 lets det A = c(1+c) degenerate; not supported)", skip)
@@ -52,8 +48,6 @@ def check(layers, tokens, skip, beta, alpha=None, *, supported: tuple = TWO_LAYE
 # sqrt(2 c / beta) (fibre) and c (h) are not resolved, so the quantity is refused, not printed.
 SKIP_FLOORS = {
     "sequential": 0.5,      # L = 2 sequential threshold and SE points (trapezoid lattices)
-    "weak_l3": 0.5,         # L = 3 weak thresholds (tensor Gauss-Hermite fibre rule)
-    "weak_deep_l2": 0.1,    # L = 2 weak thresholds through numerics.smi_deep (cross-check route)
     "sequential_l3": 1.0,   # L = 3 sequential thresholds (validated at c = 1 only)
 }
 
@@ -62,8 +56,6 @@ def check_skip_floor(skip: float, what: str) -> None:
     """InputError unless ``skip >= SKIP_FLOORS[what]`` (one line naming ``skip``)."""
     floor = SKIP_FLOORS[what]
     label = {"sequential": "the L = 2 sequential threshold and SE",
-             "weak_l3": "the L = 3 weak thresholds",
-             "weak_deep_l2": "the L = 2 weak thresholds of numerics.smi_deep",
              "sequential_l3": "the L = 3 sequential thresholds"}[what]
     require(skip >= floor, "skip", f">= {floor:g} for {label} (validated range)", skip)
 
@@ -74,17 +66,6 @@ def gh(n: int):
     """Probabilists' Gauss-Hermite: nodes, weights summing to 1 (rule for N(0, 1))."""
     x, w = np.polynomial.hermite_e.hermegauss(n)
     return x, w / w.sum()
-
-
-def gh_tensor(n: int, dims: int):
-    """Tensor product of :func:`gh` over ``dims`` axes (rule for N(0, I_dims)): the node
-    coordinates (a list of ``dims`` flat arrays) and the weights."""
-    x, w = gh(n)
-    grids = np.meshgrid(*([x] * dims), indexing="ij")
-    W = w
-    for _ in range(dims - 1):
-        W = np.multiply.outer(W, w)
-    return [g.ravel() for g in grids], W.ravel()
 
 
 def ratio_grid2(n: int, sigma: float):

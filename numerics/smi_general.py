@@ -27,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import ndtri
 
-from .records import ConvergenceError, InputError, require
+from .records import ConvergenceError, InputError, require, standard_error
 
 GH_CAP_INNER = 1_200_000     # nodes of a tensor inner rule
 GH_CAP_OUTER = 120_000       # nodes of a tensor outer rule
@@ -332,7 +332,7 @@ class Value:
 def _combine(levels: list[list[float]]) -> Value:
     means = [float(np.mean(v)) for v in levels]
     fine = levels[-1]
-    se = float(np.std(fine, ddof=1) / math.sqrt(len(fine))) if len(fine) > 1 else 0.0
+    se = standard_error(fine) if len(fine) > 1 else 0.0
     ref = max(abs(b - a) for a, b in zip(means, means[1:]))
     return Value(means[-1], ref + 2 * se, ref, se)
 
@@ -548,8 +548,7 @@ def nishimori(ch, *, Q: np.ndarray, omega: np.ndarray, orders: Orders = Orders()
     gg, dg = np.einsum("n,npr->pr", wy, ggn), np.einsum("n,npr->pr", wy, dgn)
     if not with_error:
         return gg, -dg + corr
-    se = (np.std(ggn + dgn, axis=0, ddof=1) / math.sqrt(len(wy)) if sampled
-          else np.zeros((P, P)))
+    se = np.apply_along_axis(standard_error, 0, ggn + dgn) if sampled else np.zeros((P, P))
     return gg, -dg + corr, se
 
 
@@ -706,7 +705,7 @@ def stability_monte_carlo(ch, *, samples: int, seed: int, n_grid: int = 121,
     B = _sym_basis(tuple(range(P)), P)
     Fn = np.einsum("npmqk,nrmsk->nprqs", G, G)
     per = np.einsum("iab,nabcd,jcd->nij", B, Fn, B)
-    return per.mean(0), per.std(0, ddof=1) / math.sqrt(samples)
+    return per.mean(0), np.apply_along_axis(standard_error, 0, per)
 
 
 __all__ = ["Rule", "Orders", "gauss_hermite", "sobol", "posterior_noisy", "posterior_discrete",

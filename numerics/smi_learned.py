@@ -43,7 +43,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .records import ConvergenceError, require
+from .records import ConvergenceError, require, standard_error
 from .smi_fibre import check_skip_floor, fibre_point, functions
 
 TRAP_R = 7.5          # lattice radius in u: cut prior mass exp(-R^2/2) < 1e-12
@@ -210,7 +210,7 @@ def learned_stats(q1: float, q2: float, *, m: int = 12, replicates: int = 8, see
     res = {}
     for k, r in fine.items():
         val = float(r.mean())
-        se = float(r.std(ddof=1) / math.sqrt(replicates))
+        se = standard_error(r)
         lat = abs(val - float(coarse[k].mean()))
         res[k] = dict(value=val, se=se, lattice=lat, error=se + lat, replicates=r,
                       coarse=coarse[k])
@@ -327,8 +327,8 @@ def solve_branch(*, alpha: float, init=(0.3, 0.98), c: float = 1.0, beta: float 
     eig = np.linalg.eigvals(np.eye(2) - J)
     K = np.array([st["K1"]["value"], st["K2"]["value"]])
     nis = [dict(value=st[f"K{ll}_raw"]["value"] - st[f"N{ll}"]["value"],
-                se=float(np.std(st[f"K{ll}_raw"]["replicates"] - st[f"N{ll}"]["replicates"],
-                                ddof=1) / math.sqrt(R))) for ll in (1, 2)]
+                se=standard_error(st[f"K{ll}_raw"]["replicates"] - st[f"N{ll}"]["replicates"]))
+           for ll in (1, 2)]
     return dict(alpha=float(alpha), Q=q.tolist(), Q_hat=(alpha * K).tolist(),
                 error=(2 * se_q + lat_q + res_q).tolist(), se=se_q.tolist(),
                 lattice=lat_q.tolist(), residual=res_q.tolist(), K=K.tolist(),

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .records import Estimate, require
+from .records import Estimate, mean_estimate, require
 from .smi_fibre import attention_inverse, attention_matrix, check, fibre_point, laplace_proposal
 
 MIX = (0.3, 0.35, 0.35)     # proposal weights: prior, Laplace at +z_1, Laplace at -z_1
@@ -100,12 +100,10 @@ def montecarlo_stability(*, skip=1.0, beta=1.0, samples=4000, inner=4000, seed=0
         for k in range(2):
             X = cv[:, k] - cv[:, k].mean()
             vals[:, k] = vals[:, k] - cv[:, k] * (X @ (vals[:, k] - vals[:, k].mean())) / (X @ X)
-    mean = vals.mean(0)
-    se = vals.std(0, ddof=1) / math.sqrt(samples)
     meth = (f"Monte Carlo, {samples} outer x {inner} inner samples, seed {seed}"
             + (f", inner box {box}" if box is not None else ", small-skip mixture proposal")
             + (", control variates" if control else ""))
-    return {"lam1": Estimate(mean[0], se[0], meth), "lam2": Estimate(mean[1], se[1], meth)}
+    return {"lam1": mean_estimate(vals[:, 0], meth), "lam2": mean_estimate(vals[:, 1], meth)}
 
 
 def cross_block_montecarlo(*, skip=1.0, beta=1.0, samples=400, inner=2000, seed=11) -> Estimate:
@@ -128,8 +126,7 @@ def cross_block_montecarlo(*, skip=1.0, beta=1.0, samples=400, inner=2000, seed=
         C.append(np.stack([(wp * y[:, part, a] * t[:, part]).sum(1)
                            for a in range(2) for t in (u, v)], 1))
     vals = (C[0] * C[1]).sum(1)
-    return Estimate(float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(samples)),
-                    f"Monte Carlo {samples} x {inner}, seed {seed}")
+    return mean_estimate(vals, f"Monte Carlo {samples} x {inner}, seed {seed}")
 
 
 def fibre_importance(rng, z, h, om1, v1: float, om2, v2: float, inner: int, skip: float,
@@ -215,12 +212,9 @@ def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed
     X = cvs - cvs.mean(0)
     coef, *_ = np.linalg.lstsq(X, vals - vals.mean(0), rcond=None)
     adj = vals - cvs @ coef
-    mean = adj.mean(0)
-    se = adj.std(0, ddof=1) / math.sqrt(samples)
     meth = (f"Monte Carlo, {samples} outer x {inner} inner (mixture proposal, control variates "
             f"||z z^T - I||^2 and |eta|^2), seed {seed}")
-    return {k: Estimate(float(mean[i]), float(se[i]), meth)
-            for i, k in enumerate(("mu1", "K2", "resid"))}
+    return {k: mean_estimate(adj[:, i], meth) for i, k in enumerate(("mu1", "K2", "resid"))}
 
 
 def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1.0,
@@ -256,7 +250,5 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
         vals[sl, 0] = (G[0][0] * G[1][0]).sum(1)
         vals[sl, 1] = (G[0][1] * G[1][1]).sum(1)
         vals[sl, 2] = 0.5 * ((G[0][0] * G[1][1]).sum(1) + (G[1][0] * G[0][1]).sum(1))
-    mean, se = vals.mean(0), vals.std(0, ddof=1) / math.sqrt(samples)
     meth = f"Monte Carlo, {samples} outer x {inner} inner (mixture proposal), seed {seed}"
-    return {k: Estimate(float(mean[i]), float(se[i]), meth)
-            for i, k in enumerate(("K1", "K2", "K12"))}
+    return {k: mean_estimate(vals[:, i], meth) for i, k in enumerate(("K1", "K2", "K12"))}

@@ -45,13 +45,14 @@ import numpy as np
 from scipy import stats
 from scipy.stats import qmc
 
-from .records import Estimate, require
+from .records import Estimate, require, standard_error
 
 LAYERS = (2, 3, 4)
 TOKENS = (2, 3)
-SKIP_RANGE = (0.5, 4.0)      # M = 2: Monte Carlo at c = 0.5 and 1 (L = 4); M = 3: c >= 1
+SKIP_RANGE = (0.5, 4.0)      # M = 2: Monte Carlo at c = 0.5 and 1 (L = 4), c = 0.5 .. 4 (L = 3,
+                             # the model-sampled route at c = 2, 4); M = 3: c >= 1
 BETA_RANGE = (0.25, 2.0)
-SIGMA_FACTOR = 1.4           # sigma^2 = factor * sup ||Mat||^2 (as numerics/smi_deep.py)
+SIGMA_FACTOR = 1.4           # sigma^2 = factor * sup ||Mat||^2
 U_LO = {2: 16.0, 3: 11.0}    # log-radius window [log sigma - U_LO[M], log sigma + U_HI]
 U_HI = 2.2
 COVERAGE = 0.995             # two-sided 99% Student-t factor for the QMC replicates
@@ -73,7 +74,9 @@ def default_outer(*, layers: int, tokens: int, skip: float = 1.0):
 GH_ORDERS = {(2, 2): (40, 48, 56), (2, 3): (24, 28, 32)}
 # per-replicate spread falls only like n^-0.5 (L = 4, M = 2: a plain Monte Carlo rate; 32
 # replicates of 2^12 show no heavy tail, kurtosis |k| < 0.7), so replicates are as good as points
-QMC = {(3, 2): (13, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
+# L = 3, M = 2 (c = 1): 16 x 2^15 gives alpha = 5.1497 +- 0.0050, 8.6947 +- 0.0088, 0.207177 +-
+# 5.7e-6 (layers 1, 2, 3) in ~15 s (docs/smi_depth.md)
+QMC = {(3, 2): (15, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
 
 
 def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
@@ -381,7 +384,7 @@ def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 
     dm = abs(r["pooled"][0] - 1.0)
     for i, k in enumerate(keys):
         per = r["per"][:, i]
-        se = per.std(ddof=1) / math.sqrt(replicates)
+        se = standard_error(per)
         v = r["pooled"][i]
         bias = abs(per.mean() - v)
         err = t * se + bias + r["outer_change"][i] + (dm + cut) * abs(v)
@@ -392,9 +395,8 @@ def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 
 
 def weak_thresholds(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
                     rule: str = "auto", progress=None, **options) -> list[dict]:
-    """alpha_l = 1 / lambda_l per layer (THEORY 2.2, 2.5), shaped like
-    :func:`aim_sym.numerics.smi_deep.weak_thresholds`: dicts layer, kind ("weak"), value, error,
-    method, seconds, plus lam, lam_error.  ``options`` go to :func:`stability`."""
+    """alpha_l = 1 / lambda_l per layer (THEORY 2.2, 2.5): dicts layer, kind ("weak"), value,
+    error, method, seconds, lam, lam_error.  ``options`` go to :func:`stability`."""
     t0 = time.perf_counter()
     F = stability(layers=layers, tokens=tokens, skip=skip, beta=beta, rule=rule, **options)
     dt = time.perf_counter() - t0
@@ -441,9 +443,7 @@ def montecarlo_lambdas(*, layers: int, tokens: int = 2, skip: float = 1.0, beta:
             w /= w.sum()
             C.append(np.einsum("n,nla,nlb->lab", w, rows[part], rows[part]) - eye)
         vals[s] = (C[0] * C[1]).sum((1, 2))
-    mean = vals.mean(0)
-    se = vals.std(0, ddof=1) / math.sqrt(samples)
-    out = {f"lam{l + 1}": (float(mean[l]), float(se[l])) for l in range(layers)}
+    out = {f"lam{l + 1}": (float(v.mean()), standard_error(v)) for l, v in enumerate(vals.T)}
     if return_values:
         out["values"] = vals
     return out
@@ -494,13 +494,12 @@ def montecarlo_inner_bias(*, layers: int, tokens: int = 2, skip: float = 1.0, be
             vals[s, j] = (((C.sum(0) ** 2) @ fro - ((C**2) @ fro).sum(0))
                           / (blocks * (blocks - 1)))
         ess[s] = w[:k0].sum() ** 2 / (w[:k0] ** 2).sum()
-    root = math.sqrt(samples)
     out = {}
     for l in range(layers):
         d = vals[:, :-1, l] - vals[:, -1:, l]
-        out[f"lam{l + 1}"] = {int(k): (float(d[:, j].mean()), float(d[:, j].std(ddof=1) / root))
+        out[f"lam{l + 1}"] = {int(k): (float(d[:, j].mean()), standard_error(d[:, j]))
                               for j, k in enumerate(sizes[:-1])}
-    out["ref"] = [(float(vals[:, -1, l].mean()), float(vals[:, -1, l].std(ddof=1) / root))
+    out["ref"] = [(float(vals[:, -1, l].mean()), standard_error(vals[:, -1, l]))
                   for l in range(layers)]
     out["ess"] = [float(q) for q in np.quantile(ess, [0.001, 0.01, 0.1, 0.5])]
     return out
@@ -562,7 +561,6 @@ def model_sampled_lambdas(*, layers: int, tokens: int = 2, skip: float = 1.0, be
             U = ((Cs.sum(0) ** 2) @ fro - ((Cs**2) @ fro).sum(0)) / (nb * (nb - 1))
             acc += U.sum(0)
         per[r] = acc / h.shape[0]
-    mean, se = per.mean(0), per.std(0, ddof=1) / math.sqrt(replicates)
-    out = {f"lam{l + 1}": (float(mean[l]), float(se[l])) for l in range(layers)}
+    out = {f"lam{l + 1}": (float(v.mean()), standard_error(v)) for l, v in enumerate(per.T)}
     out["per"] = per
     return out

@@ -5,7 +5,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
-from aim_sym.numerics import smi, smi_fibre, smi_oracles, smi_route_a
+from aim_sym.numerics import smi, smi_branches, smi_fibre, smi_oracles, smi_route_a
 from aim_sym.numerics.records import InputError
 
 from aim_sym import smi as sym
@@ -160,9 +160,10 @@ def test_cross_block_montecarlo_small():
 
 
 def test_egen_limits():
-    e0 = smi._egen(0.0, 0.0, c=1.0, beta=1.0, n=6)
-    e1 = smi._egen(0.0, 0.999999, c=1.0, beta=1.0, n=6)
-    assert e0 > e1 > 0
+    # plug-in e_gen (THEORY 2.4): largest with nothing learned, smaller when layer 2 is known
+    e0, d0 = smi_branches.egen_estimate(0.0, 0.0, skip=1.0, beta=1.0)
+    e1, d1 = smi_branches.egen_estimate(0.0, 0.999999, skip=1.0, beta=1.0)
+    assert e0 - d0 > e1 + d1 and e1 - d1 > 0
 
 
 @pytest.mark.parametrize("kw", [dict(layers=3), dict(tokens=3), dict(skip=0.0),

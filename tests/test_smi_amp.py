@@ -32,6 +32,16 @@ def _sample(n, Q, seed):
     return h, om
 
 
+def _quadrature_report(h, omega, V, *, orders):
+    """The rms difference of g between two fibre-rule orders, g's scale and the change of the
+    sample mean of sum_m dg (per entry)."""
+    g_a, dg_a, _ = smi_amp.gout(h, omega, V, order=orders[0])
+    g_b, dg_b, _ = smi_amp.gout(h, omega, V, order=orders[1])
+    return dict(g_rms=float(np.sqrt(((g_a - g_b) ** 2).mean())),
+                g_scale=float(np.sqrt((g_b**2).mean())),
+                A_diff=(dg_a.sum(1).mean(0) - dg_b.sum(1).mean(0)).tolist())
+
+
 # ----------------------------------------------------------------------------- data
 def test_generate_statistics_and_inversion():
     d = smi_amp.generate(alpha=4.0, dim=200, rng=np.random.default_rng(3))
@@ -95,7 +105,7 @@ def test_nishimori_and_quadrature_convergence():
     res = gg + dg.sum(1)
     se = res.std(0, ddof=1) / math.sqrt(len(res))
     assert np.all(np.abs(res.mean(0)) < 3 * se + 1e-3)
-    rep = smi_amp.quadrature_report(h, om, V, orders=(24, 32))
+    rep = _quadrature_report(h, om, V, orders=(24, 32))
     assert rep["g_rms"] < 1e-3 * rep["g_scale"]
 
 
@@ -106,7 +116,7 @@ def test_sharp_posterior_adaptive_rule():
     Q = np.diag([0.2, 0.996])
     h, om = _sample(100, Q, 13)
     V = np.eye(2) - Q
-    rep = smi_amp.quadrature_report(h, om, V, orders=(24, 32))
+    rep = _quadrature_report(h, om, V, orders=(24, 32))
     assert rep["g_rms"] < 0.05 * rep["g_scale"]
     assert abs(rep["A_diff"][1][1]) < 1.5 and abs(rep["A_diff"][0][0]) < 0.01
 

@@ -116,7 +116,7 @@ def test_grid_bound_and_task_identity():
     with pytest.raises(InputError, match=f"at most {MAX_POINTS} points; got 1000000"):
         grid(a=list(range(1000)), b=list(range(1000)))
     assert grid(a=[1, 2], b=["x"]) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
-    assert task_identity(sw.skip_point) == {"task": "skip_point", "task_version": "2"}
+    assert task_identity(sw.skip_point) == {"task": "skip_point", "task_version": "3"}
 
 
 def test_local_processes_match_in_process(tmp_path):
@@ -281,13 +281,13 @@ def test_sweep_skip_real_weak_thresholds(tmp_path):
 
 
 def test_sweep_skip_three_layers_and_bad_input(tmp_path, monkeypatch):
-    from aim_sym.numerics import smi_deep
+    from aim_sym.numerics import smi_weak
 
     def fake(*, layers, tokens, skip, beta):
         return [dict(layer=l, kind="weak", value=l * skip, error=1e-4, method="m")
                 for l in range(1, layers + 1)]
 
-    monkeypatch.setattr(smi_deep, "weak_thresholds", fake)
+    monkeypatch.setattr(smi_weak, "weak_thresholds", fake)
     out = str(tmp_path / "phase3.csv")
     rows = sw.sweep_skip(skips=[1.5, 0.5], layers=3, out=out)
     assert [list(r) for r in rows] == [list(sw.skip_columns(3))] * 2
@@ -300,6 +300,9 @@ def test_sweep_skip_three_layers_and_bad_input(tmp_path, monkeypatch):
         sw.sweep_skip(skips=[1.0], layers=4, out=out)
     with pytest.raises(InputError, match="skip"):
         sw.sweep_skip(skips=[1.0, -1.0], out=out)
+    for skips, beta in (([0.4], 1.0), ([5.0], 1.0), ([1.0], 3.0)):   # L = 3: validated range
+        with pytest.raises(InputError, match="beta" if beta == 3.0 else "skip must be in"):
+            sw.sweep_skip(skips=skips, layers=3, beta=beta, out=out)
 
 
 def test_interrupted_skip_sweep_resumes(tmp_path, monkeypatch):
@@ -335,3 +338,21 @@ def test_interrupted_skip_sweep_resumes(tmp_path, monkeypatch):
     png = tmp_path / "phase.png"
     plots.plot_phase(rows, str(png))
     assert png.stat().st_size > 1000
+
+
+# L = 3 weak thresholds of the retired Gauss-Hermite engine (numerics/smi_deep.py, inner orders
+# 24, 28, 32; benchmarks/RESULTS.md, docs/smi_small_skip.md), at its floor c = 0.5 and at c = 1
+L3_WEAK = {0.5: {1: (2.39755, 0.0020), 2: (7.2175, 0.014), 3: (0.22959, 5.7e-4)},
+           1.0: {1: (5.1352, 0.0101), 2: (8.6945, 0.0127), 3: (0.207191, 2.9e-5)}}
+
+
+@pytest.mark.slow
+def test_sweep_skip_three_layers_keeps_the_earlier_numbers(tmp_path):
+    """The L = 3 skip sweep on numerics.smi_weak (~1 min on an idle machine): within bars of the
+    earlier engine."""
+    rows = sw.sweep_skip(skips=sorted(L3_WEAK), layers=3, out=str(tmp_path / "l3.csv"))
+    for row in rows:
+        for layer, (v, e) in L3_WEAK[row["skip"]].items():
+            got, err = row[f"weak_layer{layer}"], row[f"weak_layer{layer}_error"]
+            assert abs(got - v) <= err + e, (row["skip"], layer, got, err, v, e)
+            assert err < 0.01 * got
