@@ -11,6 +11,13 @@ with plain Monte Carlo of the same quantity.
    1 + E_hat'(0) / S is the slope of the small-width E(q, 1 - q) = S (1 + kappa q + ...).
 3. The SE traced by V = mmse at rho = ``--rho``: alpha, mmse, e_gen, phi with errors and the
    time per point.
+4. T = 2: the Bayes-optimal fixed point at 32 alphas in [0.01, 3] (rho = ``--rho``) on the
+   wall-adapted rule, timed.
+5. T = 3 table: E_hat(r) on 9 Chebyshev nodes in s = 1 / sqrt(r) (``--table-nodes``; ~10
+   minutes once), then the tabulated SE at 32 alphas in [0.01, 3] (timed), with the direct
+   fixed-point search at alpha = 0.03 beside it.
+6. Large r: the leading law E_hat(r) = c0 / sqrt(r) + O(1 / r) against the T = 2 wall-adapted
+   rule (r up to 1e6) and T = 3 seeded Monte Carlo (``--mc-large`` draws at r = 50, 500, 5000).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/hardmax_se.py [--points 8] [--mc 400000]
 """
@@ -85,6 +92,63 @@ def small_width() -> dict:
             "kappa": 1.0 + heat / e0.value}
 
 
+def curve_t2(rho: float) -> dict:
+    t0 = time.perf_counter()
+    rows = hs.se_curve_fixed_points(T=2, rho=rho, alphas=np.geomspace(0.01, 3.0, 32))
+    out = {"seconds": time.perf_counter() - t0,
+           "max_error": max(r["error"] for r in rows),
+           "rows": [{k: r[k] for k in ("alpha", "mmse", "error", "q", "e_gen", "phi",
+                                       "n_fixed_points", "seconds")} for r in rows]}
+    for r in out["rows"]:
+        print(json.dumps(r), flush=True)
+    print(f"T = 2 curve: 32 alphas in {out['seconds']:.1f} s, max error {out['max_error']:.2g}",
+          flush=True)
+    return out
+
+
+def curve_t3_table(rho: float, nodes: int) -> dict:
+    t0 = time.perf_counter()
+    tab = hs.e_hat_table(T=3, nodes=nodes)
+    t_table = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rows = hs.se_curve_tabulated(rho=rho, alphas=np.geomspace(0.01, 3.0, 32), table=tab)
+    t_curve = time.perf_counter() - t0
+    keys = ("alpha", "mmse", "error", "r", "E", "E_error", "phi", "n_fixed_points", "stable")
+    out = {"table_seconds": t_table, "curve_seconds": t_curve,
+           "node_values": tab["node_values"].tolist(), "r_nodes": tab["r_nodes"].tolist(),
+           "rows": [{k: r[k] for k in keys} for r in rows]}
+    for r in out["rows"]:
+        print(json.dumps(r, default=float), flush=True)
+    direct = hs.se_fixed_points(T=3, alpha=0.03, rho=rho)
+    tabbed = hs.se_curve_tabulated(rho=rho, alphas=[0.03], table=tab)[0]
+    out["check_alpha_0.03"] = {"direct": direct[0]["mmse"], "direct_error": direct[0]["error"],
+                               "table": tabbed["mmse"], "table_error": tabbed["error"]}
+    print(json.dumps(out["check_alpha_0.03"]), f"table {t_table:.0f} s, curve {t_curve:.1f} s",
+          flush=True)
+    return out
+
+
+def large_r(mc: int) -> dict:
+    c0 = {T: hs.e_hat_leading(T) for T in (2, 3)}
+    out = {"kappa": hs.hyperplane_kappa(), "c0": c0, "t2": [], "t3": []}
+    for r in (2.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6):
+        e = hs.output_e_t2_adapted(q=r, V=1.0)
+        G = e.value * math.sqrt(r)
+        out["t2"].append({"r": r, "E_hat": e.value, "error": e.error, "sqrt_r_E_hat": G,
+                          "d": (G - c0[2]) * math.sqrt(r), "seconds": e.extra["seconds"]})
+        print(json.dumps(out["t2"][-1]), flush=True)
+    for r in (50.0, 500.0, 5000.0):
+        t0 = time.perf_counter()
+        m = hs.monte_carlo_e(T=3, q=r, V=1.0, samples=mc, seed=2026)
+        G = m.value * math.sqrt(r)
+        out["t3"].append({"r": r, "mc": m.value, "mc_error": m.error, "sqrt_r_E_hat": G,
+                          "sqrt_r_error": m.error * math.sqrt(r),
+                          "dev_sigma": (G - c0[3]) / (m.error * math.sqrt(r)),
+                          "seconds": time.perf_counter() - t0})
+        print(json.dumps(out["t3"][-1]), flush=True)
+    return out
+
+
 def curve(rho: float, points: int) -> list[dict]:
     Q0 = 1.0 + rho
     v_min = Q0 / (1 + hs.max_ratio(3))
@@ -102,8 +166,12 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=8)
     ap.add_argument("--rho", type=float, default=0.5)
     ap.add_argument("--mc", type=int, default=400_000)
+    ap.add_argument("--mc-large", type=int, default=40_000)
+    ap.add_argument("--table-nodes", type=int, default=9)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: output,small,curve")
+    ap.add_argument("--skip", default="",
+                    help="comma list of sections to skip: "
+                    "output,small,curve,curve2,table3,large")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     res = {}
@@ -115,6 +183,12 @@ def main() -> None:
         print(json.dumps(res["small_width"]), flush=True)
     if "curve" not in skip:
         res["curve"] = curve(a.rho, a.points)
+    if "curve2" not in skip:
+        res["curve_t2"] = curve_t2(a.rho)
+    if "table3" not in skip:
+        res["curve_t3_table"] = curve_t3_table(a.rho, a.table_nodes)
+    if "large" not in skip:
+        res["large_r"] = large_r(a.mc_large)
     if a.out:
         with open(a.out, "w") as fh:
             json.dump(res, fh, indent=1, default=float)

@@ -21,7 +21,12 @@ so E_omega sum_y f(y, omega) = sum_orbits |orbit| E_omega f(y_rep, omega) (7 orb
 The 5-dimensional expectation is a tensor Gauss-Hermite rule; three rules (k, k + 2, k + 4
 nodes per axis, k ~ 4 r) give the error (:func:`output_e`); a Smolyak sparse grid
 (:func:`output_e_sparse`) and seeded Monte Carlo (:func:`monte_carlo_e`) are independent routes.
-The rule needs ~(4 r)^5 nodes: it stops at r = 2 (:func:`max_ratio`).
+The rule needs ~(4 r)^5 nodes: at T = 3 it stops at r = 2 (:func:`max_ratio`). Wall-adapted
+rules reach any r (:func:`output_e_t2_adapted`; at T = 3 :func:`output_e_t3_adapted`, one ordering
+chamber of the off-diagonal means in coordinates whose walls are coordinate hyperplanes); the
+large-r law is E_hat(r) = c0 / sqrt(r) + O(1 / r) (:func:`e_hat_leading`), and
+:func:`e_hat_table` tabulates E_hat in s = 1 / sqrt(r) for :func:`se_curve_tabulated`
+(docs/hardmax_se.md "Large r").
 
 The generalisation error needs only one row: by the permutation symmetry
 e_gen = T (1 - E_omega sum_b P(y_0 = b | omega)^2) (THEORY 1.5), a row's argmax probabilities
@@ -508,19 +513,26 @@ def max_ratio(T: int) -> float:
     return (k_max - 3) / 4
 
 
-def output_e(*, T: int, q: float, V: float, nodes: int | None = None) -> Estimate:
+def output_e(*, T: int, q: float, V: float, nodes: int | None = None,
+             rule: str = "auto") -> Estimate:
     """E(q, V) = E_omega sum_y Z_y |g_y|_W^2 = E_hat(q / V) / V (THEORY 1.1, 1.4) with
     Psi_out(q, V) = E_omega sum_y Z_y log Z_y in ``extra``: tensor Gauss-Hermite over the
     shift-free omega directions on the three rules of :func:`rule_levels`; error = the last
     difference with its geometric tail (:func:`_geometric_bar`) + the orbit-mass gauge
     |E_omega sum_y Z - 1| E + the sweep's own error (its rule against one with 1.5 times the
-    nodes, on the coarsest omega rule). ConvergenceError beyond r = :func:`max_ratio`
-    (use :func:`monte_carlo_e`) or when the rules do not converge."""
+    nodes, on the coarsest omega rule). ``rule``: "auto" (T = 2 at r > 0: the wall-adapted
+    rule :func:`output_e_t2_adapted`, exponentially convergent at any r; otherwise the tensor
+    rule), "tensor" or "adapted" (T = 2 only). ConvergenceError beyond r = :func:`max_ratio`
+    on the tensor rule (T = 3: use :func:`monte_carlo_e`) or when its rules do not converge."""
+    require(rule in ("auto", "tensor", "adapted"), "rule", "auto, tensor or adapted", rule)
     _check_tokens(T, SE_TOKENS)
     require(np.isfinite(q) and q >= 0, "q", "finite >= 0", q)
     require(np.isfinite(V) and V > 0, "V", "finite > 0", V)
     t0 = time.perf_counter()
     r = q / V
+    if rule == "adapted" or (rule == "auto" and T == 2 and r > 0 and nodes is None):
+        require(T == 2, "rule", "adapted only at T = 2", rule)
+        return output_e_t2_adapted(q=q, V=V)
     if r > max_ratio(T):
         raise ConvergenceError(f"r = q / V = {r:g} needs more than {MAX_RULE[T]} Gauss-Hermite "
                                f"nodes per axis at T = {T}; the deterministic rule stops at "
@@ -554,6 +566,296 @@ def output_e(*, T: int, q: float, V: float, nodes: int | None = None) -> Estimat
                            "psi_out_error": pbar + dm * T * math.log(T) + sweep, "r": r,
                            "E_hat": e1, "ratio": rho, "sweep_error": sweep / V,
                            "levels": levels, "seconds": time.perf_counter() - t0})
+
+
+# ----------------------------------------------------------------------------- large r
+def hyperplane_kappa(*, nodes: int = 400, half_width: float = 30.0) -> float:
+    """kappa = int phi(x)^2 / (Phi(x) Phi(-x)) dx = 1.80639457113726...: the Fisher information
+    of one tie h_i - h_j ~ N(delta, sigma^2) across its wall, integrated over delta / sigma
+    (docs/hardmax_se.md, "Large r"). Gauss-Legendre on [-half_width, half_width] in logs (the
+    integrand decays like |x| phi(x))."""
+    from scipy.special import log_ndtr
+
+    gx, gw = np.polynomial.legendre.leggauss(nodes)
+    x = half_width * gx
+    log_f = -x * x - math.log(2 * math.pi) - log_ndtr(x) - log_ndtr(-x)
+    return float(half_width * (gw @ np.exp(log_f)))
+
+
+def e_hat_leading(T: int) -> float:
+    """c0 of the large-r law E_hat(r) = c0 / sqrt(r) + O(1 / r) (THEORY 1.4; derivation in
+    docs/hardmax_se.md): each wall h_i = h_j between two entries of one row contributes
+    kappa P(the pair is on top of its row | tie) / sqrt(2 pi r), independently of the entries'
+    variances. T = 2: 2 walls, the pair always on top; T = 3: 9 walls, on top with probability
+    1/2 (the third entry of the row is independent of the tie and centred)."""
+    _check_tokens(T, SE_TOKENS)
+    walls, on_top = (2, 1.0) if T == 2 else (9, 0.5)
+    return walls * on_top * hyperplane_kappa() / math.sqrt(2 * math.pi)
+
+
+#: T = 2 wall-adapted coordinates x_a = omega_aa - omega_01 (the walls are x_a = 0): their
+#: covariance per unit r (Var omega_aa = 2 r, Var omega_01 = r)
+_T2_SIGMA = np.array([[3.0, 1.0], [1.0, 3.0]])
+
+
+def _t2_adapted_level(r: float, h: float,
+                      nodes: int | None = None) -> tuple[float, float, float]:
+    """(E_hat(r), Psi_out(r), mass) at T = 2 on the trapezoid rule of step h in t, x = sinh(t),
+    in each wall coordinate x_a = omega_aa - omega_01 (the output side depends on omega only
+    through them: shift invariance). The map (unit min(1, sqrt r)) resolves the O(1) layer at
+    the walls and the sqrt(r) spread of the Gaussian with ~log(sqrt r) / h nodes per axis, at
+    any r > 0."""
+    X = 10.0 * math.sqrt(3.0 * r) + 14.0
+    a = min(1.0, math.sqrt(r))  # the map's unit: the density's scale when r < 1
+    n = int(math.ceil(math.asinh(X / a) / h))
+    t = h * np.arange(-n, n + 1)
+    x, wx = a * np.sinh(t), h * a * np.cosh(t)
+    X0, X1 = np.meshgrid(x, x, indexing="ij")
+    C = np.stack([X0.ravel(), X1.ravel()], axis=1)
+    S = r * _T2_SIGMA
+    quad_form = np.einsum("ni,ij,nj->n", C, np.linalg.inv(S), C)
+    pw = np.outer(wx, wx).ravel() * np.exp(-0.5 * quad_form) / (
+        2 * math.pi * math.sqrt(np.linalg.det(S)))
+    keep = pw > 1e-20 * pw.max()
+    om = np.stack([C[keep, 0], np.zeros(int(keep.sum())), C[keep, 1]], axis=1)
+    W = weights(2)
+    mom = outcomes_moments(all_outcomes(2), omega=om, V=1.0, nodes=nodes)
+    z = mom[:, :, 0]
+    pos = z > 1e-300
+    zs = np.where(pos, z, 1.0)
+    e = np.where(pos, (mom[:, :, 1:] ** 2 / W).sum(axis=2) / zs, 0.0).sum(axis=0)
+    psi = np.where(pos, z * np.log(zs), 0.0).sum(axis=0)
+    return float(pw[keep] @ e), float(pw[keep] @ psi), float(pw[keep].sum())
+
+
+def output_e_t2_adapted(*, q: float, V: float, step: float = 0.2) -> Estimate:
+    """E(q, V) at T = 2 and any r = q / V (THEORY 1.1, 1.4): trapezoid rules of steps
+    ``step`` and ``step`` / 2 in the wall-adapted coordinates of :func:`_t2_adapted_level`
+    (sinh map); error = their difference + |mass - 1| E + the sweep's own error (the coarser
+    rule with 1.5 times the sweep nodes) + 1e-14 E (the rule converges exponentially in
+    1 / step, so the coarser rule's error bounds the finer one's)."""
+    require(np.isfinite(q) and q > 0, "q", "finite > 0", q)
+    require(np.isfinite(V) and V > 0, "V", "finite > 0", V)
+    require(np.isfinite(step) and 0.02 <= step <= 0.5, "step", "in [0.02, 0.5]", step)
+    t0 = time.perf_counter()
+    r = q / V
+    e0, p0, _ = _t2_adapted_level(r, step)
+    e1, p1, mass = _t2_adapted_level(r, step / 2)
+    e_s, p_s, _ = _t2_adapted_level(r, step, nodes=int(1.5 * MIN_NODES))
+    sweep, psweep = abs(e_s - e0), abs(p_s - p0)
+    err = abs(e1 - e0) + abs(mass - 1.0) * abs(e1) + sweep + 1e-14 * abs(e1)
+    return Estimate(e1 / V, err / V,
+                    f"T = 2 wall-adapted coordinates (x_a = omega_aa - omega_01, sinh map), "
+                    f"trapezoid steps {step:g}, {step / 2:g}; error = their difference + mass "
+                    "defect + sweep error",
+                    extra={"psi_out": p1,
+                           "psi_out_error": abs(p1 - p0) + abs(mass - 1.0) + psweep,
+                           "r": r, "E_hat": e1, "levels": (step, step / 2),
+                           "sweep_error": sweep / V,
+                           "seconds": time.perf_counter() - t0})
+
+
+def _t3_diagonal_tensor(mu3: np.ndarray, nus: Sequence[np.ndarray],
+                        nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """T = 3 at one triple of off-diagonal means ``mu3`` (order of off_diagonal_pairs) and every
+    triple of diagonal means from ``nus`` (three 1-D arrays): (F, Psi, sum_y Z), each of shape
+    (len(nus[0]), len(nus[1]), len(nus[2])), F = sum_y |grad Z_y|_W^2 / Z_y, Psi = sum_y Z log Z
+    (V = 1). The :func:`_moments_t3` sweep with the diagonals batched: the A side depends on two
+    diagonals, the B side on one, so each moment is one matrix product over all triples."""
+    flat = pairs(3)
+    off = off_diagonal_pairs(3)
+    col = {p: i for i, p in enumerate(flat)}
+    W = weights(3)
+    ys = all_outcomes(3)
+    lo, hi = float(np.min(mu3)) - TAIL_L, float(np.max(mu3)) + TAIL_L
+    half = 0.5 * (hi - lo)
+    x, C1 = chebyshev_tail_rule(nodes, 1.0)
+    s = 0.5 * (hi + lo) + half * x
+    up = (C1[-1][None, :] - C1).T
+    top = up[:, 0]
+    upT = np.ascontiguousarray(up.T)
+    ds = [s - mu3[v] for v in range(3)]
+    dens = [_npdf(d) for d in ds]
+    cdf = [ndtr(d) for d in ds]
+    R = []
+    for a in range(3):
+        z = (np.asarray(nus[a], dtype=float)[:, None] - s[None, :]) / SQRT2
+        R.append({True: (ndtr(z), SQRT2 * _npdf(z)), False: (ndtr(-z), -SQRT2 * _npdf(z))})
+    n = [len(v) for v in nus]
+    out = np.zeros((len(ys), n[0], n[1], n[2], 1 + len(flat)))
+    for i1, (a, b) in enumerate(off):
+        c = 3 - a - b
+        i2, i3 = [i for i in range(3) if i != i1]
+        XA, AB = {}, {}
+        for ka in (True, False):
+            for kb in (True, False):
+                (fa, da), (fb, db) = R[a][ka], R[b][kb]
+                X = np.empty((n[a], n[b], 4, nodes))
+                X[:, :, 0] = dens[i1] * fa[:, None, :] * fb[None, :, :]
+                X[:, :, 1] = X[:, :, 0] * ds[i1]
+                X[:, :, 2] = dens[i1] * da[:, None, :] * fb[None, :, :]
+                X[:, :, 3] = dens[i1] * fa[:, None, :] * db[None, :, :]
+                XA[(ka, kb)] = X
+                AB[(ka, kb)] = (X[:, :, 0] * top) @ upT
+        XB, CB = {}, {}
+        for kind in (0, 1, 2):
+            fc, dc = R[c][kind == 0]
+            X = np.zeros((n[c], 3, nodes))
+            B0 = np.zeros((n[c], nodes))
+            if kind in (0, 1):
+                t = dens[i2] * fc
+                B0 += t * cdf[i3]
+                X[:, 0] += ds[i2] * t * cdf[i3]
+                X[:, 1] -= t * dens[i3]
+                X[:, 2] += dens[i2] * dc * cdf[i3]
+            if kind in (0, 2):
+                t = dens[i3] * fc
+                B0 += t * cdf[i2]
+                X[:, 1] += ds[i3] * t * cdf[i2]
+                X[:, 0] -= t * dens[i2]
+                X[:, 2] += dens[i3] * dc * cdf[i2]
+            XB[kind] = X
+            CB[kind] = (B0 @ up) * top
+        perm = tuple(int(k) for k in np.argsort([a, b, c]))
+        combo: dict = {}
+        for iy, y in enumerate(ys):
+            if y[a] not in (a, b) or y[b] not in (a, b):
+                continue
+            kind = 0 if y[c] == c else (1 if y[c] in off[i2] else 2)
+            key = (y[a] == a, y[b] == b, kind)
+            if key not in combo:
+                ca = (XA[key[:2]].reshape(-1, nodes) @ CB[kind].T).reshape(n[a], n[b], 4, n[c])
+                cb = (AB[key[:2]].reshape(-1, nodes)
+                      @ XB[kind].transpose(2, 0, 1).reshape(nodes, -1)).reshape(
+                          n[a], n[b], n[c], 3)
+                combo[key] = (ca.transpose(0, 1, 3, 2).transpose(*perm, 3),
+                              cb.transpose(*perm, 3))
+            ca, cb = combo[key]
+            o = out[iy]
+            o[..., 0] += ca[..., 0]
+            o[..., 1 + col[off[i1]]] += ca[..., 1]
+            o[..., 1 + col[(a, a)]] += ca[..., 2]
+            o[..., 1 + col[(b, b)]] += ca[..., 3]
+            o[..., 1 + col[off[i2]]] += cb[..., 0]
+            o[..., 1 + col[off[i3]]] += cb[..., 1]
+            o[..., 1 + col[(c, c)]] += cb[..., 2]
+    out *= half * half
+    Z = out[..., 0]
+    pos = Z > 1e-300
+    zs = np.where(pos, Z, 1.0)
+    F = np.where(pos, (out[..., 1:] ** 2 / W).sum(axis=-1) / zs, 0.0).sum(axis=0)
+    psi = np.where(pos, Z * np.log(zs), 0.0).sum(axis=0)
+    return F, psi, Z.sum(axis=0)
+
+
+#: T = 3 chamber e01 > e02 > e12 of the off-diagonal means: c = (g1, g2, x0, x1, x2) = M omega
+#: with g1 = w02 - w12, g2 = w01 - w02 (>= 0), x0 = w00 - w01, x1 = w11 - w01, x2 = w22 - w02
+#: (each row's diagonal against its top off-diagonal); flat order (00, 01, 02, 11, 12, 22)
+_T3_M = np.array([[0, 0, 1, 0, -1, 0], [0, 1, -1, 0, 0, 0], [1, -1, 0, 0, 0, 0],
+                  [0, -1, 0, 1, 0, 0], [0, 0, -1, 0, 0, 1]], dtype=float)
+#: window half-widths of the wall coordinates beyond which F is at its limit (to ~1e-10:
+#: Phi(-9 / sqrt 3), Phi(-9 / sqrt 2)) and the far points standing for the limits
+T3_WINDOW = 9.0
+_T3_FAR = {"g": 14.0, "x": 16.0}
+
+
+def _t3_axis(kind: str, r: float, var: float, h: float):
+    """One wall coordinate's trapezoid rule in t (x = sinh t on the line, g = exp(t - e^-t)
+    on the half-line): nodes, weights, each node's evaluation class (window node k, or the
+    limit below / above) and the classes' evaluation points."""
+    X = 10.0 * math.sqrt(r * var) + 14.0
+    if kind == "x":
+        k = int(math.ceil(math.asinh(X) / h))
+        t = h * np.arange(-k, k + 1)
+        x, w = np.sinh(t), h * np.cosh(t)
+    else:
+        k = int(math.ceil((math.log(X) + 4.2) / h))
+        t = -3.7 + h * np.arange(k + 1)
+        e = np.exp(-t)
+        x = np.exp(t - e)
+        w = h * x * (1 + e)
+    win = np.abs(x) <= T3_WINDOW
+    m = int(win.sum())
+    cls = np.where(win, np.cumsum(win) - 1, np.where(x < 0, m, m + (kind == "x")))
+    far = _T3_FAR[kind]
+    pts = np.concatenate([x[win], [-far] if kind == "x" else [], [far]])
+    return x, w, cls, pts
+
+
+def _t3_class_weights(r: float, h: float) -> tuple[np.ndarray, list[np.ndarray], float]:
+    """The chamber's Gaussian weights N(c; 0, r M W M^T) summed per evaluation class on the
+    tensor trapezoid rule, the classes' points per axis, and the rule's mass (6 chambers)."""
+    Sig = _T3_M @ np.diag(weights(3)) @ _T3_M.T
+    axes = [_t3_axis(k, r, Sig[j, j], h) for j, k in enumerate("ggxxx")]
+    npts = [len(a[3]) for a in axes]
+    Si = np.linalg.inv(r * Sig)
+    norm = 1.0 / math.sqrt((2 * math.pi) ** 5 * np.linalg.det(r * Sig))
+    strides = np.cumprod([1] + npts[::-1][:-1])[::-1]
+    mesh = [np.meshgrid(*[a[i] for a in axes[1:]], indexing="ij") for i in range(3)]
+    rest = np.stack([g.ravel() for g in mesh[0]], axis=1)
+    wrest = np.prod(np.stack([g.ravel() for g in mesh[1]], axis=1), axis=1)
+    crest = (np.stack([g.ravel() for g in mesh[2]], axis=1) * strides[1:]).sum(axis=1)
+    qrest = np.einsum("ni,ij,nj->n", rest, Si[1:, 1:], rest)
+    lin = rest @ Si[0, 1:]
+    wclass = np.zeros(int(np.prod(npts)))
+    mass = 0.0
+    for x0, w0, c0 in zip(*axes[0][:3]):
+        p = w0 * wrest * np.exp(-0.5 * (Si[0, 0] * x0 * x0 + 2 * x0 * lin + qrest)) * norm
+        mass += float(p.sum())
+        wclass += np.bincount(crest + c0 * strides[0], weights=p, minlength=len(wclass))
+    return wclass.reshape(npts), [a[3] for a in axes], 6 * mass
+
+
+def _t3_adapted_level(r: float, h: float,
+                      sweep_factor: float = 1.0) -> tuple[float, float, float, float]:
+    """(E_hat(r), Psi_out(r), mass, max |sum_y Z - 1|) at T = 3 on the chamber rule of step h
+    (docs/hardmax_se.md, "Large r"): 6 chambers of the off-diagonal order (token permutations),
+    wall coordinates of :data:`_T3_M`, F evaluated at the window nodes and the limits only."""
+    wc, pts, mass = _t3_class_weights(r, h)
+    e = psi = 0.0
+    zdev = 0.0
+    for i, g1 in enumerate(pts[0]):
+        for j, g2 in enumerate(pts[1]):
+            w = wc[i, j]
+            if not np.any(w > 0):
+                continue
+            mu3 = np.array([g1 + g2, g1, 0.0])  # means of e01, e02, e12
+            nodes = max(MIN_NODES, int(math.ceil(sweep_factor * NODES_PER_UNIT
+                                                 * (2 * TAIL_L + g1 + g2))))
+            F, P, zs = _t3_diagonal_tensor(mu3, [pts[2] + g1 + g2, pts[3] + g1 + g2,
+                                                 pts[4] + g1], nodes)
+            e += float((w * F).sum())
+            psi += float((w * P).sum())
+            zdev = max(zdev, float(np.abs(zs - 1).max()))
+    return 6 * e, 6 * psi, mass, zdev
+
+
+def output_e_t3_adapted(*, q: float, V: float, steps: tuple[float, float] = (0.4, 0.3)
+                        ) -> Estimate:
+    """E(q, V) at T = 3 and any r = q / V (THEORY 1.1, 1.4) on the wall-adapted chamber rule
+    (:func:`_t3_adapted_level`) of the two trapezoid steps; error = their difference + |mass -
+    1| E + max |sum_y Z - 1| E + the sweep's error (the coarser rule with 1.5 times the sweep
+    nodes). The cost does not grow with r (~1 minute at the default steps on 2 cores)."""
+    require(np.isfinite(q) and q > 0, "q", "finite > 0", q)
+    require(np.isfinite(V) and V > 0, "V", "finite > 0", V)
+    require(len(steps) == 2 and 0.2 <= steps[1] < steps[0] <= 0.8, "steps",
+            "two steps in [0.2, 0.8], decreasing", steps)
+    t0 = time.perf_counter()
+    r = q / V
+    e0, p0, _, _ = _t3_adapted_level(r, steps[0])
+    e1, p1, mass, zdev = _t3_adapted_level(r, steps[1])
+    e_s, p_s, _, _ = _t3_adapted_level(r, steps[0], sweep_factor=1.5)
+    sweep = abs(e_s - e0)
+    err = abs(e1 - e0) + (abs(mass - 1.0) + zdev) * abs(e1) + sweep + 1e-14 * abs(e1)
+    return Estimate(e1 / V, err / V,
+                    f"T = 3 wall-adapted chamber rule (trapezoid steps {steps[0]:g}, "
+                    f"{steps[1]:g}); error = their difference + mass defect + sweep error",
+                    extra={"psi_out": p1,
+                           "psi_out_error": abs(p1 - p0) + abs(mass - 1.0) + zdev
+                           + abs(p_s - p0),
+                           "r": r, "E_hat": e1, "coarse": e0 / V, "mass": mass,
+                           "sweep_error": sweep / V, "levels": tuple(steps),
+                           "seconds": time.perf_counter() - t0})
 
 
 @lru_cache(maxsize=16)
@@ -786,36 +1088,86 @@ def se_curve_interpolated(*, T: int, rho: float, mmses: Sequence[float],
 
 
 def alpha_of_mmse(*, T: int, rho: float, V: float, n: int) -> float:
-    """alpha(V) = 1 / (2 Delta(V) E(Q0 - V, V)) on one Gauss-Hermite rule of ``n`` nodes per
-    axis (a smooth function of V for the root search; errors come from :func:`output_e`)."""
+    """alpha(V) = 1 / (2 Delta(V) E(Q0 - V, V)) on one rule (a smooth function of V for the
+    root search; errors come from :func:`output_e`): T = 3, the Gauss-Hermite rule of ``n``
+    nodes per axis; T = 2, the wall-adapted rule of step 0.2 (``n`` unused)."""
     q = 1.0 + rho - V
-    e_hat, _, _ = _outer_level(T, q / V, n, None)
+    if T == 2 and q > 0:
+        e_hat = _t2_adapted_level(q / V, 0.2)[0]  # wall-adapted rule (~1e-10 relative)
+    else:
+        e_hat, _, _ = _outer_level(T, q / V, n, None)
     return V / (2 * delta_of_mmse(V, rho=rho) * e_hat)
+
+
+#: smallest mmse the T = 2 state evolution searches (the wall-adapted rule has no r limit;
+#: the floor keeps the Wishart inversion in its tested range)
+MIN_MMSE_T2 = 1e-4
+
+
+def min_mmse(T: int, rho: float) -> float:
+    """Smallest V = mmse at which the SE has a deterministic output rule: T = 3, r <=
+    :func:`max_ratio` (V >= Q0 / (1 + max_ratio)); T = 2, :data:`MIN_MMSE_T2`."""
+    _check_tokens(T, SE_TOKENS)
+    return MIN_MMSE_T2 if T == 2 else (1.0 + rho) / (1.0 + max_ratio(T))
 
 
 def se_fixed_points(*, T: int, alpha: float, rho: float,
                     grid: Sequence[float] | None = None, xtol: float = 1e-8) -> list[dict]:
     """All SE fixed points V = mmse at sample ratio ``alpha`` within the grid's range
-    (THEORY 1.1): sign changes of alpha(V) - alpha on ``grid`` (default: 8 points from the
-    smallest V the deterministic rule accepts, r = q / V <= :func:`max_ratio`, to 0.995; each
-    on its coarsest rule), each root by Brent's method on the finest rule of its bracket;
+    (THEORY 1.1): sign changes of alpha(V) - alpha on ``grid`` (default: 8 points from
+    max(:func:`min_mmse`, 1e-3) to 0.995; each on its coarsest rule), each root by Brent's
+    method on the finest rule of its bracket;
     error = xtol + (the traced row's alpha error + |alpha(V*) - alpha|) / |d alpha / dV|.
     Rows: those of :func:`se_curve_traced` plus error, stable (alpha(V) decreasing),
     d_alpha_d_mmse and bayes_optimal (the stable one of largest phi). Fixed points below the
     grid's range are not searched: say so when reporting."""
-    from scipy.optimize import brentq
-
     require(np.isfinite(alpha) and alpha > 0, "alpha", "finite > 0", alpha)
     require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
+    grid, vals = _alpha_grid(T, rho, grid)
+    return _fixed_points_on_grid(T, alpha, rho, grid, vals, xtol)
+
+
+def se_curve_fixed_points(*, T: int, rho: float, alphas: Sequence[float],
+                          grid: Sequence[float] | None = None,
+                          xtol: float = 1e-8) -> list[dict]:
+    """:func:`se_fixed_points` for many alphas, alpha(V) on the grid computed once: per alpha
+    the Bayes-optimal row, with n_fixed_points (how many fixed points the grid's range holds)
+    and seconds."""
+    require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
+    a_list = [float(a) for a in alphas]
+    require(len(a_list) > 0 and all(np.isfinite(a) and a > 0 for a in a_list), "alphas",
+            "finite values > 0", alphas)
+    grid, vals = _alpha_grid(T, rho, grid)
+    rows = []
+    for a in a_list:
+        t0 = time.perf_counter()
+        fps = _fixed_points_on_grid(T, a, rho, grid, vals, xtol)
+        best = [r for r in fps if r["bayes_optimal"]] or fps
+        rows.append({**best[0], "n_fixed_points": len(fps),
+                     "seconds": time.perf_counter() - t0})
+    return rows
+
+
+def _alpha_grid(T: int, rho: float,
+                grid: Sequence[float] | None) -> tuple[list[float], list[float]]:
+    """The mmse grid of the fixed-point search and alpha(V) on it (coarsest rule)."""
     _check_tokens(T, SE_TOKENS)
     Q0 = 1.0 + rho
-    v_min = Q0 / (1.0 + max_ratio(T))
+    v_min = min_mmse(T, rho)
     if grid is None:
         grid = np.geomspace(max(v_min, 1e-3) * 1.0001, 0.995, 8)
     grid = [float(v) for v in grid]
     require(all(v_min <= v < 1 for v in grid), "grid", f"mmse values in [{v_min:.4g}, 1)", grid)
-    vals = [alpha_of_mmse(T=T, rho=rho, V=v, n=rule_levels(T, (Q0 - v) / v)[0]) - alpha
-            for v in grid]
+    vals = [alpha_of_mmse(T=T, rho=rho, V=v, n=rule_levels(T, (Q0 - v) / v)[0]) for v in grid]
+    return grid, vals
+
+
+def _fixed_points_on_grid(T: int, alpha: float, rho: float, grid: list[float],
+                          alpha_vals: list[float], xtol: float) -> list[dict]:
+    from scipy.optimize import brentq
+
+    Q0 = 1.0 + rho
+    vals = [a - alpha for a in alpha_vals]
     out = []
     for (v0, f0), (v1, f1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
         if f0 * f1 > 0:
@@ -842,6 +1194,149 @@ def se_fixed_points(*, T: int, alpha: float, rho: float,
     for r in out:
         r["bayes_optimal"] = r is best
     return out
+
+
+def table_node(*, T: int, r: float) -> tuple[float, float, float, float]:
+    """(E_hat, error, Psi_out, error) at r for :func:`e_hat_table`: T = 3, the tensor rule
+    (:func:`output_e`) up to :func:`max_ratio` (its bars are smaller there), the wall-adapted
+    chamber rule beyond; T = 2, the wall-adapted rule."""
+    if T == 3 and r <= max_ratio(3):
+        e = output_e(T=3, q=r, V=1.0)
+    elif T == 3:
+        e = output_e_t3_adapted(q=r, V=1.0)
+    else:
+        e = output_e_t2_adapted(q=r, V=1.0)
+    return e.value, e.error, e.extra["psi_out"], e.extra["psi_out_error"]
+
+
+def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
+                node_values: Sequence[Sequence[float]] | None = None) -> dict:
+    """E_hat(r) and Psi_out(r) on r >= 1 / s_max^2 (all r up to infinity) as Chebyshev
+    interpolants in s = 1 / sqrt(r) on [0, s_max] (docs/hardmax_se.md, "Large r"):
+    G(s) = sqrt(r) E_hat(r) with the exact end value G(0) = :func:`e_hat_leading`, and
+    P(s) = Psi_out(r) with P(0) = 0 (y is determined by omega as r -> infinity). The other
+    ``nodes`` - 1 Chebyshev-Lobatto nodes come from :func:`table_node`, or from
+    ``node_values`` (rows
+    (E_hat, error, Psi_out, error) in node order k = 0.., s_k = s_max (1 + cos(pi k /
+    (nodes - 1))) / 2). ``value(r)``, ``error(r)``, ``psi(r)``, ``psi_error(r)``: the
+    interpolants and their bars = node bars times the Lebesgue bound (2 / pi) log(nodes) + 1,
+    plus the difference from the interpolant through every other node."""
+    _check_tokens(T, SE_TOKENS)
+    require(isinstance(nodes, int) and nodes >= 5 and nodes % 2 == 1, "nodes",
+            "an odd integer >= 5", nodes)
+    require(np.isfinite(s_max) and 0.2 <= s_max <= 2.0, "s_max", "in [0.2, 2]", s_max)
+    t0 = time.perf_counter()
+    k = np.arange(nodes)
+    x = np.cos(np.pi * k / (nodes - 1))
+    sk = 0.5 * s_max * (1 + x)
+    if node_values is None:
+        node_values = [table_node(T=T, r=float(1 / si ** 2)) for si in sk[:-1]]
+    vals = np.array([list(v) for v in node_values], dtype=float)
+    require(vals.shape == (nodes - 1, 4) and np.all(np.isfinite(vals)), "node_values",
+            f"{nodes - 1} rows (E_hat, error, Psi_out, error)", vals.shape)
+    G = np.append(vals[:, 0] / sk[:-1], e_hat_leading(T))
+    G_err = np.append(vals[:, 1] / sk[:-1], 1e-13)
+    P = np.append(vals[:, 2], 0.0)
+    P_err = np.append(vals[:, 3], 0.0)
+    lebesgue = 2 / np.pi * math.log(nodes) + 1
+
+    def fit(xs, ys):
+        return np.polynomial.chebyshev.Chebyshev.fit(xs, ys, len(xs) - 1, domain=[-1, 1])
+
+    g_fine, g_coarse = fit(x, G), fit(x[::2], G[::2])
+    p_fine, p_coarse = fit(x, P), fit(x[::2], P[::2])
+
+    def xs_of(rr):
+        rr = np.asarray(rr, dtype=float)
+        return 2 / (s_max * np.sqrt(rr)) - 1
+
+    def check(rr):
+        require(np.all(np.asarray(rr) >= 1 / s_max ** 2 * (1 - 1e-12)), "r",
+                f">= {1 / s_max ** 2:.4g} (the table's range)", rr)
+
+    def value(rr):
+        check(rr)
+        return g_fine(xs_of(rr)) / np.sqrt(rr)
+
+    def error(rr):
+        check(rr)
+        xx = xs_of(rr)
+        return (np.abs(g_fine(xx) - g_coarse(xx)) + G_err.max() * lebesgue) / np.sqrt(rr)
+
+    def psi(rr):
+        check(rr)
+        return p_fine(xs_of(rr))
+
+    def psi_error(rr):
+        check(rr)
+        xx = xs_of(rr)
+        return np.abs(p_fine(xx) - p_coarse(xx)) + P_err.max() * lebesgue
+
+    return {"T": T, "value": value, "error": error, "psi": psi, "psi_error": psi_error,
+            "s_nodes": sk, "r_nodes": 1 / sk[:-1] ** 2, "G_nodes": G, "node_values": vals,
+            "s_max": s_max, "seconds": time.perf_counter() - t0}
+
+
+def se_curve_tabulated(*, rho: float, alphas: Sequence[float], table: dict,
+                       grid_points: int = 400, xtol: float = 1e-12) -> list[dict]:
+    """SE fixed points at many alphas from an :func:`e_hat_table` (THEORY 1.1), parametrised by
+    the prior's noise Delta: alpha(Delta) = 1 / (2 Delta E(Q0 - m, m)), m = Wishart mmse(Delta),
+    E = E_hat(r) / m. Per alpha: every sign change on a log-Delta grid, Brent's root, error on
+    mmse = (the table's relative error of E) alpha / |d alpha / d mmse| + xtol, stable when
+    alpha decreases with mmse, phi (free entropy) and the Bayes-optimal flag (stable, largest
+    phi). Rows: alpha, mmse, error, q, r, E, E_error, psi_out, phi, stable, bayes_optimal,
+    n_fixed_points, e_gen omitted (see :func:`generalisation_error`)."""
+    from scipy.optimize import brentq
+
+    require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
+    a_list = [float(a) for a in alphas]
+    require(len(a_list) > 0 and all(np.isfinite(a) and a > 0 for a in a_list), "alphas",
+            "finite values > 0", alphas)
+    Q0 = 1.0 + rho
+    r_min = 1 / table["s_max"] ** 2
+
+    def state(logd: float) -> tuple[float, float, float, float]:
+        d = math.exp(logd)
+        m = float(wishart.mmse(d, rho=rho))
+        r = max((Q0 - m) / m, r_min)
+        E = float(table["value"](r)) / m
+        return 1.0 / (2 * d * E), m, r, E
+
+    lo, hi = math.log(1e-7), math.log(1e3)
+    require((Q0 - float(wishart.mmse(math.exp(hi), rho=rho)))
+            / float(wishart.mmse(math.exp(hi), rho=rho)) >= r_min, "rho",
+            f"with Q0 - 1 >= {r_min:.3g} (the table's range)", rho)
+    grid = np.linspace(lo, hi, grid_points)
+    a_grid = np.array([state(t)[0] for t in grid])
+    rows = []
+    for alpha in a_list:
+        t0 = time.perf_counter()
+        f = a_grid - alpha
+        fps = []
+        for i in np.nonzero(f[:-1] * f[1:] <= 0)[0]:
+            t = brentq(lambda u, a=alpha: state(u)[0] - a, grid[i], grid[i + 1], xtol=xtol,
+                       rtol=1e-14)
+            a_t, m, r, E = state(t)
+            dt = 1e-5
+            (a_p, m_p, _, _), (a_m, m_m, _, _) = state(t + dt), state(t - dt)
+            slope = (a_p - a_m) / (m_p - m_m)  # d alpha / d mmse
+            E_err = float(table["error"](r)) / m
+            q_hat = math.exp(-t)
+            psi = float(table["psi"](r))
+            phi = (-(Q0 - m) * q_hat / 4 + q_hat * Q0 / 4
+                   - float(wishart.mutual_information(math.exp(t), rho=rho)) + alpha * psi)
+            fps.append({"alpha": alpha, "mmse": m, "q": Q0 - m, "r": r, "E": E,
+                        "E_error": E_err, "psi_out": psi,
+                        "psi_out_error": float(table["psi_error"](r)), "phi": phi,
+                        "error": alpha * E_err / E / max(abs(slope), 1e-12)
+                        + abs(m_p - m_m) / (2 * dt) * xtol,
+                        "stable": bool(slope < 0), "d_alpha_d_mmse": slope})
+        require(len(fps) > 0, "alpha", "within the table's curve", alpha)
+        stable = [p for p in fps if p["stable"]]
+        best = max(stable, key=lambda p: p["phi"]) if stable else fps[0]
+        rows.append({**best, "bayes_optimal": best["stable"], "n_fixed_points": len(fps),
+                     "seconds": time.perf_counter() - t0})
+    return rows
 
 
 # ----------------------------------------------------------------------------- Monte Carlo

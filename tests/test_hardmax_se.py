@@ -296,3 +296,148 @@ def test_cli_hardmax_t3_curve_rows(run_cli, tmp_path):
     rows = list(csv.DictReader(out.open()))
     assert abs(float(rows[0]["alpha"]) - 0.03) < 1e-15 and float(rows[0]["mmse"]) > 0.5
     assert rows[1]["mmse"] == "" and "beyond the resolved range" in rows[1]["note"]
+
+
+# ----------------------------------------------------------------------------- large r
+def test_kappa_two_rules_and_quad():
+    from scipy.integrate import quad
+    from scipy.special import log_ndtr
+
+    k = hs.hyperplane_kappa()
+    assert abs(k - hs.hyperplane_kappa(nodes=600, half_width=35.0)) < 1e-12
+
+    def f(x):
+        return math.exp(-x * x - math.log(2 * math.pi) - log_ndtr(x) - log_ndtr(-x))
+
+    ref = sum(quad(f, a, b, epsabs=1e-14, epsrel=1e-12, limit=200)[0]
+              for a, b in ((-40, -8), (-8, 0), (0, 8), (8, 40)))
+    assert abs(k - ref) < 1e-12
+    assert abs(hs.e_hat_leading(3) - 4.5 * k / math.sqrt(2 * math.pi)) < 1e-15
+
+
+def test_t2_adapted_rule_matches_tensor_rule():
+    for q, V in ((1.0, 1.0), (0.5, 0.1)):
+        a = hs.output_e_t2_adapted(q=q, V=V)
+        b = hs.output_e(T=2, q=q, V=V, rule="tensor")
+        assert abs(a.value - b.value) <= a.error + b.error
+        assert abs(a.extra["psi_out"] - b.extra["psi_out"]) <= (a.extra["psi_out_error"]
+                                                                + b.extra["psi_out_error"])
+        assert a.error < 1e-8 * a.value
+    # small r: the map's unit follows the density; r -> 0 gives S(2) = 1 / (2 alpha_bar_c)
+    A = math.asin(1 / 3)
+    S2 = 4 * (3 * math.pi - 2 * A) / (3 * (math.pi ** 2 - 4 * A ** 2))
+    small = hs.output_e_t2_adapted(q=1e-6, V=1.0)
+    assert small.error < 1e-9 and 1e-7 < S2 - small.value < 1e-6  # slope dE_hat/dr ~ -0.45
+    # beyond the tensor rule's range output_e takes the adapted route
+    c = hs.output_e(T=2, q=1.4, V=0.1)
+    assert "wall-adapted" in c.method and c.error < 1e-8 * c.value
+
+
+def test_t2_adapted_rule_against_compiled_channel_beyond_tensor_range():
+    from aim_sym.numerics import aim_se
+
+    from aim_sym.channels import hardmax as hardmax_channel
+    from aim_sym.compiled import compile_channel
+
+    cc = compile_channel(hardmax_channel(2))
+    q, V = 1.4, 0.1  # r = 14 > max_ratio(2)
+    a = hs.output_e_t2_adapted(q=q, V=V)
+    E, P = aim_se.output_estimate(cc, q=q, V=V, level=1)
+    assert abs(a.value - E.value) <= a.error + E.error
+    assert abs(a.extra["psi_out"] - P.value) <= a.extra["psi_out_error"] + P.error
+
+
+def test_t2_large_r_leading_term():
+    """sqrt(r) E_hat(r) -> c0 with a correction d(r) / sqrt(r), d(r) converging (next order)."""
+    c0 = hs.e_hat_leading(2)
+    G = {}
+    for r in (1e4, 1e5, 1e6):
+        e = hs.output_e_t2_adapted(q=r, V=1.0)
+        assert e.error < 1e-9 * e.value
+        G[r] = e.value * math.sqrt(r)
+    d = {r: (G[r] - c0) * math.sqrt(r) for r in G}
+    assert abs(G[1e6] - c0) < 1e-4 * c0
+    assert abs(d[1e6] - d[1e5]) < abs(d[1e5] - d[1e4])
+    assert abs(d[1e6]) < 0.1 * c0  # the r^-1 term is small against the leading one
+
+
+@pytest.mark.slow
+def test_t3_large_r_leading_term_monte_carlo():
+    r = 2000.0
+    m = hs.monte_carlo_e(T=3, q=r, V=1.0, samples=20000, seed=11)
+    c0 = hs.e_hat_leading(3)
+    # next order ~ 1 / r: below 3e-3 of the leading term here, far below the MC error
+    assert abs(m.value - c0 / math.sqrt(r)) < 4 * m.error
+    assert m.error < 0.06 * m.value
+
+
+def test_t2_fixed_points_to_large_alpha_against_compiled_channel():
+    """T = 2 SE fixed points up to alpha = 3 (r = q / V ~ 135) on the wall-adapted rule; at the
+    largest alpha the fixed-point equation is re-checked with the compiled channel's E."""
+    from aim_sym.numerics import aim_se
+
+    from aim_sym.channels import hardmax as hardmax_channel
+    from aim_sym.compiled import compile_channel
+
+    rho = 0.5
+    rows = hs.se_curve_fixed_points(T=2, rho=rho, alphas=[0.05, 3.0])
+    assert [r["n_fixed_points"] for r in rows] == [1, 1]
+    assert rows[0]["mmse"] > rows[1]["mmse"]
+    f = rows[1]
+    assert f["q"] / f["mmse"] > 100 and f["error"] < 1e-7
+    cc = compile_channel(hardmax_channel(2))
+    E, _ = aim_se.output_estimate(cc, q=f["q"], V=f["mmse"], level=1)
+    mmse = float(wishart.mmse(1 / (2 * f["alpha"] * E.value), rho=rho))
+    assert abs(E.value - hs.output_e(T=2, q=f["q"], V=f["mmse"]).value) < 1e-8 * E.value
+    assert abs(mmse - f["mmse"]) < f["error"] + 1e-9
+
+
+def test_t3_diagonal_tensor_kernel_matches_z_out():
+    rng = np.random.default_rng(5)
+    mu3 = rng.standard_normal(3) * 2
+    nus = [rng.standard_normal(3) * 3 for _ in range(3)]
+    F, P, Z = hs._t3_diagonal_tensor(mu3, nus, 60)
+    om = np.array([[a, mu3[0], mu3[1], b, mu3[2], c]
+                   for a in nus[0] for b in nus[1] for c in nus[2]])
+    out = hs.z_out(T=3, omega=om, V=1.0, nodes=60)
+    ref = np.einsum("yn,ynk,k->n", out["Z"], out["g"] ** 2, hs.weights(3))
+    psi = (out["Z"] * np.log(np.where(out["Z"] > 0, out["Z"], 1.0))).sum(axis=0)
+    assert np.max(np.abs(ref - F.ravel())) < 1e-13
+    assert np.max(np.abs(psi - P.ravel())) < 1e-13
+    assert np.max(np.abs(Z - 1)) < 1e-9
+
+
+def test_e_hat_table_t2_and_tabulated_curve():
+    """The s = 1 / sqrt(r) table at T = 2 against direct evaluations, and the tabulated SE
+    against the direct fixed-point search, each within the two bars."""
+    n = 9
+    sk = 0.75 * (1 + np.cos(np.pi * np.arange(n - 1) / (n - 1)))
+    vals = []
+    for s in sk:
+        e = hs.output_e_t2_adapted(q=float(1 / s ** 2), V=1.0, step=0.3)
+        vals.append((e.value, e.error, e.extra["psi_out"], e.extra["psi_out_error"]))
+    tab = hs.e_hat_table(T=2, nodes=n, node_values=vals)
+    rs = np.array([20.0, 1e4])
+    ref = [hs.output_e_t2_adapted(q=float(r), V=1.0, step=0.3) for r in rs]
+    dev = np.abs(tab["value"](rs) - [e.value for e in ref])
+    assert np.all(dev <= tab["error"](rs) + [e.error for e in ref])
+    assert np.all(tab["error"](rs) < 1e-3 * tab["value"](rs))
+    a = hs.se_curve_tabulated(rho=0.5, alphas=[3.0], table=tab)[0]
+    assert a["n_fixed_points"] == 1 and a["bayes_optimal"] and a["error"] < 1e-4
+    # the fixed-point equation with E from the direct rule at the tabulated mmse
+    e = hs.output_e_t2_adapted(q=1.5 - a["mmse"], V=a["mmse"], step=0.3)
+    mmse = float(wishart.mmse(1 / (2 * 3.0 * e.value), rho=0.5))
+    # mmse(Delta) ~ (2 rho - rho^2) Delta here: a relative change of E moves mmse by as much
+    assert abs(mmse - a["mmse"]) <= 2 * a["mmse"] * (a["E_error"] + e.error) / a["E"]
+    with pytest.raises(InputError):
+        tab["value"](0.1)  # below the table's range r >= 1 / s_max^2
+
+
+@pytest.mark.slow
+def test_t3_adapted_rule_against_tensor_rule_and_monte_carlo():
+    a = hs.output_e_t3_adapted(q=0.75, V=0.75)
+    b = hs.output_e(T=3, q=0.75, V=0.75)
+    assert abs(a.value - b.value) <= a.error + b.error and a.error < 1e-4
+    c = hs.output_e_t3_adapted(q=50.0, V=1.0)
+    m = hs.monte_carlo_e(T=3, q=50.0, V=1.0, samples=20000, seed=5)
+    assert abs(c.value - m.value) < 4 * m.error + c.error and c.error < 1e-4 * c.value
