@@ -8,7 +8,13 @@ randomised QMC (numerics.deep_aim_se.output_overlaps) and by seeded plain Monte 
 importance-sampled posterior means (se_step_mc), with their z-score.
 
     python benchmarks/deep_aim_se.py [--skip C] [--rho R1,R2] [--alphas A,B,..] [--m M]
-                                     [--out results.json]
+                                     [--estimator variance|legacy] [--out results.json]
+
+Accuracy (``--accuracy 8,9,10``): one fixed point per m (2^m Sobol points per scramble),
+estimator (legacy mean-square form, posterior-variance form) and seed, from ``--v-init``: mmse,
+bars and wall time (docs/deep_aim.md section 4, "Speed and accuracy").
+
+    python benchmarks/deep_aim_se.py --accuracy 8,9,10 --alphas 0.1 --seeds 0,1
 
 Curve (``--curve``): the branch from the uninformed start (numerics.deep_aim_se.curve), rows
 appended to ``--out`` (JSON lines), warm-started from ``--v-init`` so that a long curve can be run
@@ -36,11 +42,17 @@ def main() -> None:
     p.add_argument("--alphas", default="0.1,0.5,1")
     p.add_argument("--m", type=int, default=9, help="2^m Sobol points per scramble")
     p.add_argument("--scrambles", type=int, default=8)
+    p.add_argument("--estimator", default="variance", choices=ds.ESTIMATORS,
+                   help="form of E_l: posterior variance (default) or the legacy mean square")
     p.add_argument("--mc-samples", type=int, default=20000)
     p.add_argument("--out", default=None)
     p.add_argument("--curve", action="store_true", help="the branch from the uninformed start")
     p.add_argument("--v-init", default="1,1", help="(mmse_1, mmse_2) to start the curve from")
     p.add_argument("--plot", default=None, help="JSON-lines file of curve rows to draw")
+    p.add_argument("--accuracy", default=None,
+                   help="m values (e.g. 8,9,10): one fixed point per m, estimator and seed, "
+                        "accuracy against time")
+    p.add_argument("--seeds", default="0,1")
     p.add_argument("--figure", default="deep_aim_se_curve.png")
     a = p.parse_args()
     rho1, rho2 = (float(x) for x in a.rho.split(","))
@@ -48,6 +60,8 @@ def main() -> None:
     alphas = [float(x) for x in a.alphas.split(",")]
     if a.plot:
         plot(a.plot, a.figure)
+    elif a.accuracy:
+        accuracy(model, alphas, a)
     elif a.curve:
         run_curve(model, alphas, a)
     else:
@@ -63,7 +77,7 @@ def run_curve(model: ds.DeepAimSE, alphas: list[float], a) -> None:
     t0 = time.perf_counter()
     for alpha in alphas:         # one at a time, so that each row is saved as it comes
         row = ds.curve(model, alphas=[alpha], m=a.m, scrambles=a.scrambles, v_init=v,
-                       progress=progress)[0]
+                       progress=progress, estimator=a.estimator)[0]
         row.update(skip=model.skip, rho=[model.rho1, model.rho2], m=a.m, scrambles=a.scrambles,
                    v_init=list(v))
         print(json.dumps(_short(row)), flush=True)
@@ -72,6 +86,29 @@ def run_curve(model: ds.DeepAimSE, alphas: list[float], a) -> None:
                 fh.write(json.dumps(row, default=str) + "\n")
         v = tuple(min(max(x["mmse"], 1e-4), 1.0) for x in row["layers"])
     print(f"total {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def accuracy(model: ds.DeepAimSE, alphas: list[float], a) -> None:
+    """Accuracy against time per fixed point: for each alpha, m in ``--accuracy``, estimator
+    (legacy, variance) and seed in ``--seeds``, the fixed point from ``--v-init``; one JSON line
+    each (mmse and bar per layer, wall seconds)."""
+    v = tuple(float(x) for x in a.v_init.split(","))
+    for alpha in alphas:
+        for m in (int(x) for x in a.accuracy.split(",")):
+            for est in ds.ESTIMATORS:
+                for seed in (int(x) for x in a.seeds.split(",")):
+                    t0 = time.perf_counter()
+                    fp = ds.fixed_point(model, alpha=alpha, v_init=v, m=m, seed=seed,
+                                        scrambles=a.scrambles, estimator=est)
+                    row = {"alpha": alpha, "m": m, "estimator": est, "seed": seed,
+                           "mmse": [(x["mmse"], x["mmse_error"]) for x in fp["layers"]],
+                           "standard_error": fp["standard_error"],
+                           "rule_error": fp["rule_error"],
+                           "seconds": time.perf_counter() - t0}
+                    print(json.dumps(row), flush=True)
+                    if a.out:
+                        with open(a.out, "a") as fh:
+                            fh.write(json.dumps(row) + "\n")
 
 
 def one_layer_mmse(alpha: float, rho: float) -> float:
@@ -132,7 +169,8 @@ def fixed_points(model: ds.DeepAimSE, alphas: list[float], a, rho1: float, rho2:
         fps = []
         for init in ((1.0, 1.0), (1e-3, 1e-3), (1.0, 1e-3)):
             t0 = time.perf_counter()
-            fp = ds.fixed_point(model, alpha=alpha, v_init=init, m=a.m, scrambles=a.scrambles)
+            fp = ds.fixed_point(model, alpha=alpha, v_init=init, m=a.m, scrambles=a.scrambles,
+                                estimator=a.estimator)
             fp["wall_seconds"] = time.perf_counter() - t0
             fps.append(fp)
             print(json.dumps(_short(fp)), flush=True)
@@ -141,7 +179,8 @@ def fixed_points(model: ds.DeepAimSE, alphas: list[float], a, rho1: float, rho2:
         first = fps[0]
         if not first["perfect_recovery"]:
             q1, q2 = (x["q"] for x in first["layers"])
-            qmc_e = ds.output_overlaps(model, q1=q1, q2=q2, m=a.m + 1, scrambles=a.scrambles, seed=7)
+            qmc_e = ds.output_overlaps(model, q1=q1, q2=q2, m=a.m + 1, scrambles=a.scrambles, seed=7,
+                                       estimator=a.estimator)
             mc = ds.se_step_mc(model, alpha=alpha, q1=q1, q2=q2, samples=a.mc_samples, seed=11)
             row["step_check"] = {
                 k: {"rqmc": qmc_e[k].value, "rqmc_error": qmc_e[k].error,
@@ -149,8 +188,10 @@ def fixed_points(model: ds.DeepAimSE, alphas: list[float], a, rho1: float, rho2:
                     "z": (qmc_e[k].value - mc[k].value)
                     / (qmc_e[k].error ** 2 + mc[k].error ** 2) ** 0.5}
                 for k in ("E1", "E2")}
-            row["step_check"]["nishimori"] = {k: [qmc_e[k].value, qmc_e[k].error]
-                                              for k in ("nishimori_1", "nishimori_2")}
+            row["step_check"]["other_forms"] = {
+                k: [qmc_e[k].value, qmc_e[k].error]
+                for k in ("nishimori_1", "nishimori_2", "mean_square_1", "mean_square_2",
+                          "variance_1", "variance_2")}
             print(json.dumps(row["step_check"]), flush=True)
         rows.append(row)
     if a.out:
@@ -167,7 +208,8 @@ def _short(fp: dict) -> dict:
             "phi": (fp.get("phi"), fp.get("phi_error")),
             "e_gen": (fp.get("e_gen"), fp.get("e_gen_error")),
             "e_gen_plugin": (fp.get("e_gen_plugin"), fp.get("e_gen_plugin_error")),
-            "iterations": fp["iterations"], "seconds": fp.get("wall_seconds", fp["seconds"])}
+            "iterations": fp["iterations"], "seconds": fp.get("wall_seconds", fp["seconds"]),
+            "estimator": fp.get("estimator")}
 
 
 if __name__ == "__main__":
