@@ -19,7 +19,9 @@ The fixed point is found by a damped iteration with Anderson mixing on (log q, m
 the error of each quantity is the difference between the fixed points at two Gauss-Hermite
 orders n_lo < n of the output side, times n_lo / (n - n_lo): the rule converges only
 algebraically (the proximal step switches minimiser across a surface), and this is the error
-of the order-n value if it falls at least as 1/n (:func:`algebraic_factor`).
+of the order-n value if it falls at least as 1/n (:func:`algebraic_factor`).  ``rule="split"``
+(T = 2): the output side by the piecewise rule (:func:`.erm_output.output_moments_split`: the
+prox's jumps located on lines, outer Gauss-Hermite orders 16/12), same bar factor.
 
 T >= 3 (:mod:`numerics.erm_output_tokens`): the output side by randomised QMC, R scrambled
 Sobol replicates of ``qmc_points`` each (common random numbers: the map is deterministic).  The
@@ -43,7 +45,15 @@ import numpy as np
 from scipy.optimize import brentq
 
 from . import erm_output_tokens as qmc_route
-from .erm_output import _ORDER, _ORDER_LO, generalisation_error, output_moments
+from .erm_output import (
+    _ORDER,
+    _ORDER_LO,
+    SPLIT_ORDER,
+    SPLIT_ORDER_LO,
+    generalisation_error,
+    output_moments,
+    output_moments_split,
+)
 from .erm_spectral import spectral_integrals
 from .erm_thresholds import delta_bracket
 from .records import ConvergenceError, require, require_reals
@@ -130,11 +140,18 @@ class FixedPoint:
         return out
 
 
+RULES = ("gh", "split")  # T = 2 output rules: tensor Gauss-Hermite, or the piecewise rule
+
+
 def _moments(q: float, m: float, sigma: float, p: ERMParams, *, order: int,
-             replicate: int | None, points: int | None):
-    """Output moments: T = 2 Gauss-Hermite of ``order``; T >= 3 randomised QMC
-    (:mod:`.erm_output_tokens`) with ``points`` per replicate (default ``p.qmc_points``), all
-    replicates pooled or only ``replicate``."""
+             replicate: int | None, points: int | None, rule: str = "gh"):
+    """Output moments: T = 2 Gauss-Hermite of ``order`` (``rule="gh"``) or the piecewise rule
+    of outer ``order`` (``rule="split"``, :func:`.erm_output.output_moments_split`); T >= 3
+    randomised QMC (:mod:`.erm_output_tokens`) with ``points`` per replicate (default
+    ``p.qmc_points``), all replicates pooled or only ``replicate``."""
+    if p.tokens == 2 and rule == "split":
+        return output_moments_split(q=q, m=m, sigma=sigma, Q0n=p.Q0n, beta=p.beta,
+                                    beta0=p.beta0, order=order)
     if p.tokens == 2:
         return output_moments(q=q, m=m, sigma=sigma, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
                               order=order)
@@ -146,10 +163,11 @@ def _moments(q: float, m: float, sigma: float, p: ERMParams, *, order: int,
 
 def hats_from_overlaps(q: float, m: float, sigma: float, p: ERMParams, *,
                        order: int = _ORDER, replicate: int | None = None,
-                       points: int | None = None) -> tuple[float, float, float, float]:
+                       points: int | None = None,
+                       rule: str = "gh") -> tuple[float, float, float, float]:
     """(q_hat, m_hat, Sigma_hat, E min) from (q, m, Sigma): the output side (THEORY 3).
-    ``replicate``, ``points``: T >= 3 only (see :func:`_moments`)."""
-    o = _moments(q, m, sigma, p, order=order, replicate=replicate, points=points)
+    ``replicate``, ``points``: T >= 3 only; ``rule``: T = 2 only (see :func:`_moments`)."""
+    o = _moments(q, m, sigma, p, order=order, replicate=replicate, points=points, rule=rule)
     den = sigma * (p.Q0n * q - m * m)
     return (2 * p.alpha * o.sq / sigma**2, 2 * p.alpha * o.cross_m / den,
             -2 * p.alpha * o.cross_s / den, o.envelope)
@@ -170,9 +188,10 @@ def overlaps_from_hats(q_hat: float, m_hat: float, sigma_hat: float,
 
 def potential(q: float, m: float, sigma: float, q_hat: float, m_hat: float, sigma_hat: float,
               p: ERMParams, *, order: int = _ORDER, replicate: int | None = None,
-              points: int | None = None) -> float:
+              points: int | None = None, rule: str = "gh") -> float:
     """The training-loss potential Phi (THEORY 3) at any six order parameters."""
-    env = _moments(q, m, sigma, p, order=order, replicate=replicate, points=points).envelope
+    env = _moments(q, m, sigma, p, order=order, replicate=replicate, points=points,
+                   rule=rule).envelope
     s = spectral_integrals(kappa0=p.kappa0, delta=math.sqrt(q_hat) / m_hat,
                            eps=2 * p.lam / m_hat)
     return ((q_hat * sigma - sigma_hat * q) / 4 + m_hat * m / 2 + p.alpha * env
@@ -191,7 +210,7 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
                 tol: float = 1e-11, max_iter: int = 400, damping: float = 0.5,
                 anderson: int = 4, prior: Callable | None = None,
                 label: str = "ERM SE", replicate: int | None = None,
-                points: int | None = None) -> tuple[tuple, int, float]:
+                points: int | None = None, rule: str = "gh") -> tuple[tuple, int, float]:
     """Iterate the SE map from (q, m, Sigma) to a fixed point.
 
     ``prior`` maps (q_hat, m_hat, Sigma_hat, p) to the overlaps (default: the factorised
@@ -199,8 +218,10 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
     Returns ((q, m, Sigma, q_hat, m_hat, Sigma_hat), iterations, residual); raises
     :class:`ConvergenceError` (with the last iterate) when the change does not fall below ``tol``.
     ``replicate``, ``points``: the QMC output side of T >= 3 (:func:`hats_from_overlaps`); the
-    map is deterministic for fixed points (common random numbers).
+    map is deterministic for fixed points (common random numbers).  ``rule``: the T = 2 output
+    rule, ``"gh"`` or ``"split"`` (:data:`RULES`).
     """
+    require(rule in RULES, "rule", f"one of {RULES}", rule)
     prior = overlaps_from_hats if prior is None else prior
     x = _to_x(q, m, sigma)
     xs: list[np.ndarray] = []
@@ -214,7 +235,7 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
         mm = max(min(mm, lim), -lim)
         try:
             hats = hats_from_overlaps(qq, mm, ss, p, order=order, replicate=replicate,
-                                      points=points)[:3]
+                                      points=points, rule=rule)[:3]
             new = prior(*hats, p)[:3]
         except (ValueError, FloatingPointError) as e:
             raise ConvergenceError(f"{label} map left its domain", last_iterate=(qq, mm, ss),
@@ -245,14 +266,15 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
     raise ConvergenceError(f"{label} fixed point", last_iterate=_from_x(x), residual=res)
 
 
-def _derived(p: ERMParams, params: tuple, order: int) -> dict:
+def _derived(p: ERMParams, params: tuple, order: int, rule: str = "gh") -> dict:
     q, m, sigma, q_hat, m_hat, sigma_hat = params
     s = spectral_integrals(kappa0=p.kappa0, delta=math.sqrt(q_hat) / m_hat,
                            eps=2 * p.lam / m_hat)
+    fine = order >= (SPLIT_ORDER if rule == "split" else _ORDER)
     return {
-        "train": potential(q, m, sigma, q_hat, m_hat, sigma_hat, p, order=order),
+        "train": potential(q, m, sigma, q_hat, m_hat, sigma_hat, p, order=order, rule=rule),
         "test": generalisation_error(q=q, m=m, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
-                                     step=0.2 if order >= _ORDER else 0.25),
+                                     step=0.2 if fine else 0.25),
         "mse": p.Q0 + q - 2 * m,
         "rank": s.rank,
     }
@@ -264,24 +286,48 @@ def algebraic_factor(order: int, order_lo: int) -> float:
     return order_lo / (order - order_lo)
 
 
-def solve(p: ERMParams, *, inits: tuple | None = None, order: int = _ORDER,
-          order_lo: int = _ORDER_LO, tol: float = 1e-11, prior: Callable | None = None,
-          derived: Callable | None = None, label: str = "ERM SE") -> list[FixedPoint]:
+def split_factor(order: int, order_lo: int) -> float:
+    """The bar factor of the piecewise rule: n_lo / (n - n_lo), the same as
+    :func:`algebraic_factor` (error ~ C / n).  Measured steps between outer orders 12, 16, 20,
+    24 fall like n^-2.6 at Sigma = 3 but only like n^-1 at Sigma ~ 10 (docs/erm.md)."""
+    return algebraic_factor(order, order_lo)
+
+
+def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
+          order_lo: int | None = None, tol: float = 1e-11, prior: Callable | None = None,
+          derived: Callable | None = None, label: str = "ERM SE",
+          rule: str = "gh") -> list[FixedPoint]:
     """All fixed points reached from ``inits`` ((q/Q0, m/Q0, Sigma) triples), deduplicated,
     each with errors from the fixed point at ``order_lo``; the one of lowest training loss is
     flagged ``global_minimum``.  Raises ConvergenceError when no start converges.  Each start
     is iterated at order 12 first, then at ``order_lo``, then at ``order``.  ``prior`` (see
     :func:`fixed_point`) and ``derived`` ((p, params, order) -> train, test, mse, rank) default
     to the factorised model's.  ``inits=None``: :data:`DEFAULT_INITS` at T = 2,
-    :data:`DEFAULT_INITS_TOKENS` (with a large-Sigma start) at T >= 3."""
+    :data:`DEFAULT_INITS_TOKENS` (with a large-Sigma start) at T >= 3.
+    ``rule="split"`` (T = 2, factorised model): the output side by the piecewise rule
+    (:func:`.erm_output.output_moments_split`) at outer orders ``order``/``order_lo`` (default
+    16/12), started from the Gauss-Hermite fixed points (orders 12 and 17); bar = the
+    difference times :func:`split_factor`."""
+    require(rule in RULES, "rule", f"one of {RULES}", rule)
+    if rule == "split":
+        require(p.tokens == 2 and prior is None and derived is None, "rule",
+                "'gh' for T >= 3 or a custom prior side (the piecewise rule is T = 2, "
+                "factorised)", rule)
+        order = SPLIT_ORDER if order is None else order
+        order_lo = SPLIT_ORDER_LO if order_lo is None else order_lo
+    order = _ORDER if order is None else order
+    order_lo = _ORDER_LO if order_lo is None else order_lo
     if inits is None:
         inits = DEFAULT_INITS if p.tokens == 2 else DEFAULT_INITS_TOKENS
     if p.tokens != 2:
         require(prior is None and derived is None, "tokens",
                 "2 for a custom prior side (T >= 3 is the factorised model only)", p.tokens)
         return _solve_tokens(p, inits=inits, label=label)
-    derived = _derived if derived is None else derived
+    if derived is None:
+        def derived(p, params, order):
+            return _derived(p, params, order, rule)
     kw = {"tol": tol, "prior": prior, "label": label}
+    split = {"rule": rule}
     names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
     found: list[FixedPoint] = []
     failures = []
@@ -296,9 +342,13 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int = _ORDER,
             if any(_close(first, c) for c in cheap):
                 continue  # the same fixed point as an earlier start
             cheap.append(first[:3])
+            if rule == "split":  # the Gauss-Hermite fixed point first (cheap, ~1e-3 close)
+                first, _, _ = fixed_point(p, q=first[0], m=first[1], sigma=first[2],
+                                          order=_ORDER_LO, **kw)
             lo, _, _ = fixed_point(p, q=first[0], m=first[1], sigma=first[2], order=order_lo,
-                                   **kw)
-            params, its, res = fixed_point(p, q=lo[0], m=lo[1], sigma=lo[2], order=order, **kw)
+                                   **kw, **split)
+            params, its, res = fixed_point(p, q=lo[0], m=lo[1], sigma=lo[2], order=order, **kw,
+                                           **split)
         except ConvergenceError as e:
             failures.append(e)
             continue
@@ -308,7 +358,7 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int = _ORDER,
         # Gauss-Hermite converges only algebraically here (the prox switches minimiser across
         # a surface): orders 24/30/36 move q by nearly equal steps.  The bar of the order-n
         # value assumes error ~ C / n (first order at least), i.e. |x_n - x_lo| n_lo / (n - n_lo).
-        grow = algebraic_factor(order, order_lo)
+        grow = (split_factor if rule == "split" else algebraic_factor)(order, order_lo)
         errors = {k: grow * abs(a - b) for k, a, b in zip(names, params, lo, strict=True)}
         errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
         found.append(FixedPoint(*params, **d_hi, iterations=its, residual=res, errors=errors))
