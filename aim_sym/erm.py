@@ -90,30 +90,46 @@ class ERM:
                          beta=self.beta, beta0=self.beta0, tokens=self.tokens)
 
     # ------------------------------------------------------------------ state evolution
-    def fixed_points(self, *, alpha: float, direct: bool = False) -> ResultTable:
+    def fixed_points(self, *, alpha: float, direct: bool = False,
+                     rule: str = "gh") -> ResultTable:
         """Every SE fixed point reached from the default starts (THEORY 3): one row each with
         q, m, sigma, q_hat, m_hat, sigma_hat, train, test, mse, rank, their ``*_error`` (two
         quadrature orders) and ``global_minimum`` (lowest training loss). ``direct``: the
         element-wise (ridge) parameterisation, penalty (lam/2) d ||S||_F^2 as the authors'
-        ``lreg`` (:mod:`aim_sym.numerics.erm_direct`); rank is then 1."""
+        ``lreg`` (:mod:`aim_sym.numerics.erm_direct`); rank is then 1. ``rule``: the T = 2
+        output rule, "gh" (tensor Gauss-Hermite) or "split" (the prox's jumps located on lines,
+        bars 3-10x smaller, ~1.5x the time; factorised model only; docs/erm.md)."""
         from .numerics import erm_direct, erm_se
 
         alpha = ALPHA_ERM.check(alpha)
-        fps = (erm_direct if direct else erm_se).solve(self._params(alpha, direct=direct))
+        if rule not in erm_se.RULES:
+            raise InputError(f"rule must be one of {', '.join(erm_se.RULES)}; got {rule!r}")
+        if rule != "gh" and (direct or self.tokens != 2):
+            where = "the direct parameterisation" if direct else f"tokens = {self.tokens}"
+            raise InputError(f"rule must be 'gh' for {where} (the split rule: T = 2, "
+                             f"factorised); got {rule!r}")
+        p = self._params(alpha, direct=direct)
+        fps = erm_direct.solve(p) if direct else erm_se.solve(p, rule=rule)
         return ResultTable(tuple(dict(f.as_dict(), alpha=alpha) for f in fps),
                            self.parameters(alpha=alpha))
 
-    def state_evolution(self, *, alpha: float, direct: bool = False) -> ResultTable:
+    def state_evolution(self, *, alpha: float, direct: bool = False,
+                        rule: str = "gh") -> ResultTable:
         """The global-minimum fixed point at ``alpha``: one Result per quantity (q, m, sigma,
         q_hat, m_hat, sigma_hat, train, test, mse, rank); every fixed point found is in each
-        Result's details (``fixed_points``). ``direct``: see :meth:`fixed_points`."""
-        table = self.fixed_points(alpha=alpha, direct=direct)
+        Result's details (``fixed_points``). ``direct``, ``rule``: see :meth:`fixed_points`."""
+        table = self.fixed_points(alpha=alpha, direct=direct, rule=rule)
         rows = [dict(r) for r in table]
         best = next(r for r in rows if r["global_minimum"])
-        params = self.parameters(alpha=float(alpha), direct=bool(direct))
+        params = self.parameters(alpha=float(alpha), direct=bool(direct),
+                                 **({"rule": rule} if rule != "gh" else {}))
         prior = ("direct (element-wise) S with ridge penalty (lam/2) d ||S||_F^2: linear "
                  "denoiser" if direct else "exact spectral derivatives")
-        if self.tokens == 2:
+        if self.tokens == 2 and rule == "split":
+            method = (f"ERM SE (THEORY 3): {prior}, T = 2 proximal step followed along lines "
+                      "across its jumps (located and integrated piecewise), Gauss-Hermite in the "
+                      "other three directions; error = difference of orders 16 and 12 x 3")
+        elif self.tokens == 2:
             method = (f"ERM SE (THEORY 3): {prior}, T = 2 proximal step by Newton, tensor "
                       "Gauss-Hermite; error = difference of orders 24 and 17 x 17/7 (the error of "
                       "order 24 if it falls as 1/n: the rule converges algebraically)")

@@ -76,3 +76,15 @@ def test_se_json_spectrum_and_curve(tmp_path):
     assert (tmp_path / "spec.png").stat().st_size > 0
     rows = cli_erm.curve_rows(alphas=[0.4, 0.5], **opts)
     assert rows[-1]["q"] == pytest.approx(out["q"], abs=10 * out["q_error"] + 1e-8)
+
+
+def test_output_rule_refusals():
+    """rule= names the T = 2 output rule; anything else, or split where it does not apply, is
+    refused before any quadrature."""
+    m = ERM(kappa0=0.5, delta=0.5, lam=0.01)
+    for kw, word in (({"rule": "trapezoid"}, "one of"), ({"rule": "split", "direct": True},
+                                                          "direct")):
+        with pytest.raises(InputError, match=word):
+            m.fixed_points(alpha=0.5, **kw)
+    with pytest.raises(InputError, match="tokens = 3"):
+        ERM(kappa0=0.5, delta=0.5, lam=0.01, tokens=3).fixed_points(alpha=0.5, rule="split")
