@@ -134,9 +134,10 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
 
 
 def hardmax_se(kw: dict, alpha: float) -> None:
-    """``se --channel hardmax --tokens 3 --rho R --alpha A``: every SE fixed point whose mmse the
-    deterministic outer rule resolves (q/V <= 2, i.e. mmse >= Q0/3), with phi (the Bayes-optimal
-    one flagged) and e_gen (THEORY 1.1, 1.4, 1.5; docs/hardmax_se.md)."""
+    """``se --channel hardmax --tokens 3 --rho R --alpha A``: every SE fixed point with phi (the
+    Bayes-optimal one flagged) and e_gen (THEORY 1.1, 1.4, 1.5; docs/hardmax_se.md): those with
+    mmse >= Q0/3 by the tensor outer rule (q/V <= 2), those below from the E_hat table
+    (rho >= 4/9; smaller rho: mmse >= Q0/3 only)."""
     from .domains import ALPHA, RHO
     from .numerics import hardmax_se as hse
     from .numerics.records import ConvergenceError
@@ -155,22 +156,41 @@ def hardmax_se(kw: dict, alpha: float) -> None:
         raise relabel(e) from None
     Q0 = 1.0 + rho
     v_min = Q0 / (1.0 + hse.max_ratio(3))
+    table = hse.t3_table()
+    tabulated = rho >= 1 / table["s_max"] ** 2
     try:
-        fps = hse.se_fixed_points(T=3, alpha=alpha, rho=rho)
+        fps = [{**f, "method": "tensor Gauss-Hermite outer rule, three orders"}
+               for f in hse.se_fixed_points(T=3, alpha=alpha, rho=rho)]
     except ConvergenceError as e:
-        raise ConvergenceError(
-            f"no SE fixed point with mmse >= {v_min:.6g} (= Q0/3, the smallest mmse the "
-            "deterministic rule resolves at T = 3): alpha is beyond the resolved range",
-            last_iterate=e.last_iterate, residual=e.residual) from None
+        if not tabulated:
+            raise ConvergenceError(
+                f"no SE fixed point with mmse >= {v_min:.6g} (= Q0/3, the smallest mmse the "
+                "deterministic rule resolves at T = 3; rho >= 4/9 reaches every mmse through "
+                "the E_hat table): alpha is beyond the resolved range",
+                last_iterate=e.last_iterate, residual=e.residual) from None
+        fps = []
+    if tabulated:
+        # below Q0/3 the fixed points come from the E_hat table (docs/hardmax_se.md, "Large r")
+        t = hse.se_curve_tabulated(rho=rho, alphas=[alpha], table=table)[0]
+        if t["mmse"] < v_min:
+            fps.append({"mmse": t["mmse"], "error": t["error"], "q": t["q"],
+                        "q_hat": 2 * alpha * t["E"], "phi": t["phi"], "stable": t["stable"],
+                        **hardmax_egen_row(t, rho), "bayes_optimal": False,
+                        "method": "E_hat table in 1/sqrt(q/V) (9 nodes)"})
+        stable = [f for f in fps if f["stable"]]
+        best = max(stable, key=lambda f: f["phi"]) if stable else None
+        for f in fps:
+            f["bayes_optimal"] = f is best
+    searched = 0.0 if tabulated else v_min
     out = {"model": "aim", "channel": "hardmax", "tokens": 3, "rho": rho, "alpha": alpha,
-           "fixed_points": fps, "mmse_searched_from": v_min}
+           "fixed_points": fps, "mmse_searched_from": searched}
     best = [f for f in fps if f["bayes_optimal"]]
     if best:
         out.update({k: best[0][k] for k in ("mmse", "error", "q", "q_hat", "phi", "e_gen",
                                             "e_gen_error")})
     emit(out, kw["as_json"], lambda o: "\n".join(
         [f"AIM hardmax T=3 rho={rho} alpha={alpha}: {len(fps)} fixed point(s) with mmse >= "
-         f"{v_min:.4g}"]
+         f"{searched:.4g}"]
         + [f"  mmse = {f['mmse']:.10g} +- {f['error']:.1e}, q = {f['q']:.10g}, phi = "
            f"{f['phi']:.10g}, e_gen = {f['e_gen']:.10g} +- {f['e_gen_error']:.1e}, stable = "
            f"{f['stable']}{', Bayes-optimal' if f['bayes_optimal'] else ''}" for f in fps]))
@@ -301,11 +321,29 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) 
         f"mmse_2 = {r['mmse_2']:.5g} +- {r['mmse_2_error']:.1e}" for r in o["rows"]))
 
 
+#: trapezoid step of the e_gen rule along the tabulated hardmax curve (in units of sqrt V / the
+#: whitened scale; measured: steps 0.6 and 1.2 agree to 1e-12 at q/V = 50 and 500)
+EGEN_STEP = 1.2
+
+
+def hardmax_egen_row(row: dict, rho: float) -> dict:
+    """e_gen at a tabulated fixed point (THEORY 1.5): the rule's error plus |de_gen/dmmse| times
+    the fixed point's mmse error (one-sided difference)."""
+    from .numerics import hardmax_se as hse
+
+    Q0, v, dv = 1.0 + rho, row["mmse"], max(row["error"], 1e-7)
+    e = hse.generalisation_error(T=3, q=Q0 - v, V=v, step=EGEN_STEP)
+    e2 = hse.generalisation_error(T=3, q=Q0 - v - dv, V=v + dv, step=EGEN_STEP)
+    slope = abs(e2.value - e.value) / dv
+    return {"e_gen": e.value, "e_gen_error": e.error + e2.error + slope * row["error"]}
+
+
 def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
     """``curve --channel hardmax --tokens 3 --rho R --alphas a:b:n``: at each alpha the
-    Bayes-optimal SE fixed point (largest phi among the stable ones with mmse >= Q0/3), with
-    e_gen; an alpha whose fixed points all lie below that range gets an empty row and a note
-    (THEORY 1.1; docs/hardmax_se.md). About a minute per alpha on 2 cores."""
+    Bayes-optimal SE fixed point with phi and e_gen (THEORY 1.1, 1.5; docs/hardmax_se.md).
+    rho >= 4/9: from the shipped E_hat(s = 1/sqrt(q/V)) table, every alpha (about a second for
+    the curve plus the e_gen rule, seconds per row at large alpha); smaller rho: the direct
+    route per alpha (about a minute each; mmse >= Q0/3 only, an empty row with a note beyond)."""
     from .cli_common import progress_printer
     from .domains import RHO
     from .numerics import hardmax_se as hse
@@ -325,22 +363,35 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
     except DomainError as e:
         raise relabel(e) from None
     v_min = (1.0 + rho) / (1.0 + hse.max_ratio(3))
+    tabulated = rho >= 1 / hse.t3_table()["s_max"] ** 2
     rows = []
+    if tabulated:
+        fps = hse.se_curve_tabulated(rho=rho, alphas=alphas, table=hse.t3_table())
     for k, a in enumerate(alphas):
         progress_printer(k, len(alphas), f"alpha = {a:g}")
         row = {"alpha": a}
+        if tabulated:
+            best = fps[k]
+            row.update({"mmse": best["mmse"], "mmse_error": best["error"],
+                        "q": best["q"], "q_hat": 2 * a * best["E"], "phi": best["phi"],
+                        **hardmax_egen_row(best, rho), "fixed_points": best["n_fixed_points"],
+                        "bayes_optimal": best["bayes_optimal"],
+                        "method": "E_hat table in 1/sqrt(q/V) (9 nodes)"})
+            rows.append(row)
+            continue
         try:
-            fps = hse.se_fixed_points(T=3, alpha=a, rho=rho)
+            fps_a = hse.se_fixed_points(T=3, alpha=a, rho=rho)
         except ConvergenceError:
             row["note"] = f"no fixed point with mmse >= {v_min:.6g} (beyond the resolved range)"
             rows.append(row)
             continue
-        best = next((f for f in fps if f["bayes_optimal"]), None)
+        best = next((f for f in fps_a if f["bayes_optimal"]), None)
         if best is not None:
             row.update({"mmse": best["mmse"], "mmse_error": best["error"], "q": best["q"],
                         "q_hat": best["q_hat"], "phi": best["phi"], "e_gen": best["e_gen"],
                         "e_gen_error": best["e_gen_error"]})
-        row["fixed_points"] = len(fps)
+        row["fixed_points"] = len(fps_a)
+        row["method"] = "tensor Gauss-Hermite outer rule, three orders"
         rows.append(row)
     progress_printer(len(alphas), len(alphas), "done")
     if out_path:

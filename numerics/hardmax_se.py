@@ -1277,6 +1277,29 @@ def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
             "s_max": s_max, "seconds": time.perf_counter() - t0}
 
 
+#: T = 3 table nodes for :func:`e_hat_table` (nodes = 9, s_max = 1.5): rows (E_hat, error,
+#: Psi_out, error) at r = 0.4444, 0.4803, 0.6100, 0.9299, 1.778, 4.665, 20.72, 306.8, computed once
+#: by :func:`table_node` (benchmarks/hardmax_se.py, section table3, about 10 minutes; nodes 4
+#: and 7 add the chamber rule's scale-1.5 run to their bars); tests/test_hardmax_se.py
+#: recomputes a node (slow) and checks the table against the direct rule (fast)
+T3_TABLE_NODES: tuple[tuple[float, float, float, float], ...] = (
+    (2.4562452014297325, 4.571493470726857e-08, -2.605017664315131, 1.7585815239991552e-06),
+    (2.4309846630143035, 8.040410243721213e-08, -2.5750508022099114, 2.7149428830138823e-06),
+    (2.3456722118902302, 8.911110196008799e-07, -2.4747409709106316, 1.9121193471978934e-06),
+    (2.1684154402255698, 6.937778245443346e-06, -2.2703179615829736, 5.4908844762096485e-06),
+    (1.8422905538029668, 0.00013874159381237338, -1.9057761358877336, 0.00012150696640023106),
+    (1.321439606218606, 2.5165682581418424e-05, -1.3465756512369822, 4.2952167882082115e-05),
+    (0.688587993892902, 1.0365176844010332e-05, -0.6929195876992797, 2.5751517001015856e-06),
+    (0.1845661135432463, 5.603642254142212e-06, -0.18471795156860074, 5.567025744585008e-06),
+)
+
+
+@lru_cache(maxsize=1)
+def t3_table() -> dict:
+    """The T = 3 :func:`e_hat_table` from the shipped :data:`T3_TABLE_NODES` (r >= 4/9)."""
+    return e_hat_table(T=3, nodes=9, s_max=1.5, node_values=T3_TABLE_NODES)
+
+
 def se_curve_tabulated(*, rho: float, alphas: Sequence[float], table: dict,
                        grid_points: int = 400, xtol: float = 1e-12) -> list[dict]:
     """SE fixed points at many alphas from an :func:`e_hat_table` (THEORY 1.1), parametrised by
@@ -1303,9 +1326,10 @@ def se_curve_tabulated(*, rho: float, alphas: Sequence[float], table: dict,
         return 1.0 / (2 * d * E), m, r, E
 
     lo, hi = math.log(1e-7), math.log(1e3)
-    require((Q0 - float(wishart.mmse(math.exp(hi), rho=rho)))
-            / float(wishart.mmse(math.exp(hi), rho=rho)) >= r_min, "rho",
-            f"with Q0 - 1 >= {r_min:.3g} (the table's range)", rho)
+    m_hi = float(wishart.mmse(math.exp(hi), rho=rho))
+    require((Q0 - m_hi) / m_hi >= r_min, "rho",
+            f"at least about {r_min:.3g}: q/V -> rho as alpha -> 0 and the table starts at "
+            f"q/V = {r_min:.3g}", rho)
     grid = np.linspace(lo, hi, grid_points)
     a_grid = np.array([state(t)[0] for t in grid])
     rows = []

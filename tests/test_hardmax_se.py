@@ -244,8 +244,16 @@ def test_cli_hardmax_t3_se_fixed_point_and_range(run_cli):
     assert fp["bayes_optimal"] and fp["stable"] and o["mmse"] == fp["mmse"]
     row = hs.se_curve_traced(T=3, rho=0.5, mmses=[fp["mmse"]])[0]
     assert abs(row["alpha"] - 0.03) <= row["alpha_error"] + abs(fp["d_alpha_d_mmse"]) * fp["error"]
-    rc, _, err = run_cli(["se", "--channel", "hardmax", "--tokens", "3", "--alpha", "0.2"])
-    assert rc == 3 and "mmse >= 0.5" in err
+    # below Q0/3 at rho >= 4/9 the fixed point comes from the E_hat table; at rho = 0.3 the
+    # direct range ends there and the command exits 3 saying so
+    rc, out, err = run_cli(["se", "--channel", "hardmax", "--tokens", "3", "--alpha", "0.2",
+                            "--json"])
+    assert rc == 0, err
+    (fp,) = json.loads(out)["fixed_points"]
+    assert fp["method"].startswith("E_hat table") and fp["mmse"] < 0.5 and fp["bayes_optimal"]
+    rc, _, err = run_cli(["se", "--channel", "hardmax", "--tokens", "3", "--rho", "0.3",
+                          "--alpha", "0.3"])
+    assert rc == 3 and "mmse >= 0.4333" in err
 
 
 def test_cli_check_hardmax_t3(run_cli):
@@ -276,7 +284,8 @@ def test_checks_detect_a_wrong_g_out(monkeypatch):
 def test_cli_hardmax_t3_curve_refusals(run_cli):
     base = ["curve", "--channel", "hardmax", "--tokens", "3", "--alphas", "0.01:0.03:2"]
     for args, opt in ((["--tol", "1e-3"], "--tol"), (["--beta", "2"], "--beta"),
-                      (["--plot", "x.txt"], "--plot"), (["--method", "per-alpha"], "--method")):
+                      (["--plot", "x.txt"], "--plot"), (["--method", "per-alpha"], "--method"),
+                      (["--rho", "0"], "--rho")):
         rc, _, err = run_cli(base + args)
         assert rc == 2 and opt in err and len(err.strip().splitlines()) == 1, (args, err)
     rc, _, err = run_cli(["curve", "--channel", "hardmax", "--tokens", "3", "--alphas", "0:0.03:2"])
@@ -285,17 +294,48 @@ def test_cli_hardmax_t3_curve_refusals(run_cli):
 
 @pytest.mark.slow
 def test_cli_hardmax_t3_curve_rows(run_cli, tmp_path):
-    """A two-point curve: the first alpha's row is the Bayes-optimal fixed point, the second
-    (beyond the resolved mmse range at rho = 0.5) is an empty row with its note (~2 min)."""
+    """Two-point curves: rho = 0.3 (direct route) gives the Bayes-optimal fixed point at the
+    first alpha and an empty row with its note beyond the resolved range; rho = 0.5 (the E_hat
+    table) gives both, the first within the bars of the direct route's value (~3 min)."""
     import csv
 
     out = tmp_path / "h3.csv"
-    rc, _, err = run_cli(["curve", "--channel", "hardmax", "--tokens", "3", "--rho", "0.5",
-                          "--alphas", "0.03:0.2:2", "--out", str(out)])
+    rc, _, err = run_cli(["curve", "--channel", "hardmax", "--tokens", "3", "--rho", "0.3",
+                          "--alphas", "0.03:0.3:2", "--out", str(out)])
     assert rc == 0, err
     rows = list(csv.DictReader(out.open()))
-    assert abs(float(rows[0]["alpha"]) - 0.03) < 1e-15 and float(rows[0]["mmse"]) > 0.5
+    assert abs(float(rows[0]["alpha"]) - 0.03) < 1e-15 and float(rows[0]["mmse"]) > 0.4333
     assert rows[1]["mmse"] == "" and "beyond the resolved range" in rows[1]["note"]
+    rc, _, err = run_cli(["curve", "--channel", "hardmax", "--tokens", "3", "--rho", "0.5",
+                          "--alphas", "0.03:0.5:2", "--out", str(out)])
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.open()))
+    direct = hs.se_fixed_points(T=3, alpha=0.03, rho=0.5)[0]
+    m, e = float(rows[0]["mmse"]), float(rows[0]["mmse_error"])
+    assert abs(m - direct["mmse"]) <= e + direct["error"]
+    assert float(rows[1]["mmse"]) < 0.5 and float(rows[1]["e_gen"]) > 0
+    assert rows[1]["method"].startswith("E_hat table")
+
+
+def test_t3_table_against_the_direct_rule():
+    """The shipped T = 3 table (T3_TABLE_NODES) between its nodes, against the tensor rule at
+    r = 0.75 and 1.4 (within the sum of both bars; the table's bar is not vacuous)."""
+    tab = hs.t3_table()
+    for r in (0.75, 1.4):
+        d = hs.output_e(T=3, q=r, V=1.0)
+        v, e = float(tab["value"](r)), float(tab["error"](r))
+        assert abs(v - d.value) <= e + d.error, (r, v, d.value, e, d.error)
+        assert e < 3e-3 * v  # measured: 1.7e-3 relative at r = 0.75 (the 5-node difference)
+
+
+@pytest.mark.slow
+def test_t3_table_node_recomputed():
+    """Node 5 of the shipped table (r = 4.665, the chamber rule) recomputed (~2 min)."""
+    tab = hs.t3_table()
+    r = float(tab["r_nodes"][5])
+    E, E_err, P, P_err = hs.table_node(T=3, r=r)
+    ref = hs.T3_TABLE_NODES[5]
+    assert abs(E - ref[0]) <= E_err + ref[1] and abs(P - ref[2]) <= P_err + ref[3]
 
 
 # ----------------------------------------------------------------------------- large r
