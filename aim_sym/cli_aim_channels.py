@@ -261,8 +261,10 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
     out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
            "beta": beta, "rho": list(rho), "alpha": alpha,
            "alpha_PR": das.perfect_recovery_alpha(model),
-           "method": "randomised QMC (8 scrambles x 2^9 Sobol points) over the output side, "
-                     "2D inner rule over H1's seen directions; error = 2.5 standard errors plus "
+           "method": "randomised QMC (8 scrambles x 2^9 Sobol points, truths first) over the "
+                     "output side of E_l = (2 V_l - E tr Cov_l[. | z]) / V_l^2 (posterior-variance "
+                     "form), 2D inner rule over H1's seen directions; error = 2.5 standard "
+                     "errors plus "
                      "the inner rule's two-step difference, through (I - J)^-1",
            "note": "phi ranks coexisting fixed points (Bayes-optimal: the stable one of largest "
                    "phi); e_gen: E||y(h) - y(h')||^2/2, h, h' two posterior draws given omega; "
