@@ -100,7 +100,18 @@ class AIM:
         """The compiled channel (:class:`aim_sym.compiled.CompiledChannel`) the engines consume."""
         from .compiled import compile_channel
 
+        if self.polyhedral is not None:
+            raise InputError(f"channel {self.channel.name} is polyhedral (a term of >= 3 "
+                             "half-spaces, THEORY 1.4): check, threshold weak --small-width and "
+                             "se serve it; curve, amp and the small-width SE do not yet")
         return compile_channel(self.channel, self.values)
+
+    @cached_property
+    def polyhedral(self):
+        """The channel's output side as numbers for the polytope engine
+        (:class:`aim_sym.numerics.polyhedral_se.PolyhedralOutput`) when the channel has a term of
+        >= 3 half-spaces (THEORY 1.4; docs/polyhedral.md), else None."""
+        return _polyhedral_output(self.channel, self.values)
 
     def parameters(self, **extra) -> dict:
         return {"model": "aim", "channel": self.channel.name, "tokens": self.channel.tokens,
@@ -205,6 +216,8 @@ class AIM:
         from .numerics import aim_se
 
         alpha, tol = ALPHA.check(alpha), TOL.check(tol)
+        if self.polyhedral is not None:
+            return _polyhedral_state_evolution(self, alpha=alpha, digits=digits)
         if digits is not None:
             digits = SE_DIGITS.check(digits)
             if self.compiled.discrete:
@@ -269,6 +282,9 @@ class AIM:
 
         _choice(kind, "kind", ("weak", "perfect"))
         digits = THRESHOLD_DIGITS.check(digits)
+        if self.polyhedral is not None:
+            return _polyhedral_threshold(self, kind, small_width=small_width, digits=digits,
+                                         certified=certified)
         if kind == "weak":
             if not small_width:
                 raise InputError("small_width must be True for a weak-recovery threshold of the "
@@ -312,6 +328,8 @@ class AIM:
         detail, value, tolerance)."""
         from .checks import run_checks
 
+        if self.polyhedral is not None:
+            return ResultTable(tuple(_polyhedral_checks(self.polyhedral)), self.parameters())
         return ResultTable(tuple(run_checks(self.channel, params=self.values)), self.parameters())
 
     def amp(self, *, alpha: float, dim: int = 100, seeds: int = 4, max_iter: int = 100,
@@ -385,14 +403,26 @@ class AIM:
         return linear
 
     def expressions(self) -> dict:
-        """The channel's equations as sympy expressions (Z_out, g_out, SE map, ...)."""
+        """The channel's equations as sympy expressions (Z_out, g_out, SE map, ...); for a
+        polyhedral channel its likelihoods P(y | h) (Z_out is an integral)."""
         from .sheets import aim_expressions
+
+        if self.polyhedral is not None:
+            return {f"P(y={y} | h)": p for y, p in zip(self.channel.outputs,
+                                                       self.channel.likelihood)}
 
         return aim_expressions(self.channel)
 
     def derive(self, format: str = "markdown") -> str:
         """The channel's equations as text: "markdown", "latex" or "python" (numpy code)."""
         _choice(format, "format", ("markdown", "latex", "python"))
+        if self.polyhedral is not None:
+            from .polyhedral import polyhedral_sheet
+
+            if format != "markdown":
+                raise InputError(f"format must be markdown for a polyhedral channel (its Z_out is "
+                                 f"an integral, not an expression); got {format!r}")
+            return polyhedral_sheet(self.channel)
         if format == "python":
             from .codegen import numpy_source
             from .output import derive as derive_channel
@@ -403,6 +433,107 @@ class AIM:
         if format == "latex":
             return latex_document(aim_expressions(self.channel), self.channel.tokens)
         return strip_canonical(aim_sheet(self.channel))
+
+
+# ----------------------------------------------------------------------------- AIM, polyhedral
+def _polyhedral_output(ch: Channel, values: dict):
+    """The numeric output side of a polyhedral channel (THEORY 1.4), or None; every outcome must
+    have Z_out > 0 at omega = 0, V = 1 (checked beyond the engine's error bar)."""
+    if not isinstance(ch, DiscreteChannel):
+        return None
+    from .polyhedral import is_polyhedral, polyhedral_arrays
+
+    if not is_polyhedral(ch):
+        return None
+    import numpy as np
+
+    from .numerics import polyhedral_se as ps
+
+    a = polyhedral_arrays(ch, values)
+    out = ps.PolyhedralOutput(
+        outcomes=a["outcomes"], weights=a["weights"], basis=a["basis"], name=a["name"],
+        terms=tuple(tuple(ps.Term(w, A, b) for w, A, b in ts) for ts in a["terms"]))
+    z = ps.z_out(out, omega=np.zeros((1, out.dim)), V=1.0, order=1)
+    for y, Z, e in zip(out.outcomes, z.Z[:, 0], z.Z_error[:, 0]):
+        if not Z > e:
+            raise _channels.ChannelError(
+                f"channel {ch.name}: Z_out vanishes for output {y} (Z_out = {Z:.3g} +- {e:.1e} "
+                "at omega = 0, V = 1): remove outputs of probability zero")
+    return out
+
+
+def _polyhedral_checks(out) -> list[dict]:
+    """Identity checks of a polyhedral channel at omega = 0 (V = 1) and at three seeded omega
+    (V = 0.7) (THEORY 1.2; numerics/polyhedral_se.check_identities)."""
+    import numpy as np
+
+    from .numerics import polyhedral_se as ps
+
+    rng = np.random.default_rng(2026)
+    omega = 0.6 * rng.standard_normal((3, out.dim)) * np.sqrt(np.asarray(out.weights))
+    rows = []
+    for om, V in ((np.zeros((1, out.dim)), 1.0), (omega, 0.7)):
+        for r in ps.check_identities(out, omega=om, V=V):
+            rows.append({**r, "name": f"{r['name']} (V = {V:g}, {len(om)} omega)"})
+    return rows
+
+
+def _polyhedral_threshold(m: AIM, kind: str, *, small_width: bool, digits: int,
+                          certified: bool) -> Result:
+    """alpha_bar_c = 1 / (2 E(0, 1)) of a polyhedral channel (THEORY 1.2, 1.4)."""
+    from .numerics import polyhedral_se as ps
+
+    if kind != "weak":
+        raise InputError("kind must be weak for a polyhedral channel (a discrete channel has "
+                         "q_hat V -> 0 as V -> 0: no finite perfect-recovery threshold); got "
+                         f"{kind!r}")
+    if not small_width:
+        raise InputError("small_width must be True for a weak-recovery threshold of the AIM (at "
+                         "finite rho q > rho for every alpha > 0: no uninformative fixed point); "
+                         "got False")
+    if certified:
+        raise InputError("certified must be False for a polyhedral channel: its threshold is a "
+                         "quadrature (error bar by refinement), not a closed form; got True")
+    digits = min(digits, 15)  # double-precision quadrature: at most 15 significant digits
+    est = ps.weak_threshold(m.polyhedral)
+    params = {k: v for k, v in m.parameters().items() if k != "rho"}
+    return Result(quantity="alpha_bar_c", value=f"{est.value:.{digits}g}", error=est.error,
+                  method=est.method, precision=digits, parameters=params,
+                  details={"kind": "weak (small width)", "digits": digits,
+                           "closed_form": "1 / (2 E(0, 1)), E = sum_y |grad Z_y|_C^2 / Z_y at "
+                           "omega = 0: Gaussian polytope integrals (no closed form)",
+                           "sympy": None, "value_float": est.value})
+
+
+def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None) -> Result:
+    """The SE fixed points of a polyhedral channel with V >= V_MIN (THEORY 1.1;
+    numerics/polyhedral_se.fixed_points), the Bayes-optimal one (largest phi among the stable)
+    flagged; about 40 s per fixed point on two cores."""
+    from .numerics import polyhedral_se as ps
+
+    if digits is not None:
+        raise DomainError(SE_DIGITS, digits, "digits", allowed="omitted for a channel without a "
+                          "closed-form output map (polyhedral channels)")
+    if alpha == 0:
+        fps = [{"q": m.rho, "q_hat": 0.0, "mmse": 1.0, "error": 0.0, "phi": 0.0, "stable": True,
+                "slope": 0.0}]
+    else:
+        fps = ps.fixed_points(m.polyhedral, alpha=alpha, rho=m.rho)
+    stable = [f for f in fps if f["stable"]] or fps
+    bo = max(stable, key=lambda f: f["phi"])
+    none = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None, "e_gen_plugin_error": None}
+    rows = [{**{k: f[k] for k in ("q", "q_hat", "mmse", "phi", "stable", "slope", "error")},
+             "bayes_optimal": f is bo, **none} for f in fps]
+    details = {"q": bo["q"], "q_hat": bo["q_hat"], "phi": bo["phi"], **none,
+               "e_gen_method": "not computed: the channel's output is not a T x T matrix the "
+               "engine knows", "fixed_points": rows}
+    return Result(quantity="mmse", value=bo["mmse"], error=bo["error"],
+                  method=f"fixed points with V >= {ps.V_MIN} (order-6 scan, Brent's method): "
+                  "output side by tensor Gauss-Hermite over omega (orders "
+                  f"{ps.SE_ORDERS[0]}, {ps.SE_ORDERS[1]}) of the Gaussian polytope engine + "
+                  "Wishart prior quadrature; error = the Newton step between the two orders + "
+                  "propagated bars", precision=16, parameters=m.parameters(alpha=alpha),
+                  details=details)
 
 
 # ----------------------------------------------------------------------------- SMI

@@ -10,7 +10,10 @@ For every channel, with h ~ N(omega, V C) and C = diag(1 + delta_ab):
 Gaussian channels give Z_out, the SE map and Psi_out in closed form. Discrete channels give
 Z_out as sums of Gaussian orthant probabilities (Phi for one half-space, Phi2 for two); the
 expectation over omega is left to numerics, but at q = 0 it is a finite sum over outputs,
-evaluated exactly (the small-width weak-recovery threshold, THEORY 1.2).
+evaluated exactly (the small-width weak-recovery threshold, THEORY 1.2). A channel with an event
+of three or more half-spaces is *polyhedral* (THEORY 1.4): Z_out is a Gaussian polytope
+probability, an integral without closed form; its derivation keeps the events
+(``OutputDerivation.polyhedral``) for the numeric polytope engine (:mod:`aim_sym.polyhedral`).
 """
 
 from __future__ import annotations
@@ -61,10 +64,17 @@ class OutputDerivation:
     psi_out: sp.Expr | None = None  # Psi_out(V) in closed form (Gaussian channels)
     params: tuple[sp.Symbol, ...] = field(default=())
     deterministic: bool = True  # y is a function of h (P(y|h) in {0, 1}): V = 0 is a fixed point
+    # polyhedral channels (an event of >= 3 half-spaces, THEORY 1.4): the events of each output;
+    # Z_out, g_out, dg_out are then integrals (empty tuples here), computed numerically
+    polyhedral: tuple[tuple[Event, ...], ...] | None = None
 
     @property
     def discrete(self) -> bool:
         return isinstance(self.channel, DiscreteChannel)
+
+    @property
+    def is_polyhedral(self) -> bool:
+        return self.polyhedral is not None
 
 
 # ----------------------------------------------------------------------------- discrete
@@ -149,15 +159,50 @@ def tidy(e):
     )
 
 
+#: the largest rank of an event the polyhedral route accepts (the polytope engine's deterministic
+#: iterated rule, ~1e-12; beyond it the engine is Monte-Carlo-grade)
+POLYHEDRAL_MAX_RANK = 3
+
+
+def _derive_polyhedral(ch: DiscreteChannel, all_events: list[list[Event]],
+                       deterministic: bool) -> OutputDerivation:
+    """A discrete channel with an event of >= 3 half-spaces (THEORY 1.4): Z_out(y) =
+    sum_k w_k P(h in polytope_k) has no closed form; keep the events for the numeric engine."""
+    T = ch.tokens
+    n = len(h_symbols(T))
+    forms = []
+    for events in all_events:
+        for ev in events:
+            L = sp.Matrix([list(f) for f in ev.forms]) if ev.forms else sp.zeros(0, n)
+            if any(all(c == 0 for c in f) for f in ev.forms):
+                raise ChannelError(f"a Heaviside form {ev.forms} has zero variance")
+            r = L.rank()
+            if r > POLYHEDRAL_MAX_RANK:
+                raise ChannelError(
+                    f"an event of {len(ev.forms)} half-spaces spans {r} directions of h; the "
+                    f"polyhedral route integrates events of rank <= {POLYHEDRAL_MAX_RANK} "
+                    "(deterministic rule); write the channel with fewer independent half-spaces "
+                    "per term")
+            forms.extend(ev.forms)
+    basis, m, omega_of_m = _basis_and_map(forms, T)
+    return OutputDerivation(
+        channel=ch, omega=omega_symbols(T), y=(), Z_out=(), log_Z_out=(), g_out=(), dg_out=(),
+        basis=basis, m=m, omega_of_m=omega_of_m, params=tuple(s for s, _ in ch.params),
+        deterministic=bool(deterministic),
+        polyhedral=tuple(tuple(evs) for evs in all_events),
+    )
+
+
 def derive_discrete(ch: DiscreteChannel) -> OutputDerivation:
     T = ch.tokens
     omega = omega_symbols(T)
     C = weight_matrix(T)
+    all_events = [parse_events(p, T) for p in ch.likelihood]
+    deterministic = all(len(evs) == 1 and evs[0].weight == 1 for evs in all_events)
+    if any(len(ev.forms) >= 3 for evs in all_events for ev in evs):
+        return _derive_polyhedral(ch, all_events, deterministic)
     Zs, forms = [], []
-    deterministic = True
-    for p in ch.likelihood:
-        events = parse_events(p, T)
-        deterministic &= len(events) == 1 and events[0].weight == 1
+    for events in all_events:
         Z = sp.Add(*[event_probability(ev, omega, C) for ev in events])
         Zs.append(Z)
         for ev in events:

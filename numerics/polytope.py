@@ -529,6 +529,33 @@ def _c_moments(B: np.ndarray, c: np.ndarray, eps: np.ndarray, order: int, rule: 
     return mass, mass_err, grad, grad_err, hess, hess_err
 
 
+def irredundant_rows(A: np.ndarray, b: np.ndarray) -> tuple[list[int], bool]:
+    """Indices of the rows of {A h <= b} not implied by the others (one linear programme per
+    row: row k goes when max A_k h over the remaining rows is <= b_k), and whether the polytope
+    is empty. Implied rows change no indicator; dropping them spares the face bookkeeping the
+    faces that touch the polytope only in lower dimension, where the Hessian was measured wrong
+    (a row implied along an edge: dg_out off by 1e-2 under a 1e-14 bar)."""
+    from scipy.optimize import linprog
+
+    A, b = np.asarray(A, dtype=float), np.asarray(b, dtype=float)
+    rows = list(range(A.shape[0]))
+    if not rows:
+        return rows, False
+    feas = linprog(np.zeros(A.shape[1]), A_ub=A, b_ub=b, bounds=(None, None), method="highs")
+    if feas.status == 2:
+        return [], True
+    for k in list(rows):
+        others = [i for i in rows if i != k]
+        if not others:
+            break
+        res = linprog(-A[k], A_ub=A[others], b_ub=b[others], bounds=(None, None),
+                      method="highs")
+        scale = 1.0 + abs(b[k]) + float(np.abs(A[k]).sum())
+        if res.status == 0 and -res.fun <= b[k] + 1e-12 * scale:
+            rows = others
+    return rows, False
+
+
 def gaussian_polytope(*, A, b, omega, cov, order: int = 2,
                       rule: PolytopeRule = DEFAULT_RULE) -> PolytopeMoments:
     """Mass (order 0), gradient (1) and Hessian (2) in c of P(A h <= b), h ~ N(omega, cov),
@@ -536,10 +563,30 @@ def gaussian_polytope(*, A, b, omega, cov, order: int = 2,
     require(order in (0, 1, 2), "order", "0, 1 or 2", order)
     t0 = time.perf_counter()
     A, b, om, Lc = _as_inputs(A, b, omega, cov)
-    B = A @ Lc
-    c = b[None, :] - om @ A.T
-    mass, mass_err, grad, grad_err, hess, hess_err = _c_moments(
+    keep, empty = irredundant_rows(A, b)
+    N, m = om.shape[0], A.shape[0]
+    if empty or not keep:
+        zero = np.zeros(N)
+        full = np.ones(N) if not empty else zero
+        g0 = np.zeros((N, m)) if order >= 1 else None
+        h0 = np.zeros((N, m, m)) if order >= 2 else None
+        return PolytopeMoments(A=A, mass=full, mass_error=zero, grad=g0, grad_error=g0,
+                               hess=h0, hess_error=h0, seconds=time.perf_counter() - t0)
+    k = np.asarray(keep)
+    B = A[k] @ Lc
+    c = b[None, k] - om @ A[k].T
+    mass, mass_err, g_k, ge_k, h_k, he_k = _c_moments(
         B, c, _perturbation(B.shape[0]), order, rule)
+    # implied rows: the mass does not move with their offsets (a row touching the polytope
+    # only along a lower-dimensional face cuts O(eps^2)), so their derivatives are zero
+    grad = grad_err = hess = hess_err = None
+    if order >= 1:
+        grad, grad_err = np.zeros((N, m)), np.zeros((N, m))
+        grad[:, k], grad_err[:, k] = g_k, ge_k
+    if order >= 2:
+        hess, hess_err = np.zeros((N, m, m)), np.zeros((N, m, m))
+        hess[:, k[:, None], k[None, :]] = h_k
+        hess_err[:, k[:, None], k[None, :]] = he_k
     return PolytopeMoments(A=A, mass=mass, mass_error=mass_err, grad=grad, grad_error=grad_err,
                            hess=hess, hess_error=hess_err, seconds=time.perf_counter() - t0)
 

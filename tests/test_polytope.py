@@ -335,3 +335,26 @@ def test_observed_statistic_closed_form_and_differences():
         d_g = (8 * (o[1].g - o[-1].g) - (o[2].g - o[-2].g))[0] / (12 * h)
         np.testing.assert_allclose(d_g, base.dg[0, :, k], atol=1e-7)
     assert base.g_error.max() <= 1e-10
+
+
+def test_row_implied_along_an_edge_keeps_the_hessian():
+    """A third row implied by two others and touching the polytope only along an edge (found
+    by the channel-file work: dg_out was off by 1e-2 under a 1e-14 bar before implied rows were
+    dropped): mass, g_out and dg_out equal those of the two-row polytope, and dg_out equals
+    central differences of g_out."""
+    import numpy as np
+    from aim_sym.numerics import polytope as pt
+
+    A = np.array([[-1.0, 1.0, 0.0], [0.0, 1.0, -1.0], [-1.0, 2.0, -1.0]])
+    b = np.zeros(3)
+    om = np.array([[0.3, -0.2, 0.1]])
+    cov = 0.7 * np.eye(3)
+    r3 = pt.gaussian_polytope(A=A, b=b, omega=om, cov=cov)
+    r2 = pt.gaussian_polytope(A=A[:2], b=b[:2], omega=om, cov=cov)
+    assert np.allclose(r3.mass, r2.mass, rtol=0, atol=1e-14)
+    assert np.allclose(r3.dg_out, r2.dg_out, rtol=0, atol=1e-12)
+    h = 1e-5
+    fd = np.stack([(pt.gaussian_polytope(A=A, b=b, omega=om + h * e, cov=cov, order=1).g_out
+                    - pt.gaussian_polytope(A=A, b=b, omega=om - h * e, cov=cov, order=1).g_out
+                    )[0] / (2 * h) for e in np.eye(3)], axis=1)
+    assert np.abs(fd - r3.dg_out[0]).max() < 1e-6

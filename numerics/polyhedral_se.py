@@ -1,0 +1,416 @@
+"""Output side of polyhedral AIM channels by the Gaussian polytope engine (THEORY 1.1, 1.4).
+
+A discrete channel whose likelihood terms are intersections of half-spaces of h (any number of
+them) has, for each outcome y, P(y | h) = sum_k w_k 1[A_k h <= b_k] (the terms of
+:func:`aim_sym.output.parse_events`; a term without rows is the constant w_k). With
+h ~ N(omega, V C), C = diag(1 + delta_ab),
+
+    Z_y = sum_k w_k P_k,   dZ_y/domega = sum_k w_k dP_k/domega,   d2Z_y/domega2 likewise,
+
+each P_k and its derivatives by :func:`aim_sym.numerics.polytope.gaussian_polytope` (closed forms
+up to two rows, the iterated Gauss-Legendre rule up to rank 3: ~1e-12 with an error bar). Then
+g_y = dZ_y / Z_y and dg_y = d2Z_y / Z_y - g_y g_y^T.
+
+The SE output expectation (THEORY 1.1)
+
+    E(q, V) = E_omega sum_y |dZ_y|_C^2 / Z_y,   Psi_out(q, V) = E_omega sum_y Z_y log Z_y,
+
+over omega ~ N(0, q C) is a tensor Gauss-Hermite rule in the K directions m = L omega the channel
+sees (L the basis of its half-space normals, m ~ N(0, q L C L^T)); two orders give the error.
+At q = 0 it is one evaluation at omega = 0, and the small-width weak-recovery threshold is
+alpha_bar_c = 1 / (2 E(0, 1)) (THEORY 1.2, 1.4).
+
+This module receives numbers only (the symbolic side is :mod:`aim_sym.polyhedral`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy.optimize import brentq
+
+from . import polytope as pt
+from . import wishart
+from .records import ConvergenceError, Estimate, require
+
+__all__ = ["Term", "PolyhedralOutput", "irredundant", "OutputValues", "z_out", "output_moments",
+           "output_estimate", "weak_threshold", "check_identities",
+           "GH_ORDERS", "FAST_RULE", "fixed_points", "SE_ORDERS", "V_MIN"]
+
+#: Gauss-Hermite orders per axis of the omega expectation (coarse, fine): the error is their
+#: difference. Geometric convergence needs V >= q (the integrand varies on the scale sqrt(V),
+#: the weight on sqrt(q)); at V < q it is slow (docs/polyhedral.md)
+GH_ORDERS = (8, 12)
+#: a cheaper polytope rule for the omega expectation: 10/7 Gauss points on 10 pieces, five times
+#: faster than the default and within ~1e-9 of it (its own bar), far below the omega rule's error
+FAST_RULE = pt.PolytopeRule(nodes=10, coarse_nodes=7, pieces=10)
+
+
+@dataclass(frozen=True)
+class Term:
+    """w 1[A h <= b]; ``A`` has zero rows for a constant term."""
+
+    weight: float
+    A: tuple[tuple[float, ...], ...]
+    b: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class PolyhedralOutput:
+    """A polyhedral channel's output side as numbers (THEORY 1.4): per outcome its terms;
+    ``weights`` the variance weights 1 + delta_ab of h (flat order a <= b); ``basis`` (K rows of
+    n) spans the half-space normals, so Z_y depends on omega only through basis . omega."""
+
+    outcomes: tuple
+    terms: tuple[tuple[Term, ...], ...]
+    weights: tuple[float, ...]
+    basis: tuple[tuple[float, ...], ...]
+    name: str = "polyhedral"
+
+    def __post_init__(self) -> None:
+        n = len(self.weights)
+        require(n >= 1 and all(math.isfinite(w) and w > 0 for w in self.weights), "weights",
+                "finite reals > 0", self.weights)
+        require(len(self.terms) == len(self.outcomes) >= 1, "terms", "one tuple per outcome",
+                len(self.terms))
+        for ts in self.terms:
+            for t in ts:
+                require(math.isfinite(t.weight) and len(t.A) == len(t.b)
+                        and all(len(r) == n and all(math.isfinite(v) for v in r) for r in t.A)
+                        and all(math.isfinite(v) for v in t.b), "terms",
+                        f"finite weights, rows of {n} entries and one bound per row", t)
+        require(all(len(r) == n for r in self.basis), "basis", f"rows of {n} entries",
+                self.basis)
+
+    @property
+    def dim(self) -> int:
+        return len(self.weights)
+
+
+@dataclass(frozen=True)
+class OutputValues:
+    """Z (Y, N), dZ (Y, N, n) = dZ/domega, d2Z (Y, N, n, n) (order 2), their error bars, and
+    g = dZ / Z, dg = d2Z / Z - g g^T with error bars (0 where Z <= 0)."""
+
+    Z: np.ndarray
+    Z_error: np.ndarray
+    dZ: np.ndarray
+    dZ_error: np.ndarray
+    d2Z: np.ndarray | None
+    d2Z_error: np.ndarray | None
+    seconds: float
+
+    @property
+    def _pos(self) -> tuple[np.ndarray, np.ndarray]:
+        pos = self.Z > 1e-300
+        return pos, np.where(pos, self.Z, 1.0)
+
+    @property
+    def g(self) -> np.ndarray:
+        pos, Z = self._pos
+        return np.where(pos[..., None], self.dZ / Z[..., None], 0.0)
+
+    @property
+    def g_error(self) -> np.ndarray:
+        pos, Z = self._pos
+        e = (self.dZ_error + np.abs(self.g) * self.Z_error[..., None]) / Z[..., None]
+        return np.where(pos[..., None], e, 0.0)
+
+    @property
+    def dg(self) -> np.ndarray:
+        require(self.d2Z is not None, "order", "2 for dg_out", 1)
+        pos, Z = self._pos
+        g = self.g
+        out = self.d2Z / Z[..., None, None] - g[..., :, None] * g[..., None, :]
+        return np.where(pos[..., None, None], out, 0.0)
+
+    @property
+    def dg_error(self) -> np.ndarray:
+        require(self.d2Z_error is not None, "order", "2 for dg_out", 1)
+        pos, Z = self._pos
+        g, ge = np.abs(self.g), self.g_error
+        e = ((self.d2Z_error + np.abs(self.d2Z) * (self.Z_error / Z)[..., None, None])
+             / Z[..., None, None] + ge[..., :, None] * g[..., None, :]
+             + g[..., :, None] * ge[..., None, :])
+        return np.where(pos[..., None, None], e, 0.0)
+
+
+@lru_cache(maxsize=256)
+def irredundant(A: tuple, b: tuple) -> tuple[tuple, tuple, bool]:
+    """The rows of {A h <= b} not implied by the others and whether the polytope is empty
+    (:func:`aim_sym.numerics.polytope.irredundant_rows`)."""
+    keep, empty = pt.irredundant_rows(np.asarray(A, dtype=float), np.asarray(b, dtype=float))
+    if empty:
+        return (), (), True
+    return tuple(A[i] for i in keep), tuple(b[i] for i in keep), False
+
+
+def z_out(ch: PolyhedralOutput, *, omega, V: float, order: int = 2,
+          rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> OutputValues:
+    """Z_y, dZ_y/domega and (order 2) d2Z_y/domega2 for every outcome at the rows of
+    ``omega`` (N, n), h ~ N(omega, V C) (module docstring). Each distinct polytope is
+    integrated once for all outcomes that share it, after dropping its implied rows
+    (:func:`irredundant`)."""
+    require(isinstance(V, (int, float)) and math.isfinite(V) and V > 0, "V", "a finite real > 0",
+            V)
+    require(order in (1, 2), "order", "1 or 2", order)
+    t0 = time.perf_counter()
+    n = ch.dim
+    om = np.atleast_2d(np.asarray(omega, dtype=float))
+    require(om.ndim == 2 and om.shape[1] == n and np.all(np.isfinite(om)), "omega",
+            f"finite, {n} entries per row", om.shape)
+    N, Y = om.shape[0], len(ch.outcomes)
+    cov = V * np.diag(np.asarray(ch.weights, dtype=float))
+    moments: dict = {}
+    for ts in ch.terms:
+        for t in ts:
+            key = (t.A, t.b)
+            if t.A and key not in moments:
+                A_r, b_r, empty = irredundant(t.A, t.b)
+                if empty or not A_r:
+                    zero = np.zeros((N, n))
+                    moments[key] = (np.full(N, 0.0 if empty else 1.0), np.zeros(N), zero, zero,
+                                    np.zeros((N, n, n)) if order == 2 else None,
+                                    np.zeros((N, n, n)) if order == 2 else None)
+                    continue
+                mo = pt.gaussian_polytope(A=A_r, b=b_r, omega=om, cov=cov, order=order, rule=rule)
+                A = mo.A
+                d1 = -(mo.grad @ A)  # dP/domega = -A^T dP/dc
+                e1 = mo.grad_error @ np.abs(A)
+                d2 = e2 = None
+                if order == 2:
+                    d2 = np.einsum("ki,nkl,lj->nij", A, mo.hess, A)
+                    e2 = np.einsum("ki,nkl,lj->nij", np.abs(A), mo.hess_error, np.abs(A))
+                moments[key] = (mo.mass, mo.mass_error, d1, e1, d2, e2)
+    Z = np.zeros((Y, N))
+    Ze = np.zeros((Y, N))
+    dZ = np.zeros((Y, N, n))
+    dZe = np.zeros((Y, N, n))
+    d2Z = np.zeros((Y, N, n, n)) if order == 2 else None
+    d2Ze = np.zeros((Y, N, n, n)) if order == 2 else None
+    for y, ts in enumerate(ch.terms):
+        for t in ts:
+            if not t.A:
+                Z[y] += t.weight
+                continue
+            P, Pe, d1, e1, d2, e2 = moments[(t.A, t.b)]
+            w, aw = t.weight, abs(t.weight)
+            Z[y] += w * P
+            Ze[y] += aw * Pe
+            dZ[y] += w * d1
+            dZe[y] += aw * e1
+            if order == 2:
+                d2Z[y] += w * d2
+                d2Ze[y] += aw * e2
+    # cancellations between terms (1 - P) cost absolute, not relative, accuracy: add rounding
+    Ze += 4 * np.finfo(float).eps * sum(abs(t.weight) for ts in ch.terms for t in ts)
+    return OutputValues(Z=Z, Z_error=Ze, dZ=dZ, dZ_error=dZe, d2Z=d2Z, d2Z_error=d2Ze,
+                        seconds=time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- omega expectation
+@lru_cache(maxsize=32)
+def _hermite(order: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Hermite nodes and weights for E over N(0, 1)."""
+    x, w = np.polynomial.hermite_e.hermegauss(order)
+    return x, w / w.sum()
+
+
+def _nodes(ch: PolyhedralOutput, q: float, order: int) -> tuple[np.ndarray, np.ndarray]:
+    """omega nodes (N, n) and weights for omega ~ N(0, q C) seen through m = L omega."""
+    n = ch.dim
+    if q == 0 or not ch.basis:
+        return np.zeros((1, n)), np.ones(1)
+    L = np.asarray(ch.basis, dtype=float)
+    C = np.diag(np.asarray(ch.weights, dtype=float))
+    S = L @ C @ L.T
+    K = L.shape[0]
+    x, w = _hermite(order)
+    grids = np.meshgrid(*([x] * K), indexing="ij")
+    xi = np.stack([g.ravel() for g in grids], axis=1)
+    wt = np.ones(xi.shape[0])
+    for g in np.meshgrid(*([w] * K), indexing="ij"):
+        wt = wt * g.ravel()
+    m = math.sqrt(q) * xi @ np.linalg.cholesky(S).T  # m ~ N(0, q S)
+    omega = m @ np.linalg.solve(S, L @ C).T  # a preimage: L omega = m
+    return omega, wt
+
+
+def output_moments(ch: PolyhedralOutput, *, q: float, V: float, order: int,
+                   rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> tuple[float, float, float, int]:
+    """(E(q, V), Psi_out(q, V), the polytope engine's error bar on E, nodes) at one
+    Gauss-Hermite order (module docstring; THEORY 1.1)."""
+    require(math.isfinite(q) and q >= 0, "q", "a finite real >= 0", q)
+    omega, wt = _nodes(ch, q, order)
+    out = z_out(ch, omega=omega, V=V, order=1, rule=rule)
+    c = np.asarray(ch.weights, dtype=float)
+    pos = out.Z > 1e-300
+    Z = np.where(pos, out.Z, 1.0)
+    nrm = np.einsum("ynk,k->yn", out.dZ ** 2, c)
+    # the y-sum is the C-weighted Fisher information of y about omega, at most that of h:
+    # tr(C (V C)^-1) = n / V (data processing); clip to [0, n / V] and cap each node's bar there
+    # (far nodes where Z underflows or 1 - P cancels lose relative accuracy, not this bound)
+    cap = ch.dim / V
+    e_node = np.clip(np.where(pos, nrm / Z, 0.0).sum(axis=0), 0.0, cap)
+    psi_node = np.where(pos, out.Z * np.log(Z), 0.0).sum(axis=0)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        err_node = np.where(pos, 2 * np.einsum("ynk,ynk,k->yn", np.abs(out.dZ), out.dZ_error, c)
+                            / Z + nrm * out.Z_error / Z ** 2, 0.0).sum(axis=0)
+    err_node = np.minimum(np.nan_to_num(err_node, nan=cap, posinf=cap), cap)
+    return float(e_node @ wt), float(psi_node @ wt), float(err_node @ wt), len(wt)
+
+
+def output_estimate(ch: PolyhedralOutput, *, q: float, V: float,
+                    orders: tuple[int, int] = GH_ORDERS,
+                    rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> tuple[Estimate, Estimate]:
+    """E(q, V) and Psi_out(q, V) with errors: |fine - coarse| Gauss-Hermite orders plus the
+    polytope engine's bar (at q = 0: one evaluation, the engine's bar only)."""
+    require(len(orders) == 2 and 2 <= orders[0] < orders[1] <= 40, "orders",
+            "two increasing integers in 2..40", orders)
+    e1, p1, b1, n1 = output_moments(ch, q=q, V=V, order=orders[1], rule=rule)
+    if q == 0:
+        method = "polytope engine at omega = 0 (one evaluation)"
+        return Estimate(e1, b1, method), Estimate(p1, 0.0, method)
+    e0, p0, _, _ = output_moments(ch, q=q, V=V, order=orders[0], rule=rule)
+    method = (f"tensor Gauss-Hermite over omega, orders {orders[0]} and {orders[1]} "
+              f"({n1} nodes), polytope engine per node")
+    return Estimate(e1, abs(e1 - e0) + b1, method), Estimate(p1, abs(p1 - p0), method)
+
+
+def weak_threshold(ch: PolyhedralOutput, *, rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> Estimate:
+    """alpha_bar_c = 1 / (2 E(0, 1)) (THEORY 1.2, 1.4), one evaluation at omega = 0, V = 1."""
+    E, _ = output_estimate(ch, q=0.0, V=1.0, rule=rule)
+    require(E.value > 0, "channel", "informative at q = 0 (E[g^2] > 0)", E.value)
+    a = 1.0 / (2.0 * E.value)
+    err = E.error / (2.0 * E.value ** 2) + 4 * np.finfo(float).eps * a
+    return Estimate(a, err, "1 / (2 E(0, 1)), E by the Gaussian polytope engine at omega = 0 "
+                    "(closed forms, iterated Gauss-Legendre up to rank 3); error = the engine's "
+                    "refinement bar, propagated")
+
+
+# ----------------------------------------------------------------------------- identity checks
+def check_identities(ch: PolyhedralOutput, *, omega, V: float, step: float = 1e-4,
+                     rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> list[dict]:
+    """The identities of THEORY 1.2 at the rows of ``omega``: sum_y Z = 1; central finite
+    differences (step ``step``) of log Z against g and of g against dg; Nishimori
+    sum_y dZ = 0 and sum_y Z (dg + g g^T) = 0. Each row: name, passed, value (worst deviation),
+    tolerance, detail. Tolerances: the engine's error bars (propagated), plus step^2 times a
+    third-derivative scale for the finite differences."""
+    om = np.atleast_2d(np.asarray(omega, dtype=float))
+    n = ch.dim
+    base = z_out(ch, omega=om, V=V, order=2, rule=rule)
+    rows = []
+
+    def row(name, value, tol, detail):
+        rows.append({"name": name, "passed": bool(value <= tol), "value": float(value),
+                     "tolerance": float(tol), "detail": f"{detail}: {value:.1e} (tol {tol:.1e})"})
+
+    total = base.Z.sum(axis=0)
+    row("probabilities sum to 1", float(np.max(np.abs(total - 1))),
+        float(np.max(base.Z_error.sum(axis=0))) + 1e-13, "max |sum_y Z_out - 1|")
+    live = base.Z > 1e-8
+    fd_g = np.zeros_like(base.g)
+    fd_dg = np.zeros_like(base.dg)
+    fd_tol_g = np.zeros_like(base.g)
+    fd_tol_dg = np.zeros_like(base.dg)
+    for k in range(n):
+        e = np.zeros(n)
+        e[k] = step
+        plus = z_out(ch, omega=om + e, V=V, order=2, rule=rule)
+        minus = z_out(ch, omega=om - e, V=V, order=2, rule=rule)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lp = np.log(np.where(plus.Z > 0, plus.Z, 1.0))
+            lm = np.log(np.where(minus.Z > 0, minus.Z, 1.0))
+            fd_g[..., k] = (lp - lm) / (2 * step)
+            fd_tol_g[..., k] = (plus.Z_error / np.abs(plus.Z) + minus.Z_error / np.abs(minus.Z)
+                                ) / (2 * step)
+        fd_dg[..., :, k] = (plus.g - minus.g) / (2 * step)
+        fd_tol_dg[..., :, k] = (plus.g_error + minus.g_error) / (2 * step)
+    curv = 1.0 + float(np.max(np.abs(base.dg[live]))) if live.any() else 1.0
+    trunc = 10 * step ** 2 * curv ** 1.5
+    dev_g = np.where(live[..., None], np.abs(fd_g - base.g) - fd_tol_g - base.g_error, -np.inf)
+    row("finite differences of log Z_out vs g_out", float(max(np.max(dev_g), 0.0)), trunc,
+        f"max excess of |FD - g_out| over the engine's bars (step {step:g})")
+    dev_dg = np.where(live[..., None, None], np.abs(fd_dg - base.dg) - fd_tol_dg
+                      - base.dg_error, -np.inf)
+    row("finite differences of g_out vs dg_out", float(max(np.max(dev_dg), 0.0)), trunc * curv,
+        f"max excess of |FD - dg_out| over the engine's bars (step {step:g})")
+    row("Nishimori: sum_y Z g_out = 0", float(np.max(np.abs(base.dZ.sum(axis=0)))),
+        float(np.max(base.dZ_error.sum(axis=0))) + 1e-13, "max |sum_y dZ_out/domega|")
+    row("Nishimori: sum_y Z (dg_out + g g^T) = 0", float(np.max(np.abs(base.d2Z.sum(axis=0)))),
+        float(np.max(base.d2Z_error.sum(axis=0))) + 1e-13, "max |sum_y d2Z_out/domega2|")
+    return rows
+
+
+# ----------------------------------------------------------------------------- SE fixed points
+#: Gauss-Hermite orders of the SE (root on the first, corrected and checked on the second)
+SE_ORDERS = (12, 16)
+#: the smallest error V the omega rule serves: below it V << q and Gauss-Hermite converges too
+#: slowly for its order difference to bound its error (measured, docs/polyhedral.md)
+V_MIN = 0.35
+#: the scan of V for sign changes of the SE residual (Gauss-Hermite order 6)
+V_SCAN = (0.35, 0.45, 0.55, 0.7, 0.85, 1.0)
+
+
+def _residual(ch, *, alpha: float, rho: float, V: float, order: int, rule) -> tuple:
+    """mmse(1 / q_hat) - V with q_hat = 2 alpha E(Q0 - V, V) (THEORY 1.1); also q_hat, Psi_out,
+    the engine's bar on E."""
+    E, psi, bar, _ = output_moments(ch, q=1.0 + rho - V, V=V, order=order, rule=rule)
+    q_hat = 2 * alpha * E
+    return float(wishart.mmse(1.0 / q_hat, rho=rho)) - V, q_hat, psi, bar
+
+
+def fixed_points(ch: PolyhedralOutput, *, alpha: float, rho: float,
+                 orders: tuple[int, int] = SE_ORDERS, rule: pt.PolytopeRule = FAST_RULE) -> list:
+    """The SE fixed points V = mmse(1 / (2 alpha E(Q0 - V, V))) with V in [V_MIN, 1] (THEORY
+    1.1): sign changes on :data:`V_SCAN` (Gauss-Hermite order 6), Brent's method on
+    ``orders[0]``, one Newton step on ``orders[1]``; error = that step + the engine's and the
+    prior's bars over |1 - slope|. Each: q, q_hat, mmse, error, phi, slope, stable, seconds.
+    A root below V_MIN raises ConvergenceError (the omega rule does not serve it)."""
+    require(math.isfinite(alpha) and alpha > 0, "alpha", "a finite real > 0", alpha)
+    require(math.isfinite(rho) and rho > 0, "rho", "a finite real > 0", rho)
+    t0 = time.perf_counter()
+    Q0 = 1.0 + rho
+    r_scan = [_residual(ch, alpha=alpha, rho=rho, V=v, order=6, rule=rule)[0] for v in V_SCAN]
+    if r_scan[0] < 0:
+        raise ConvergenceError(
+            f"the SE residual is already negative at V = {V_MIN}: a fixed point lies below it, "
+            "where the Gauss-Hermite rule over omega does not serve (V << q)",
+            last_iterate=V_MIN, residual=r_scan[0])
+    out = []
+    for (a, ra), (b, rb) in zip(zip(V_SCAN, r_scan), zip(V_SCAN[1:], r_scan[1:])):
+        if ra * rb > 0:
+            continue
+        dr = (rb - ra) / (b - a)  # d residual / dV = slope - 1 (coarse)
+
+        def f(v):
+            return _residual(ch, alpha=alpha, rho=rho, V=v, order=orders[0], rule=rule)[0]
+
+        fa, fb = f(a), f(b)
+        if fa * fb > 0:
+            raise ConvergenceError(f"the SE bracket [{a}, {b}] of order 6 is lost at order "
+                                   f"{orders[0]}", last_iterate=(a, b), residual=(fa, fb))
+        v0 = brentq(f, a, b, xtol=1e-9, rtol=1e-12)
+        r1, q_hat, psi, bar = _residual(ch, alpha=alpha, rho=rho, V=v0, order=orders[1],
+                                        rule=rule)
+        v1 = v0 - r1 / dr
+        E = q_hat / (2 * alpha)
+        dE = 1e-6 * E
+        dmmse = abs(float(wishart.mmse(1.0 / (2 * alpha * (E + dE)), rho=rho))
+                    - float(wishart.mmse(1.0 / q_hat, rho=rho))) / dE
+        prior = wishart.mmse_estimate(1.0 / q_hat, rho=rho).error
+        err = abs(v1 - v0) + (dmmse * bar + prior) / abs(dr) + 1e-9
+        q = Q0 - v1
+        I_S = float(wishart.mutual_information(1.0 / q_hat, rho=rho))
+        phi = -q * q_hat / 4 + q_hat * Q0 / 4 - I_S + alpha * psi
+        out.append({"q": q, "q_hat": q_hat, "mmse": v1, "error": err, "phi": phi,
+                    "slope": dr + 1.0, "stable": bool(abs(dr + 1.0) < 1),
+                    "orders": list(orders), "seconds": time.perf_counter() - t0})
+    if not out:
+        raise ConvergenceError(f"no SE fixed point bracketed in V in [{V_MIN}, 1]",
+                               last_iterate=list(V_SCAN), residual=r_scan)
+    return out
