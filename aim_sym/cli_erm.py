@@ -48,11 +48,12 @@ def erm_model(**opts: Any) -> ERM:
 
 
 @_relabelled
-def se_json(*, alpha: float, direct: bool = False, **opts: Any) -> dict:
-    """``aim-sym se --model erm [--direct]``: the six order parameters, train, test, mse, rank
-    (each with ``*_error``) of the global-minimum fixed point, and every fixed point found."""
+def se_json(*, alpha: float, direct: bool = False, rule: str = "gh", **opts: Any) -> dict:
+    """``aim-sym se --model erm [--direct] [--output-rule R]``: the six order parameters,
+    train, test, mse, rank (each with ``*_error``) of the global-minimum fixed point, and every
+    fixed point found."""
     m = erm_model(**opts)
-    table = m.state_evolution(alpha=alpha, direct=direct)
+    table = m.state_evolution(alpha=alpha, direct=direct, rule=rule)
     out: dict = {**m.parameters(), "alpha": float(alpha)}
     for r in table:
         out[r.quantity] = r.value

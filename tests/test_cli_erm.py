@@ -32,3 +32,14 @@ def test_perfect_recovery(run_cli, direct, alpha_bar):
         assert float(o["alpha_bar"]) == pytest.approx(alpha_bar, abs=1e-25)
     else:  # factorised: between the Bayes-optimal and the direct (Frobenius) threshold
         assert bayes < float(o["alpha_bar"]) < 0.5
+
+
+def test_output_rule_refusals(run_cli):
+    """--output-rule: erm only, split only for the factorised T = 2 model; one line, exit 2."""
+    base = ["se", "--alpha", "0.5", "--output-rule", "split"]
+    for extra, word in ((["--model", "erm", "--kappa0", "0.5", "--direct"], "--direct"),
+                        (["--model", "erm", "--kappa0", "0.5", "--tokens", "3"], "--tokens"),
+                        (["--model", "aim"], "--model erm")):
+        rc, _, err = run_cli(base + extra)
+        assert rc == 2 and "--output-rule" in err and word in err, err
+        assert len(err.strip().splitlines()) == 1
