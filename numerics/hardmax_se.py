@@ -211,6 +211,30 @@ def _moments_unit(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
     return out
 
 
+def _row_c_factor(kind: int, fc, dc, dens, ds, cdf, i2: int, i3: int, rows: int,
+                  nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The T = 3 sweep's B factor of row c (the row settled by the two upper off-diagonals
+    v2, v3) and its three moment channels (v2, v3, diagonal of c): kind 0, row c's diagonal
+    wins; 1, v2's entry wins; 2, v3's entry wins. ``fc``, ``dc``: row c's diagonal tail
+    factor and centred diagonal moment; ``dens``, ``ds``, ``cdf``: the per-entry densities,
+    centred sweep offsets and cumulative factors."""
+    X = np.zeros((rows, 3, nodes))
+    B0 = np.zeros((rows, nodes))
+    if kind in (0, 1):
+        t = dens[i2] * fc
+        B0 += t * cdf[i3]
+        X[:, 0] += ds[i2] * t * cdf[i3]
+        X[:, 1] -= t * dens[i3]
+        X[:, 2] += dens[i2] * dc * cdf[i3]
+    if kind in (0, 2):
+        t = dens[i3] * fc
+        B0 += t * cdf[i2]
+        X[:, 1] += ds[i3] * t * cdf[i2]
+        X[:, 0] -= t * dens[i2]
+        X[:, 2] += dens[i3] * dc * cdf[i2]
+    return X, B0
+
+
 def _moments_t3(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
                 L: float) -> np.ndarray:
     """:func:`_moments_unit` at T = 3 with the integrals shared between outcomes.
@@ -266,21 +290,7 @@ def _moments_t3(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
             c = 3 - a - b
             i2, i3 = [i for i in range(3) if i != i1]
             fc, dc = R[c][kind == 0]
-            X = np.zeros((N, 3, nodes))  # channels v2, v3, diagonal of c
-            B0 = np.zeros((N, nodes))
-            if kind in (0, 1):
-                t = dens[i2] * fc
-                B0 += t * cdf[i3]
-                X[:, 0] += ds[i2] * t * cdf[i3]
-                X[:, 1] -= t * dens[i3]
-                X[:, 2] += dens[i2] * dc * cdf[i3]
-            if kind in (0, 2):
-                t = dens[i3] * fc
-                B0 += t * cdf[i2]
-                X[:, 1] += ds[i3] * t * cdf[i2]
-                X[:, 0] -= t * dens[i2]
-                X[:, 2] += dens[i3] * dc * cdf[i2]
-            B_var[key] = (X, B0)
+            B_var[key] = _row_c_factor(kind, fc, dc, dens, ds, cdf, i2, i3, N, nodes)
         return B_var[key]
 
     # every variant the outcomes need, then two batched products (one BLAS call each)
@@ -700,20 +710,7 @@ def _t3_diagonal_tensor(mu3: np.ndarray, nus: Sequence[np.ndarray],
         XB, CB = {}, {}
         for kind in (0, 1, 2):
             fc, dc = R[c][kind == 0]
-            X = np.zeros((n[c], 3, nodes))
-            B0 = np.zeros((n[c], nodes))
-            if kind in (0, 1):
-                t = dens[i2] * fc
-                B0 += t * cdf[i3]
-                X[:, 0] += ds[i2] * t * cdf[i3]
-                X[:, 1] -= t * dens[i3]
-                X[:, 2] += dens[i2] * dc * cdf[i3]
-            if kind in (0, 2):
-                t = dens[i3] * fc
-                B0 += t * cdf[i2]
-                X[:, 1] += ds[i3] * t * cdf[i2]
-                X[:, 0] -= t * dens[i2]
-                X[:, 2] += dens[i3] * dc * cdf[i2]
+            X, B0 = _row_c_factor(kind, fc, dc, dens, ds, cdf, i2, i3, n[c], nodes)
             XB[kind] = X
             CB[kind] = (B0 @ up) * top
         perm = tuple(int(k) for k in np.argsort([a, b, c]))
