@@ -79,8 +79,8 @@ TOKENS_GAUSSIAN = Domain(
     "derived symbolically, about 30 s at T = 8 and growing steeply beyond")
 TOKENS_ARGMAX = Domain(
     name="tokens", option="--tokens", kind="integer", low=2, high=2, default=2,
-    note="for this command; hardmax at T = 3: se, curve and check (check also T = 4), derive "
-    "T = 3..5; "
+    note="for this command; hardmax at T = 3: se, curve and check (T = 4: se, curve, check), "
+    "derive T = 3..5; "
     "threshold weak --small-width: T = 2..5",
     description="tokens T of an argmax channel (hardmax, noisy-hardmax) in the SE, curves, AMP "
     "and checks: T = 2 only today (threshold weak --small-width: hardmax T = 2..5)")

@@ -133,6 +133,38 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
            f"stable = {f['stable']}" for f in fps]))
 
 
+#: q/V reached by the T = 4 curves (mmse >= Q0 / (1 + T4_R_MAX)); their cost grows with it
+T4_R_MAX = 5.0
+
+
+def hardmax_t4_rows(rho: float, alphas, *, with_egen: bool) -> list[list[dict]]:
+    """Per alpha, the T = 4 SE fixed points (numerics.hardmax_t4: E_hat(r) curves by randomised
+    QMC, 9 nodes x 8 scrambles x 256 points, once for all alphas, about 4 minutes on a shared
+    core), or a one-row list with a note where alpha is beyond q/V <= T4_R_MAX."""
+    from .cli_common import progress_printer
+    from .numerics import hardmax_t4
+    from .numerics.records import ConvergenceError
+
+    progress_printer(0, len(alphas) + 1, f"E_hat(r) curves at T = 4, r in [{rho:g}, "
+                     f"{T4_R_MAX:g}] (about 4 minutes)")
+    curves = hardmax_t4.e_hat_curves(T=4, r_min=rho, r_max=T4_R_MAX)
+    method = ("E_hat(r) by randomised QMC (8 scrambles x 256 Sobol points, 9 Chebyshev nodes in "
+              "r, same points at every r); error = t(7, 0.995) x standard error of the "
+              "per-scramble fixed points + the interpolation difference")
+    out = []
+    for k, a in enumerate(alphas):
+        progress_printer(k + 1, len(alphas) + 1, f"alpha = {a:g}")
+        try:
+            rows = hardmax_t4.se_curve_qmc(rho=rho, alphas=[a], curves=curves,
+                                           with_egen=with_egen)
+            out.append([{**r, "method": method} for r in rows])
+        except ConvergenceError:
+            out.append([{"alpha": a, "note": f"no fixed point with q/V <= {T4_R_MAX:g} (beyond "
+                         "the computed range)"}])
+    progress_printer(len(alphas) + 1, len(alphas) + 1, "done")
+    return out
+
+
 def hardmax_se(kw: dict, alpha: float) -> None:
     """``se --channel hardmax --tokens 3 --rho R --alpha A``: every SE fixed point with phi (the
     Bayes-optimal one flagged) and e_gen (THEORY 1.1, 1.4, 1.5; docs/hardmax_se.md): those with
@@ -142,18 +174,39 @@ def hardmax_se(kw: dict, alpha: float) -> None:
     from .numerics import hardmax_se as hse
     from .numerics.records import ConvergenceError
 
-    if kw["tokens"] != 3:
-        fail("--tokens", "2 (closed forms) or 3 for hardmax's state evolution (T = 4, 5: only "
+    if kw["tokens"] not in (3, 4):
+        fail("--tokens", "2 (closed forms), 3 or 4 for hardmax's state evolution (T = 5: only "
              "the small-width threshold)", kw["tokens"])
     for name in ("beta", "delta_out", "epsilon"):
         if kw.get(name) is not None:
-            fail("--" + name.replace("_", "-"), "omitted for channel hardmax --tokens 3",
-                 kw[name])
+            fail("--" + name.replace("_", "-"), f"omitted for channel hardmax --tokens "
+                 f"{kw['tokens']}", kw[name])
     try:
         rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
         alpha = ALPHA.with_(low_open=True).check(alpha)
     except DomainError as e:
         raise relabel(e) from None
+    if kw["tokens"] == 4:
+        if rho >= T4_R_MAX:
+            fail("--rho", f"below {T4_R_MAX:g} for hardmax --tokens 4", rho)
+        fps = hardmax_t4_rows(rho, [alpha], with_egen=True)[0]
+        if not fps or "note" in fps[0]:
+            raise ConvergenceError(
+                f"no SE fixed point at T = 4 within q/V <= {T4_R_MAX:g} (mmse >= "
+                f"{(1 + rho) / (1 + T4_R_MAX):.4g}): alpha is beyond the computed range",
+                last_iterate=None, residual=None)
+        out = {"model": "aim", "channel": "hardmax", "tokens": 4, "rho": rho, "alpha": alpha,
+               "fixed_points": fps, "mmse_searched_from": (1 + rho) / (1 + T4_R_MAX)}
+        best = [f for f in fps if f["bayes_optimal"]]
+        if best:
+            out.update({k: best[0][k] for k in ("mmse", "error", "q", "phi", "e_gen",
+                                                "e_gen_error", "method")})
+        emit(out, kw["as_json"], lambda o: "\n".join(
+            [f"AIM hardmax T=4 rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
+            + [f"  mmse = {f['mmse']:.6g} +- {f['error']:.1e}, phi = {f['phi']:.6g}, e_gen = "
+               f"{f['e_gen']:.6g} +- {f['e_gen_error']:.1e}, stable = {f['stable']}"
+               f"{', Bayes-optimal' if f['bayes_optimal'] else ''}" for f in fps]))
+        return
     Q0 = 1.0 + rho
     v_min = Q0 / (1.0 + hse.max_ratio(3))
     table = hse.t3_table()
@@ -351,19 +404,35 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
     from .numerics import hardmax_se as hse
     from .numerics.records import ConvergenceError
 
-    if kw["tokens"] != 3:
-        fail("--tokens", "2 (closed forms) or 3 for hardmax's curve", kw["tokens"])
+    if kw["tokens"] not in (3, 4):
+        fail("--tokens", "2 (closed forms), 3 or 4 for hardmax's curve", kw["tokens"])
+    T = kw["tokens"]
     for name in ("beta", "delta_out", "epsilon"):
         if kw.get(name) is not None:
-            fail("--" + name.replace("_", "-"), "omitted for channel hardmax --tokens 3",
+            fail("--" + name.replace("_", "-"), f"omitted for channel hardmax --tokens {T}",
                  kw[name])
     alphas = [float(a) for a in grid]
     if any(a <= 0 for a in alphas):
-        fail("--alphas", "a grid of alpha > 0 for hardmax --tokens 3", alphas)
+        fail("--alphas", f"a grid of alpha > 0 for hardmax --tokens {T}", alphas)
     try:
         rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
     except DomainError as e:
         raise relabel(e) from None
+    if T == 4:
+        if rho >= T4_R_MAX:
+            fail("--rho", f"below {T4_R_MAX:g} for hardmax --tokens 4", rho)
+        rows = []
+        for fps in hardmax_t4_rows(rho, alphas, with_egen=True):
+            best = next((f for f in fps if f.get("bayes_optimal")), None)
+            if best is None:
+                rows.append({"alpha": fps[0]["alpha"], "note": fps[0].get("note", "")})
+                continue
+            rows.append({"alpha": best["alpha"], "mmse": best["mmse"], "mmse_error": best["error"],
+                         "q": best["q"], "phi": best["phi"], "e_gen": best["e_gen"],
+                         "e_gen_error": best["e_gen_error"], "fixed_points": len(fps),
+                         "method": "E_hat(r) by randomised QMC (hardmax_t4)"})
+        _write_hardmax_curve(rows, T, rho, out_path, plot_path, kw)
+        return
     v_min = (1.0 + rho) / (1.0 + hse.max_ratio(3))
     tabulated = rho >= 1 / hse.t3_table()["s_max"] ** 2
     rows = []
@@ -396,6 +465,12 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
         row["method"] = "tensor Gauss-Hermite outer rule, three orders"
         rows.append(row)
     progress_printer(len(alphas), len(alphas), "done")
+    _write_hardmax_curve(rows, T, rho, out_path, plot_path, kw)
+
+
+def _write_hardmax_curve(rows: list[dict], T: int, rho: float, out_path: str | None,
+                         plot_path: str | None, kw: dict) -> None:
+    """CSV, figure and printed rows of a hardmax curve at T >= 3."""
     if out_path:
         from .tables import write_csv
 
@@ -404,8 +479,8 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
         from .plots import plot_curve
 
         plot_curve([r for r in rows if "mmse" in r], ["mmse", "e_gen"], path=plot_path,
-                   title=f"AIM hardmax, T=3, rho={rho:g}")
-    emit({"model": "aim", "channel": "hardmax", "tokens": 3, "rho": rho, "rows": rows},
+                   title=f"AIM hardmax, T={T}, rho={rho:g}")
+    emit({"model": "aim", "channel": "hardmax", "tokens": T, "rho": rho, "rows": rows},
          kw["as_json"], lambda o: "\n".join(
              f"alpha={r['alpha']:.6g}: " + (f"mmse = {r['mmse']:.8g} +- {r['mmse_error']:.1e}, "
                                              f"e_gen = {r['e_gen']:.8g}" if "mmse" in r
