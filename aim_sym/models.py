@@ -217,6 +217,9 @@ class AIM:
 
         alpha, tol = ALPHA.check(alpha), TOL.check(tol)
         if self.polyhedral is not None:
+            if tol != 1e-13:
+                raise DomainError(TOL, tol, "tol", allowed="omitted for a polyhedral channel "
+                                  "(its error is the quadrature's, about 1e-6)")
             return _polyhedral_state_evolution(self, alpha=alpha, digits=digits)
         if digits is not None:
             digits = SE_DIGITS.check(digits)

@@ -247,3 +247,14 @@ def test_se_fixed_point_against_the_sinh_trapezoid_rule(run_cli):
     slope = o["fixed_points"][0]["slope"]
     assert abs(residual) / abs(1 - slope) <= o["error"] and o["error"] < 1e-5
     assert o["fixed_points"][0]["bayes_optimal"] and o["fixed_points"][0]["stable"]
+
+
+def test_state_evolution_refuses_a_tolerance_it_cannot_honour():
+    """tol is not silently ignored for a polyhedral channel: refused before any quadrature."""
+    from aim_sym.domains import DomainError
+
+    m = AIM(from_file(EXAMPLE, tokens=2), rho=0.5)
+    with pytest.raises(DomainError, match="tol must be omitted for a polyhedral channel"):
+        m.state_evolution(alpha=0.3, tol=1e-6)
+    with pytest.raises(Exception, match="polyhedral"):
+        m.curve(alphas=[0.1, 0.2])
