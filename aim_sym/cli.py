@@ -423,7 +423,9 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
     if plot_path:
         from .plots import plot_curve
 
-        later.run("--plot", lambda: plot_curve(rows, ycols, title=title, path=plot_path))
+        later.run("--plot", lambda: plot_curve(
+            [r for r in rows if all(r.get(c) is not None for c in ycols)], ycols, title=title,
+            path=plot_path))
     emit({"rows": rows, "out": out_path, "plot": plot_path}, kw["as_json"],
          lambda o: "\n".join(",".join(f"{r[k]}" for k in r) for r in rows))
     later.finish()

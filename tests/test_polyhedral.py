@@ -256,5 +256,26 @@ def test_state_evolution_refuses_a_tolerance_it_cannot_honour():
     m = AIM(from_file(EXAMPLE, tokens=2), rho=0.5)
     with pytest.raises(DomainError, match="tol must be omitted for a polyhedral channel"):
         m.state_evolution(alpha=0.3, tol=1e-6)
-    with pytest.raises(Exception, match="polyhedral"):
-        m.curve(alphas=[0.1, 0.2])
+    with pytest.raises(DomainError, match="tol must be omitted for a polyhedral channel"):
+        m.curve(alphas=[0.1, 0.2], tol=1e-6)
+    with pytest.raises(Exception, match="method must be omitted"):
+        m.curve(alphas=[0.1, 0.2], method="per-alpha")
+
+
+@pytest.mark.slow
+def test_curve_rows_are_the_state_evolution_and_say_where_it_stops(tmp_path):
+    """curve over a polyhedral channel: the row at alpha = 0.3 is the state evolution's fixed
+    point; alpha = 50 lies below V_MIN and gets a note (CLI, CSV; ~2 min)."""
+    import csv
+    import subprocess
+    import sys
+
+    out = tmp_path / "poly.csv"
+    p = subprocess.run([sys.executable, "-m", "aim_sym", "curve", "--channel-file", EXAMPLE,
+                        "--rho", "0.5", "--alphas", "0.3:50:2", "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(out.open()))
+    se = AIM(from_file(EXAMPLE, tokens=2), rho=0.5).state_evolution(alpha=0.3)
+    assert abs(float(rows[0]["mmse"]) - se.value) <= 1e-12
+    assert rows[1]["mmse"] == "" and "beyond the resolved range" in rows[1]["note"]
