@@ -195,7 +195,8 @@ def test_cli_check_threshold_derive_and_refusals(run_cli):
     assert o["value"] == api.value and o["error"] < 1e-12 and o["digits"] == 15
     rc, out, err = run_cli(["derive", "--channel-file", EXAMPLE])
     assert rc == 0 and "[integral]" in out and "h_11 + h_22 - tau > 0" in out
-    for args in (["se", "--alpha", "0.3", "--digits", "20"], ["curve", "--alphas", "0.1:0.2:2"],
+    for args in (["se", "--alpha", "0.3", "--digits", "20"],
+                 ["curve", "--alphas", "0.1:0.2:2", "--tol", "1e-6"],
                  ["threshold", "weak", "--small-width", "--certified"],
                  ["derive", "--format", "latex"]):
         rc, out, err = run_cli([*args, "--channel-file", EXAMPLE])
