@@ -43,6 +43,24 @@ TOKENS_RANGE = (2, 5)
 DEFAULT_L = 9.0
 
 
+
+def settle_rows(f: np.ndarray, pair: tuple[int, int], rows_settled: int,
+                row_fac: dict) -> np.ndarray | None:
+    """The ordered-cone recursion's step factor for off-diagonal entry ``pair`` = (a, b): the
+    entry's own factor ``f`` times the factor of each of its two rows that this step settles
+    (bit r of ``rows_settled``; ``row_fac[(r, other)]``, None when the outcome forbids the row's
+    winner here, which makes the whole step None). Shared by the q = 0 recursion and the
+    per-omega one of :mod:`aim_sym.numerics.hardmax_se`."""
+    a, b = pair
+    for r, other in ((a, b), (b, a)):
+        if not rows_settled >> r & 1:
+            continue
+        rf = row_fac[(r, other)]
+        if rf is None:
+            return None
+        f = f * rf
+    return f
+
 def off_diagonal_pairs(T: int) -> tuple[tuple[int, int], ...]:
     """Off-diagonal index pairs (a, b), 0 <= a < b < T, in row-major order."""
     return tuple((a, b) for a in range(T) for b in range(a + 1, T))
@@ -155,17 +173,7 @@ def outcome_moments(y: tuple[int, ...], *, nodes: int, L: float = DEFAULT_L) -> 
     def step_factor(v: int, rows_settled: int) -> np.ndarray | None:
         key = (v, rows_settled)
         if key not in step:
-            a, b = off[v]
-            f = vfac[v] * phi[None, :]
-            for r, other in ((a, b), (b, a)):
-                if not rows_settled >> r & 1:
-                    continue
-                rf = row_fac[(r, other)]
-                if rf is None:
-                    f = None
-                    break
-                f = f * rf
-            step[key] = f
+            step[key] = settle_rows(vfac[v] * phi[None, :], off[v], rows_settled, row_fac)
         return step[key]
 
     F: dict[int, np.ndarray] = {0: np.ones((K, nodes))}

@@ -44,7 +44,7 @@ import numpy as np
 from scipy.special import ndtr, roots_hermitenorm
 
 from . import wishart
-from .hardmax import chebyshev_tail_rule, off_diagonal_pairs, outcome_orbits, pairs
+from .hardmax import chebyshev_tail_rule, off_diagonal_pairs, outcome_orbits, pairs, settle_rows
 from .records import ConvergenceError, Estimate, require
 
 SQRT2 = math.sqrt(2.0)
@@ -155,16 +155,7 @@ def _moments_unit(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
         def step_factor(v: int, settled: int, step=step, row_fac=row_fac) -> np.ndarray | None:
             key = (v, settled)
             if key not in step:
-                a, b = off[v]
-                f = dens_factor(v)
-                for r, other in ((a, b), (b, a)):
-                    if settled >> r & 1:
-                        rf = row_fac[(r, other)]
-                        if rf is None:
-                            f = None
-                            break
-                        f = f * rf
-                step[key] = f
+                step[key] = settle_rows(dens_factor(v), off[v], settled, row_fac)
             return step[key]
 
         G: dict[int, np.ndarray] = {}
