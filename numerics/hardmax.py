@@ -43,7 +43,6 @@ TOKENS_RANGE = (2, 5)
 DEFAULT_L = 9.0
 
 
-
 def settle_rows(f: np.ndarray, pair: tuple[int, int], rows_settled: int,
                 row_fac: dict) -> np.ndarray | None:
     """The ordered-cone recursion's step factor for off-diagonal entry ``pair`` = (a, b): the
@@ -60,6 +59,7 @@ def settle_rows(f: np.ndarray, pair: tuple[int, int], rows_settled: int,
             return None
         f = f * rf
     return f
+
 
 def off_diagonal_pairs(T: int) -> tuple[tuple[int, int], ...]:
     """Off-diagonal index pairs (a, b), 0 <= a < b < T, in row-major order."""
