@@ -232,8 +232,7 @@ def z_out_mc(z1: float, z2: float, *, model: DeepAimSE, a, b, v1: float, v2: flo
         f = (np.exp(-((x1 - b[0]) ** 2 + (x2 - b[1]) ** 2) / (2.0 * v2))
              / (2.0 * math.pi * v2 * 4.0 * SQRT2 * (1.0 + model.skip) * np.abs(mu) ** 3))
     f = np.nan_to_num(f, nan=0.0, posinf=0.0)
-    return Estimate(float(f.mean()), float(f.std(ddof=1) / math.sqrt(samples)),
-                    "monte carlo over xi (standard error)", extra={"samples": samples, "seed": seed})
+    return mean_estimate(f, "monte carlo over xi (standard error)", samples=samples, seed=seed)
 
 
 # ---------------------------------------------------------------- output side of the SE
@@ -479,7 +478,7 @@ def _finite_result(model, alpha, v, normals, steps, v_init, iterations, t0, seed
     rule = np.abs(inv @ (np.array([fc["mmse1"][0], fc["mmse2"][0]]) - fv))
     err = COVERAGE * se + rule + np.abs(fv - v)
     e = sums[:, :2].mean(axis=0)
-    e_se = sums[:, :2].std(axis=0, ddof=1) / math.sqrt(sums.shape[0])
+    e_se = standard_error(sums[:, :2], axis=0)
     eig = np.linalg.eigvals(jac)
     layers = []
     for i in range(2):
@@ -772,9 +771,8 @@ def generalisation_error_mc(model: DeepAimSE, *, q1: float, q2: float, outer: in
     y = output(h1, h2)
     bayes = y.var(axis=1, ddof=1).sum(axis=(-1, -2))
     plug = ((y - output(om1, om2)) ** 2).sum(axis=(-1, -2)).mean(axis=1)
-    return {name: Estimate(float(f.mean()), float(f.std(ddof=1) / math.sqrt(outer)),
-                           "nested monte carlo on the matrices (standard error)",
-                           extra={"outer": outer, "inner": inner, "seed": seed})
+    return {name: mean_estimate(f, "nested monte carlo on the matrices (standard error)",
+                                outer=outer, inner=inner, seed=seed)
             for name, f in (("e_gen", bayes), ("e_gen_plugin", plug))}
 
 

@@ -45,7 +45,7 @@ from scipy.special import ndtr, roots_hermitenorm
 
 from . import wishart
 from .hardmax import chebyshev_tail_rule, off_diagonal_pairs, outcome_orbits, pairs, settle_rows
-from .records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, Estimate, mean_estimate, require
 
 SQRT2 = math.sqrt(2.0)
 #: token counts of the output side at any omega (the recursion runs over 2^(T(T-1)/2) subsets)
@@ -1380,9 +1380,8 @@ def monte_carlo_e(*, T: int, q: float, V: float, samples: int, seed: int = 2026,
         mom = outcome_moments(y, omega=om[sel], V=V, nodes=nodes)
         g = mom[:, 1:] / mom[:, :1] / (W * V)
         vals[sel] = (W * g * g).sum(axis=1)
-    return Estimate(float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(samples)),
-                    f"seeded Monte Carlo ({samples} draws of omega and h, seed {seed}); "
-                    "error = standard error")
+    return mean_estimate(vals, f"seeded Monte Carlo ({samples} draws of omega and h, seed "
+                         f"{seed}); error = standard error")
 
 
 # ----------------------------------------------------------------------------- identity checks

@@ -42,7 +42,7 @@ from .hardmax_se import (
     sweep_nodes,
     weights,
 )
-from .records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, Estimate, require, standard_error
 
 #: token counts this module accepts (T = 3 for the check against the deterministic rule)
 QMC_TOKENS = (3, 4)
@@ -159,19 +159,16 @@ def output_e_qmc(*, T: int = 4, q: float, V: float, points: int = 256, scrambles
     e, psi, mass, sweep = _scramble_means(T, r, points, scrambles, seed, outcomes)
     k = coverage_factor(scrambles)
 
-    def se(x: np.ndarray) -> float:
-        return float(x.std(ddof=1) / math.sqrt(len(x)))
-
     E_hat = float(e.mean())
-    err = k * se(e) + sweep + 1e-14 * abs(E_hat)
+    err = k * standard_error(e) + sweep + 1e-14 * abs(E_hat)
     return Estimate(E_hat / V, err / V,
                     f"ordered-cone recursion at each omega, randomised QMC over the "
                     f"{T * (T + 1) // 2 - 1} shift-free omega directions ({scrambles} scrambles "
                     f"x {points} Sobol points, {outcomes}); error = {k:.3g} x standard error + sweep error",
                     extra={"r": r, "E_hat": E_hat, "E_hat_error": err,
                            "psi_out": float(psi.mean()),
-                           "psi_out_error": k * se(psi) + sweep,
-                           "mass": float(mass.mean()), "mass_error": se(mass),
+                           "psi_out_error": k * standard_error(psi) + sweep,
+                           "mass": float(mass.mean()), "mass_error": standard_error(mass),
                            "per_scramble": e, "sweep_error": sweep, "coverage_factor": k,
                            "seconds": time.perf_counter() - t0})
 
@@ -294,8 +291,8 @@ def se_curve_qmc(*, rho: float, alphas: Sequence[float], curves: dict,
             r = (Q0 - V) / V
             e_js = e_of(V)
             E_hat = float(e_js.mean())
-            E_err = k * float(e_js.std(ddof=1) / math.sqrt(J)) + curves["sweep_error"]
-            spread = k * float(roots.std(ddof=1) / math.sqrt(J))
+            E_err = k * standard_error(e_js) + curves["sweep_error"]
+            spread = k * standard_error(roots)
             sweep_part = alpha * curves["sweep_error"] / E_hat / max(abs(slope), 1e-12)
             err = spread + abs(v_c - V) + sweep_part
             delta = delta_of_mmse(V, rho=rho)
@@ -309,7 +306,7 @@ def se_curve_qmc(*, rho: float, alphas: Sequence[float], curves: dict,
                    + abs(v_c - V),
                    "root_spread": spread, "q": Q0 - V, "r": r, "E_hat": E_hat,
                    "E_hat_error": E_err, "psi_out": psi,
-                   "psi_out_error": k * float(psi_js.std(ddof=1) / math.sqrt(J))
+                   "psi_out_error": k * standard_error(psi_js)
                    + curves["sweep_error"], "phi": phi,
                    "stable": bool(slope < 0), "d_alpha_d_mmse": slope}
             fps.append(row)

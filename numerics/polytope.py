@@ -63,7 +63,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from .records import require
+from .records import require, standard_error
 from .special_functions import np_phi2
 
 __all__ = ["PolytopeRule", "PolytopeMoments", "gaussian_polytope", "polytope_mass", "Piece",
@@ -357,7 +357,7 @@ def _sov(B: np.ndarray, c: np.ndarray, eps: np.ndarray, rule: PolytopeRule,
             v[i:i + step] = _sov_mean(M, last, c[i:i + step], eps, x, rule)
         reps.append(v)
     reps = np.array(reps)
-    return reps.mean(axis=0), reps.std(axis=0, ddof=1) / math.sqrt(rule.replicates)
+    return reps.mean(axis=0), standard_error(reps, axis=0)
 
 
 # ----------------------------------------------------------------------------- mass with error

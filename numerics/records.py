@@ -107,10 +107,15 @@ def atomic_write(path: str, text: str) -> None:
         raise
 
 
-def standard_error(values: Any) -> float:
+def standard_error(values: Any, axis: int | None = None) -> Any:
     """Standard error of the mean of ``values`` (sample std with ddof = 1 over sqrt n); nan for
-    fewer than two values."""
+    fewer than two values. ``axis``: the means along that axis of an array (an array of
+    standard errors)."""
     v = np.asarray(values, dtype=float)
+    if axis is not None:
+        n = v.shape[axis]
+        return v.std(axis=axis, ddof=1) / math.sqrt(n) if n > 1 else np.full(
+            np.delete(v.shape, axis), np.nan)
     return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
 
 

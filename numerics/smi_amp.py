@@ -505,7 +505,7 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
     traj = np.array([[s["history"][min(t, len(s["history"]) - 1)]["Q"] for t in range(T)]
                      for s in per_seed])
     def stderr(a):       # over seeds; undefined (None) for a single seed
-        return (_finite_or_none(np.apply_along_axis(standard_error, 0, a)) if seeds > 1
+        return (_finite_or_none(standard_error(a, axis=0)) if seeds > 1
                 else [None] * 2)
 
     out = dict(alpha=float(alpha), dim=int(dim), N=int(round(alpha * dim)), seeds=seeds,
@@ -557,7 +557,7 @@ def se_montecarlo(*, alpha, skip=1.0, beta=1.0, samples=2000, iters=40, init=(0.
         Qh = 0.5 * (Qh + Qh.T)
         Q = Qh @ np.linalg.inv(np.eye(2) + Qh)
         Q = 0.5 * (Q + Q.T)
-        dqh = alpha * np.apply_along_axis(standard_error, 0, terms)[[0, 1], [0, 1]]
+        dqh = alpha * standard_error(terms, axis=0)[[0, 1], [0, 1]]
         qerr = dqh / (1 + np.diag(Qh)) ** 2
         hist.append(dict(iter=it + 1, Q=Q.tolist(), Q_hat=Qh.tolist(), Q_err=qerr.tolist()))
         if progress:

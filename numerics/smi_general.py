@@ -548,7 +548,7 @@ def nishimori(ch, *, Q: np.ndarray, omega: np.ndarray, orders: Orders = Orders()
     gg, dg = np.einsum("n,npr->pr", wy, ggn), np.einsum("n,npr->pr", wy, dgn)
     if not with_error:
         return gg, -dg + corr
-    se = np.apply_along_axis(standard_error, 0, ggn + dgn) if sampled else np.zeros((P, P))
+    se = standard_error(ggn + dgn, axis=0) if sampled else np.zeros((P, P))
     return gg, -dg + corr, se
 
 
@@ -705,7 +705,7 @@ def stability_monte_carlo(ch, *, samples: int, seed: int, n_grid: int = 121,
     B = _sym_basis(tuple(range(P)), P)
     Fn = np.einsum("npmqk,nrmsk->nprqs", G, G)
     per = np.einsum("iab,nabcd,jcd->nij", B, Fn, B)
-    return per.mean(0), np.apply_along_axis(standard_error, 0, per)
+    return per.mean(0), standard_error(per, axis=0)
 
 
 __all__ = ["Rule", "Orders", "gauss_hermite", "sobol", "posterior_noisy", "posterior_discrete",

@@ -1,0 +1,23 @@
+"""records.standard_error and mean_estimate: the one place the Monte Carlo and QMC routes form
+their standard errors."""
+
+import math
+
+import numpy as np
+from aim_sym.numerics.records import mean_estimate, standard_error
+
+
+def test_standard_error_scalar_axis_and_too_few_values():
+    x = np.array([1.0, 2.0, 4.0, 7.0])
+    assert abs(standard_error(x) - np.std(x, ddof=1) / 2.0) < 1e-15
+    assert math.isnan(standard_error([3.0]))
+    a = np.arange(24, dtype=float).reshape(4, 3, 2) ** 1.5
+    se = standard_error(a, axis=0)
+    assert se.shape == (3, 2)
+    assert abs(se[1, 1] - standard_error(a[:, 1, 1])) < 1e-12
+    assert np.all(np.isnan(standard_error(a[:1], axis=0)))
+
+
+def test_mean_estimate_carries_the_extra_fields():
+    e = mean_estimate([1.0, 3.0], "two draws", seed=5)
+    assert e.value == 2.0 and abs(e.error - 1.0) < 1e-15 and e.extra == {"seed": 5}
