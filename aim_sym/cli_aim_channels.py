@@ -230,8 +230,9 @@ def hardmax_se(kw: dict, alpha: float) -> None:
                         "q_hat": 2 * alpha * t["E"], "phi": t["phi"], "stable": t["stable"],
                         **hardmax_egen_row(t, rho), "bayes_optimal": False,
                         "method": "E_hat table in 1/sqrt(q/V) (9 nodes)"})
-        stable = [f for f in fps if f["stable"]]
-        best = max(stable, key=lambda f: f["phi"]) if stable else None
+        from .numerics.records import bayes_optimal
+
+        best = bayes_optimal(fps)
         for f in fps:
             f["bayes_optimal"] = f is best
     searched = 0.0 if tabulated else v_min

@@ -36,7 +36,7 @@ from .domains import (
     DomainError,
     check_grid,
 )
-from .numerics.records import InputError
+from .numerics.records import InputError, bayes_optimal
 from .results import Result, ResultTable
 
 Progress = Callable[[int, int, str], None] | None
@@ -525,8 +525,7 @@ def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None) -> 
                 "slope": 0.0}]
     else:
         fps = ps.fixed_points(m.polyhedral, alpha=alpha, rho=m.rho)
-    stable = [f for f in fps if f["stable"]] or fps
-    bo = max(stable, key=lambda f: f["phi"])
+    bo = bayes_optimal(fps) or max(fps, key=lambda f: f["phi"])
     none = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None, "e_gen_plugin_error": None}
     rows = [{**{k: f[k] for k in ("q", "q_hat", "mmse", "phi", "stable", "slope", "error")},
              "bayes_optimal": f is bo, **none} for f in fps]

@@ -45,7 +45,7 @@ from scipy.special import ndtr, roots_hermitenorm
 
 from . import wishart
 from .hardmax import chebyshev_tail_rule, off_diagonal_pairs, outcome_orbits, pairs, settle_rows
-from .records import ConvergenceError, Estimate, mean_estimate, require
+from .records import ConvergenceError, Estimate, bayes_optimal, mean_estimate, require
 
 SQRT2 = math.sqrt(2.0)
 #: token counts of the output side at any omega (the recursion runs over 2^(T(T-1)/2) subsets)
@@ -1177,8 +1177,7 @@ def _fixed_points_on_grid(T: int, alpha: float, rho: float, grid: list[float],
     if not out:
         raise ConvergenceError("no SE fixed point in the mmse grid", last_iterate=alpha,
                                residual=vals)
-    stable = [r for r in out if r["stable"]]
-    best = max(stable, key=lambda r: r["phi"]) if stable else None
+    best = bayes_optimal(out)
     for r in out:
         r["bayes_optimal"] = r is best
     return out
@@ -1344,8 +1343,7 @@ def se_curve_tabulated(*, rho: float, alphas: Sequence[float], table: dict,
                         + abs(m_p - m_m) / (2 * dt) * xtol,
                         "stable": bool(slope < 0), "d_alpha_d_mmse": slope})
         require(len(fps) > 0, "alpha", "within the table's curve", alpha)
-        stable = [p for p in fps if p["stable"]]
-        best = max(stable, key=lambda p: p["phi"]) if stable else fps[0]
+        best = bayes_optimal(fps) or fps[0]
         rows.append({**best, "bayes_optimal": best["stable"], "n_fixed_points": len(fps),
                      "seconds": time.perf_counter() - t0})
     return rows

@@ -42,7 +42,7 @@ from .hardmax_se import (
     sweep_nodes,
     weights,
 )
-from .records import ConvergenceError, Estimate, require, standard_error
+from .records import ConvergenceError, Estimate, bayes_optimal, require, standard_error
 
 #: token counts this module accepts (T = 3 for the check against the deterministic rule)
 QMC_TOKENS = (3, 4)
@@ -314,8 +314,7 @@ def se_curve_qmc(*, rho: float, alphas: Sequence[float], curves: dict,
             raise ConvergenceError(f"no SE fixed point at alpha = {alpha:g} on mmse in "
                                    f"[{v_lo:.4g}, {v_hi:.4g}] (raise r_max of the curves)",
                                    last_iterate=alpha, residual=float(A_mean.max()))
-        stable = [p for p in fps if p["stable"]]
-        best = max(stable, key=lambda p: p["phi"]) if stable else fps[0]
+        best = bayes_optimal(fps) or fps[0]
         row = {**best, "bayes_optimal": best["stable"], "n_fixed_points": len(fps)}
         if with_egen:
             V, dV = row["mmse"], row["error"]

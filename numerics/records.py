@@ -119,6 +119,14 @@ def standard_error(values: Any, axis: int | None = None) -> Any:
     return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
 
 
+def bayes_optimal(fixed_points: Any) -> Any:
+    """The stable fixed point of largest free entropy ``phi`` (THEORY 1.1): the Bayes-optimal
+    one among coexisting SE fixed points (dicts with ``stable`` and ``phi``); None when none is
+    stable. Ties go to the first."""
+    stable = [f for f in fixed_points if f["stable"]]
+    return max(stable, key=lambda f: f["phi"]) if stable else None
+
+
 def mean_estimate(values: Any, method: str, **extra: Any) -> Estimate:
     """The mean of independent replicate ``values`` with its standard error as the error."""
     v = np.asarray(values, dtype=float)

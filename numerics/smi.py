@@ -68,7 +68,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import smi_branches, smi_sequential
-from .records import ConvergenceError, Estimate, require
+from .records import ConvergenceError, Estimate, bayes_optimal, require
 from .smi_fibre import (
     attention_image,
     attention_inverse,
@@ -355,8 +355,7 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     except ConvergenceError as e:      # keep the (unstable) layer-2 point and say why
         base["note"] = f"both-learned branch not found: {e}"
         return base
-    stable = [r for r in cand if r["stable"]]
-    return max(stable, key=lambda r: r["phi"]) if stable else cand[0]
+    return bayes_optimal(cand) or cand[0]
 
 
 def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:

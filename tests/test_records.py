@@ -21,3 +21,12 @@ def test_standard_error_scalar_axis_and_too_few_values():
 def test_mean_estimate_carries_the_extra_fields():
     e = mean_estimate([1.0, 3.0], "two draws", seed=5)
     assert e.value == 2.0 and abs(e.error - 1.0) < 1e-15 and e.extra == {"seed": 5}
+
+
+def test_bayes_optimal_is_the_stable_point_of_largest_phi():
+    from aim_sym.numerics.records import bayes_optimal
+
+    fps = [{"stable": True, "phi": -1.0}, {"stable": False, "phi": 5.0},
+           {"stable": True, "phi": -0.5}]
+    assert bayes_optimal(fps) is fps[2]
+    assert bayes_optimal([{"stable": False, "phi": 1.0}]) is None
