@@ -37,7 +37,7 @@ from . import polytope as pt
 from . import wishart
 from .records import ConvergenceError, Estimate, require
 
-__all__ = ["Term", "PolyhedralOutput", "irredundant", "OutputValues", "z_out", "output_moments",
+__all__ = ["Term", "PolyhedralOutput", "OutputValues", "z_out", "output_moments",
            "output_estimate", "weak_threshold", "check_identities",
            "GH_ORDERS", "FAST_RULE", "fixed_points", "SE_ORDERS", "V_MIN"]
 
@@ -139,22 +139,12 @@ class OutputValues:
         return np.where(pos[..., None, None], e, 0.0)
 
 
-@lru_cache(maxsize=256)
-def irredundant(A: tuple, b: tuple) -> tuple[tuple, tuple, bool]:
-    """The rows of {A h <= b} not implied by the others and whether the polytope is empty
-    (:func:`aim_sym.numerics.polytope.irredundant_rows`)."""
-    keep, empty = pt.irredundant_rows(np.asarray(A, dtype=float), np.asarray(b, dtype=float))
-    if empty:
-        return (), (), True
-    return tuple(A[i] for i in keep), tuple(b[i] for i in keep), False
-
-
 def z_out(ch: PolyhedralOutput, *, omega, V: float, order: int = 2,
           rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> OutputValues:
     """Z_y, dZ_y/domega and (order 2) d2Z_y/domega2 for every outcome at the rows of
     ``omega`` (N, n), h ~ N(omega, V C) (module docstring). Each distinct polytope is
-    integrated once for all outcomes that share it, after dropping its implied rows
-    (:func:`irredundant`)."""
+    integrated once for all outcomes that share it (the engine drops its implied rows,
+    :func:`aim_sym.numerics.polytope.irredundant_rows`)."""
     require(isinstance(V, (int, float)) and math.isfinite(V) and V > 0, "V", "a finite real > 0",
             V)
     require(order in (1, 2), "order", "1 or 2", order)
@@ -170,14 +160,7 @@ def z_out(ch: PolyhedralOutput, *, omega, V: float, order: int = 2,
         for t in ts:
             key = (t.A, t.b)
             if t.A and key not in moments:
-                A_r, b_r, empty = irredundant(t.A, t.b)
-                if empty or not A_r:
-                    zero = np.zeros((N, n))
-                    moments[key] = (np.full(N, 0.0 if empty else 1.0), np.zeros(N), zero, zero,
-                                    np.zeros((N, n, n)) if order == 2 else None,
-                                    np.zeros((N, n, n)) if order == 2 else None)
-                    continue
-                mo = pt.gaussian_polytope(A=A_r, b=b_r, omega=om, cov=cov, order=order, rule=rule)
+                mo = pt.gaussian_polytope(A=t.A, b=t.b, omega=om, cov=cov, order=order, rule=rule)
                 A = mo.A
                 d1 = -(mo.grad @ A)  # dP/domega = -A^T dP/dc
                 e1 = mo.grad_error @ np.abs(A)

@@ -535,15 +535,24 @@ def irredundant_rows(A: np.ndarray, b: np.ndarray) -> tuple[list[int], bool]:
     is empty. Implied rows change no indicator; dropping them spares the face bookkeeping the
     faces that touch the polytope only in lower dimension, where the Hessian was measured wrong
     (a row implied along an edge: dg_out off by 1e-2 under a 1e-14 bar)."""
+    A, b = np.asarray(A, dtype=float), np.asarray(b, dtype=float)
+    keep, empty = _irredundant_cached(A.shape, A.tobytes(), b.tobytes())
+    return list(keep), empty
+
+
+@lru_cache(maxsize=512)
+def _irredundant_cached(shape: tuple, A_bytes: bytes, b_bytes: bytes) -> tuple[tuple, bool]:
+    """:func:`irredundant_rows` once per polytope (the engine is called at many omega)."""
     from scipy.optimize import linprog
 
-    A, b = np.asarray(A, dtype=float), np.asarray(b, dtype=float)
+    A = np.frombuffer(A_bytes).reshape(shape)
+    b = np.frombuffer(b_bytes)
     rows = list(range(A.shape[0]))
     if not rows:
-        return rows, False
+        return (), False
     feas = linprog(np.zeros(A.shape[1]), A_ub=A, b_ub=b, bounds=(None, None), method="highs")
     if feas.status == 2:
-        return [], True
+        return (), True
     for k in list(rows):
         others = [i for i in rows if i != k]
         if not others:
@@ -553,7 +562,7 @@ def irredundant_rows(A: np.ndarray, b: np.ndarray) -> tuple[list[int], bool]:
         scale = 1.0 + abs(b[k]) + float(np.abs(A[k]).sum())
         if res.status == 0 and -res.fun <= b[k] + 1e-12 * scale:
             rows = others
-    return rows, False
+    return tuple(rows), False
 
 
 def gaussian_polytope(*, A, b, omega, cov, order: int = 2,

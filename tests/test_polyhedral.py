@@ -84,15 +84,20 @@ def test_implied_half_space_equals_the_closed_form_channel(extra):
 
 
 def test_redundant_rows_are_dropped_and_the_engine_agrees_without_dropping():
-    """The slack implied row is dropped (irredundant); integrating it anyway (three rows of
-    rank 2, the engine's iterated rule) gives the same Z, g_out, dg_out as two rows (Phi2)."""
+    """The slack implied row is dropped (polytope.irredundant_rows, inside the engine): three
+    rows give the same Z, g_out, dg_out as two rows (Phi2); an empty polytope is detected."""
     from aim_sym.numerics import polytope as pt
 
     A2 = ((-1.0, 1.0, 0.0), (0.0, 1.0, -1.0))
     A3, b3 = A2 + ((-1.0, 2.0, -1.0),), (0.0, 0.0, 1.0)
-    assert ps.irredundant(A3, b3) == (A2, (0.0, 0.0), False)
-    assert ps.irredundant(((1.0, 0.0, 0.0), (-1.0, 0.0, 0.0)), (-1.0, -1.0))[2]  # empty
     om = np.random.default_rng(4).standard_normal((3, 3)) * 0.8
+    assert pt.irredundant_rows(np.array(A3), np.array(b3)) == ([0, 1], False)
+    empty = pt.irredundant_rows(np.array([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]),
+                                np.array([-1.0, -1.0]))
+    assert empty == ([], True)
+    e = pt.gaussian_polytope(A=((1.0, 0.0, 0.0), (-1.0, 0.0, 0.0)), b=(-1.0, -1.0), omega=om,
+                             cov=0.7 * np.diag(W))
+    assert np.all(e.mass == 0) and np.all(e.dg_out == 0)
     cov = 0.7 * np.diag(W)
     two = pt.gaussian_polytope(A=A2, b=(0.0, 0.0), omega=om, cov=cov)
     three = pt.gaussian_polytope(A=A3, b=b3, omega=om, cov=cov)
