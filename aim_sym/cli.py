@@ -120,7 +120,7 @@ def check_model(kw: dict, allowed: tuple = ("aim", "smi"), *, deep_aim: bool = F
             fail("--layers", "1 or 2 for --model aim", kw["layers"])
         elif kw["layers"] == 2 and not deep_aim:
             fail("--layers", "1 for this command (--model aim --layers 2 serves threshold weak "
-                 "--small-width and se)", kw["layers"])
+                 "--small-width, se, curve and derive)", kw["layers"])
         elif kw["layers"] == 2:
             skip_ok = ("layers", "skip")
     if isinstance(kw.get("rho"), tuple) and not (model == "aim" and kw.get("layers") == 2):
@@ -689,13 +689,41 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
     later.finish()
 
 
+def _derive_deep_aim(fmt: str, kw: dict) -> None:
+    """``derive --model aim --layers 2``: the deep AIM sheet (THEORY 1.6), symbolic in c and
+    beta, every reduction step verified by sympy as it is written."""
+    from .deep_aim_sheet import deep_aim_expressions, deep_aim_sheet
+    from .sheets import strip_canonical
+
+    if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
+        fail("--channel", "softmax for --model aim --layers 2 (two tied attention layers)",
+             kw.get("channel") or kw.get("channel_file"))
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 for derive --model aim --layers 2", kw["tokens"])
+    for name in ("skip", "beta"):
+        if kw.get(name) is not None:
+            fail("--" + name, "omitted for derive --layers 2 (the sheet is symbolic in c and "
+                 "beta)", kw[name])
+    if fmt != "markdown":
+        fail("--format", "markdown for --model aim --layers 2", fmt)
+    if kw["as_json"]:
+        import sympy as sp
+
+        emit({k: sp.latex(v) for k, v in deep_aim_expressions().items()}, True)
+    else:
+        click.echo(strip_canonical(deep_aim_sheet()))
+
+
 @cli.command()
 @model_options
 @click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "python"]),
               default="markdown", show_default=True)
 def derive(fmt, **kw):
     """Print a channel's equations: Z_out, g_out, dg_out, SE map, Psi_out, stability."""
-    model = check_model(kw)
+    model = check_model(kw, deep_aim=True)
+    if model == "aim" and kw.get("layers") == 2:
+        _derive_deep_aim(fmt, kw)
+        return
     if model == "smi" and general.wants_general(kw):
         out = general.derive(kw)
         if kw["as_json"]:

@@ -13,7 +13,8 @@ from aim_sym.sheets import compare_canonical, read_canonical
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DERIV = os.path.join(ROOT, "derivations")
-SCRIPTS = ["aim_linear", "aim_softmax", "aim_hardmax", "smi_deep_attention", "erm", "aim_sparsemax"]
+SCRIPTS = ["aim_linear", "aim_softmax", "aim_hardmax", "smi_deep_attention", "erm", "aim_sparsemax",
+           "aim_deep_attention"]
 
 
 def load(script):
