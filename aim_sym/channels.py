@@ -477,13 +477,17 @@ def discrete(*, name: str, tokens: int, likelihood: dict, params: dict | None = 
 
 def gaussian(*, name: str, tokens: int, statistics, noise=None, params: dict | None = None,
              description: str = "") -> GaussianChannel:
-    """u = A h + noise: ``statistics`` is a list of linear forms of h (sympy), reduced to a
-    basis; ``noise`` their noise covariance (None: noiseless)."""
+    """u = A h + noise: ``statistics`` is a list of linear forms of h (sympy); ``noise`` their
+    noise covariance (None: noiseless). Noiseless statistics are reduced to a basis of their row
+    space (the same information); noisy ones are kept as given, since a change of basis T would
+    turn the noise N into T N T^T."""
     _require_tokens(tokens)
     A = coefficients(list(statistics), tokens)
     basis = row_basis(A)
     if basis.rows < A.rows and noise is not None:
         raise ChannelError("noisy statistics must be linearly independent")
+    if noise is not None:
+        basis = sp.ImmutableMatrix(A)
     k = basis.rows
     N = sp.zeros(k, k) if noise is None else sp.Matrix(noise)
     if N.shape != (k, k):

@@ -118,59 +118,87 @@ class AIM:
                 "rho": self.rho, **self.values, **extra}
 
     @cached_property
-    def egen_channel(self):
-        """What the generalisation error needs of the channel (THEORY 1.5), or None where the
-        output y is not a T x T matrix the engine knows (Gaussian channel files, discrete
-        channels whose outputs are not the argmax of each row)."""
+    def _egen(self) -> tuple:
+        """(spec, reason): what the generalisation error needs of the channel (THEORY 1.5) as an
+        :class:`aim_sym.numerics.egen.EgenChannel`, or (None, why not)."""
         import numpy as np
 
         from .numerics.egen import EgenChannel
 
         ch, T = self.channel, self.channel.tokens
         if isinstance(ch, GaussianChannel):
-            if ch.name in ("linear", "linear-noisy"):
-                return EgenChannel("linear", T, delta_out=float(self.values.get("Delta_out", 0.0)))
-            if ch.name == "softmax":
+            if ch.name in ("linear", "linear-noisy") and ch.observation is not None:
+                return EgenChannel("linear", T, delta_out=float(self.values.get("Delta_out",
+                                                                                0.0))), None
+            if ch.name == "softmax" and ch.observation is not None:
                 beta = self.values.get("beta")
                 return EgenChannel("softmax", T, beta=float(_channels.BETA_DOMAIN.default
-                                                            if beta is None else beta))
+                                                            if beta is None else beta)), None
+            return _gaussian_readout_spec(ch, self.values)
+        R, reason = _label_readout(ch.outputs, T)
+        if R is None:
+            return None, reason
+        return EgenChannel("discrete", T, readout=np.asarray(R)), None
+
+    @cached_property
+    def _pair_events(self):
+        """A discrete channel file's events as numbers
+        (:class:`aim_sym.numerics.polyhedral_se.PolyhedralOutput`) for the plug-in error by pair
+        polytopes (THEORY 1.5), or None (argmax labels keep the omega quadrature, whose nodes
+        lie on their hyperplanes; Gaussian and polyhedral channels have their own routes)."""
+        ch, spec = self.channel, self._egen[0]
+        if (not isinstance(ch, DiscreteChannel) or spec is None or spec.kind != "discrete"
+                or _is_argmax(ch.outputs, ch.tokens) or self.polyhedral is not None):
             return None
-        argmax = all(isinstance(y, tuple) and len(y) == T
-                     and all(isinstance(b, int) and 1 <= b <= T for b in y) for y in ch.outputs)
-        if not argmax:
-            return None
-        R = np.zeros((len(ch.outputs), T * T))
-        for i, y in enumerate(ch.outputs):
-            for a, b in enumerate(y):
-                R[i, a * T + b - 1] = 1.0
-        return EgenChannel("discrete", T, readout=R)
+        return _event_arrays(ch, self.values)
+
+    @property
+    def egen_channel(self):
+        """What the generalisation error needs of the channel (THEORY 1.5), or None where the
+        output y cannot be read as a real vector: built-in matrices (linear, softmax), Gaussian
+        read-outs y = L h + noise, and discrete labels read as vectors r_y (argmax tuples as
+        one-hot T x T matrices, numbers and tuples of numbers as themselves)."""
+        return self._egen[0]
 
     def generalisation_error(self, *, q: float, V: float, V_error: float = 0.0,
                              method: bool = False) -> dict:
-        """e_gen (Bayes-optimal, E||y - E[y | omega]||_F^2 over all T^2 entries) at the SE point
-        (q, V) and the plug-in error E||y(h) - y(omega)||_F^2 beside it (THEORY 1.5), each with
-        its error: keys e_gen, e_gen_error, e_gen_plugin, e_gen_plugin_error (None where the
-        channel's y is not a known matrix, see :attr:`egen_channel`); with ``method`` also
-        e_gen_method (the route, and beta for a softmax)."""
+        """e_gen (Bayes-optimal, E||y - E[y | omega]||^2 over the entries of y read as a real
+        vector: all T^2 entries of a T x T output) at the SE point (q, V) and the plug-in error
+        E||y(h) - y(omega)||^2 beside it (THEORY 1.5), each with its error: keys e_gen,
+        e_gen_error, e_gen_plugin, e_gen_plugin_error (None where the channel's y cannot be read
+        as numbers, see :attr:`egen_channel`); with ``method`` also e_gen_method (the route, and
+        beta for a softmax; or why not computed)."""
         from .numerics import egen
 
-        spec = self.egen_channel
+        spec, reason = self._egen
+        none = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None,
+                "e_gen_plugin_error": None}
         if spec is None:
-            out = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None,
-                   "e_gen_plugin_error": None}
-            if method:
-                out["e_gen_method"] = ("not computed: the channel's output is not a T x T "
-                                       "matrix the engine knows")
-            return out
+            return {**none, "e_gen_method": f"not computed: {reason}"} if method else none
         try:
-            est = egen.generalisation_error(spec, self.compiled, q=float(q), V=float(V),
-                                            V_error=float(V_error), level=-1)
+            if self.polyhedral is not None:
+                from .numerics import polyhedral_se as ps
+
+                est = ps.generalisation_error(self.polyhedral, spec.readout, q=float(q),
+                                              V=float(V), V_error=float(V_error))
+            else:
+                est = egen.generalisation_error(spec, self.compiled, q=float(q), V=float(V),
+                                                V_error=float(V_error), level=-1)
+                pair = self._pair_events
+                if pair is not None and V > 0 and est.extra.get("plugin") is not None:
+                    # the plug-in's integrand steps where P(y | omega) does: off the nodes of
+                    # the omega rule in general, so it comes from pair polytopes in (h, omega)
+                    from .numerics import polyhedral_se as ps
+                    from .numerics.records import Estimate
+
+                    plug = ps.plugin_estimate(pair, spec.readout, q=float(q), V=float(V),
+                                              V_error=float(V_error))
+                    est = Estimate(est.value, est.error, est.method,
+                                   extra={**est.extra, "plugin": plug.value,
+                                          "plugin_error": plug.error,
+                                          "plugin_method": plug.method})
         except InputError as e:  # a parameter beyond the e_gen engine (softmax at large beta)
-            out = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None,
-                   "e_gen_plugin_error": None}
-            if method:
-                out["e_gen_method"] = f"not computed: {e}"
-            return out
+            return {**none, "e_gen_method": f"not computed: {e}"} if method else none
         out = {"e_gen": est.value, "e_gen_error": est.error,
                "e_gen_plugin": est.extra.get("plugin"),
                "e_gen_plugin_error": est.extra.get("plugin_error")}
@@ -179,9 +207,13 @@ class AIM:
             if spec.kind == "softmax":
                 note = (f"; beta = {spec.beta:g}" + (" (default: beta is not bound)"
                                                       if "beta" not in self.values else ""))
-            out["e_gen_method"] = ("Bayes-optimal E||y - E[y|omega]||_F^2 (plug-in "
-                                   "E||y(h) - y(omega)||_F^2 beside it): " + est.method + note
-                                   + "; error adds |de_gen/dV| x the fixed point's error")
+            if spec.kind == "discrete":
+                note = "; " + _readout_note(self.channel.outputs, self.channel.tokens)
+            plug = est.extra.get("plugin_method")
+            out["e_gen_method"] = ("Bayes-optimal E||y - E[y|omega]||^2 (plug-in "
+                                   "E||y(h) - y(omega)||^2 beside it): " + est.method + note
+                                   + (f"; plug-in: {plug}" if plug else "")
+                                   + "; errors add |de/dV| x the fixed point's error")
         return out
 
     def _method(self, fp) -> str:
@@ -269,7 +301,7 @@ class AIM:
         _choice(method, "method", CURVE_METHODS)
         if self.polyhedral is not None:
             return _polyhedral_curve(self, alphas=list(grid), tol=tol, method=method,
-                                     progress=progress)
+                                     progress=progress, generalisation=generalisation)
         rows = aim_curve.curve(self.compiled, alphas=list(grid), rho=self.rho, tol=tol,
                                progress=progress, method=method)
         if generalisation:
@@ -382,8 +414,9 @@ class AIM:
                       details=details)
 
     def _draw_y(self, fns):
-        """y (N x T^2, all entries) drawn from P_out(. | h) for AMP's test error, or None where
-        the output is not a known matrix (:attr:`egen_channel`)."""
+        """y (N x dim: all T^2 entries of a matrix output, else the read-out vector) drawn from
+        P_out(. | h) for AMP's test error, or None where the output is not a known vector
+        (:attr:`egen_channel`)."""
         import numpy as np
 
         spec = self.egen_channel
@@ -397,6 +430,9 @@ class AIM:
         if spec.kind == "discrete":
             R = spec.readout
             return lambda h, rng: R[np.asarray(fns.sample(h, rng), dtype=int)]
+        if spec.kind == "gaussian":  # y = L h + noise: what the sampler returns
+            return lambda h, rng: np.asarray(fns.sample(h, rng), dtype=float).reshape(
+                h.shape[0], -1)
         idx = [(a, b) for a in range(T) for b in range(a, T)]
 
         def linear(h, rng):
@@ -439,6 +475,110 @@ class AIM:
         if format == "latex":
             return latex_document(aim_expressions(self.channel), self.channel.tokens)
         return strip_canonical(aim_sheet(self.channel))
+
+
+# ----------------------------------------------------------------------------- AIM, e_gen read-outs
+def _is_argmax(outputs, T: int) -> bool:
+    return all(isinstance(y, tuple) and len(y) == T
+               and all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= T for b in y)
+               for y in outputs)
+
+
+def _real(x) -> float | None:
+    """A label entry as a finite real, or None (strings, complex numbers, symbols, ...)."""
+    import math
+    import numbers
+
+    import sympy as sp
+
+    if isinstance(x, numbers.Real):
+        v = float(x)
+    elif isinstance(x, sp.Basic) and x.is_number and x.is_real:
+        v = float(x)
+    else:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _label_readout(outputs, T: int) -> tuple:
+    """(R, None) with R (outputs x dim) the labels read as real vectors r_y (THEORY 1.5), or
+    (None, why not). Argmax tuples (length T, entries 1..T) are one-hot T x T matrices, as for
+    hardmax; a number is a 1-vector; a tuple or list of numbers is itself."""
+    if _is_argmax(outputs, T):
+        R = [[0.0] * (T * T) for _ in outputs]
+        for i, y in enumerate(outputs):
+            for a, b in enumerate(y):
+                R[i][a * T + b - 1] = 1.0
+        return R, None
+    rows = []
+    for y in outputs:
+        entries = list(y) if isinstance(y, (tuple, list)) else [y]
+        vals = [_real(x) for x in entries]
+        if not entries or any(v is None for v in vals):
+            return None, (f"the output label {y!r} cannot be read as a number or a tuple of "
+                          "numbers (e_gen needs the output y as a real vector)")
+        rows.append(vals)
+    if len({len(r) for r in rows}) != 1:
+        return None, ("the output labels are tuples of different lengths (e_gen needs every "
+                      "output y as a real vector of one dimension)")
+    return rows, None
+
+
+def _readout_note(outputs, T: int) -> str:
+    if _is_argmax(outputs, T):
+        return "y read as the one-hot T x T matrix of each row's argmax"
+    return "y read as its label (a number or a tuple of numbers) as a real vector"
+
+
+def _event_arrays(ch: DiscreteChannel, values: dict):
+    """P(y | h) = sum_k w_k 1[A_k h <= b_k] per output as numbers (the events of
+    :func:`aim_sym.output.parse_events`, parameter values bound: 1[f . h + o > 0] gives
+    A = -f, b = o), as a :class:`aim_sym.numerics.polyhedral_se.PolyhedralOutput`."""
+    import sympy as sp
+
+    from .numerics import polyhedral_se as ps
+    from .output import parse_events, substitute_params
+    from .symbols import weights
+
+    def num(e) -> float:
+        return float(sp.N(substitute_params(sp.sympify(e), ch, values), 20))
+
+    terms = []
+    for p in ch.likelihood:
+        out = []
+        for ev in parse_events(p, ch.tokens):
+            w = num(ev.weight)
+            if w != 0:
+                out.append(ps.Term(w, tuple(tuple(-num(c) for c in f) for f in ev.forms),
+                                   tuple(num(o) for o in ev.offsets)))
+        terms.append(tuple(out))
+    return ps.PolyhedralOutput(outcomes=tuple(ch.outputs), terms=tuple(terms),
+                               weights=tuple(float(w) for w in weights(ch.tokens)), basis=(),
+                               name=ch.name)
+
+
+def _gaussian_readout_spec(ch: GaussianChannel, values: dict) -> tuple:
+    """EgenChannel("gaussian") for y = L h + noise (L = the channel's statistics, the basis the
+    SE uses), or (None, why not)."""
+    import numpy as np
+    import sympy as sp
+
+    from .numerics.egen import EgenChannel
+    from .output import substitute_params
+    from .symbols import weights
+
+    try:
+        L = sp.Matrix(substitute_params(sp.Matrix(ch.statistics), ch, values))
+        N = sp.Matrix(substitute_params(sp.Matrix(ch.noise), ch, values))
+    except _channels.ChannelError as e:
+        return None, str(e)
+    free = sorted(str(s) for s in (L.free_symbols | N.free_symbols))
+    if free:
+        return None, (f"the statistics or noise of channel {ch.name} keep unbound symbols "
+                      f"{free}")
+    return EgenChannel("gaussian", ch.tokens, statistics=np.array(L.evalf(), dtype=float),
+                       noise=np.array(N.evalf(), dtype=float),
+                       weights=np.array([float(w) for w in weights(ch.tokens)])), None
 
 
 # ----------------------------------------------------------------------------- AIM, polyhedral
@@ -511,10 +651,13 @@ def _polyhedral_threshold(m: AIM, kind: str, *, small_width: bool, digits: int,
                            "sympy": None, "value_float": est.value})
 
 
-def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None) -> Result:
+def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None,
+                                generalisation: bool = True) -> Result:
     """The SE fixed points of a polyhedral channel with V >= V_MIN (THEORY 1.1;
     numerics/polyhedral_se.fixed_points), the Bayes-optimal one (largest phi among the stable)
-    flagged; about 40 s per fixed point on two cores."""
+    flagged, each with e_gen and the plug-in error (THEORY 1.5;
+    numerics/polyhedral_se.generalisation_error); about 40 s per fixed point on two cores, and
+    about 10 s more for its e_gen."""
     from .numerics import polyhedral_se as ps
 
     if digits is not None:
@@ -526,12 +669,16 @@ def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None) -> 
     else:
         fps = ps.fixed_points(m.polyhedral, alpha=alpha, rho=m.rho)
     bo = bayes_optimal(fps) or max(fps, key=lambda f: f["phi"])
-    none = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None, "e_gen_plugin_error": None}
+    # e_gen (THEORY 1.5) on the SE's Gauss-Hermite omega rule, ~10 s per fixed point
+    none = {"e_gen": None, "e_gen_error": None, "e_gen_plugin": None, "e_gen_plugin_error": None,
+            "e_gen_method": "not computed (generalisation=False)"}
+    egens = [m.generalisation_error(q=f["q"], V=f["mmse"], V_error=f["error"], method=True)
+             if generalisation else none for f in fps]
     rows = [{**{k: f[k] for k in ("q", "q_hat", "mmse", "phi", "stable", "slope", "error")},
-             "bayes_optimal": f is bo, **none} for f in fps]
-    details = {"q": bo["q"], "q_hat": bo["q_hat"], "phi": bo["phi"], **none,
-               "e_gen_method": "not computed: the channel's output is not a T x T matrix the "
-               "engine knows", "fixed_points": rows}
+             "bayes_optimal": f is bo, **{k: v for k, v in e.items() if k != "e_gen_method"}}
+            for f, e in zip(fps, egens)]
+    details = {"q": bo["q"], "q_hat": bo["q_hat"], "phi": bo["phi"],
+               **egens[[f is bo for f in fps].index(True)], "fixed_points": rows}
     return Result(quantity="mmse", value=bo["mmse"], error=bo["error"],
                   method=f"fixed points with V >= {ps.V_MIN} (order-6 scan, Brent's method): "
                   "output side by tensor Gauss-Hermite over omega (orders "
@@ -542,7 +689,7 @@ def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None) -> 
 
 
 def _polyhedral_curve(m: AIM, *, alphas: list, tol: float, method: str,
-                      progress: Progress) -> ResultTable:
+                      progress: Progress, generalisation: bool = True) -> ResultTable:
     """The Bayes-optimal branch of a polyhedral channel, one state evolution per alpha (about
     40 s each on two cores); an alpha whose fixed points lie below V_MIN gets a row with a note
     (THEORY 1.1, 1.4)."""
@@ -560,7 +707,8 @@ def _polyhedral_curve(m: AIM, *, alphas: list, tol: float, method: str,
         if progress:
             progress(k, len(alphas), f"alpha = {a:g}")
         try:
-            r = _polyhedral_state_evolution(m, alpha=a, digits=None)
+            r = _polyhedral_state_evolution(m, alpha=a, digits=None,
+                                            generalisation=generalisation)
         except ConvergenceError:
             rows.append({"alpha": a, "note": f"no fixed point with V >= {ps.V_MIN} (beyond the "
                          "resolved range)"})
@@ -568,7 +716,8 @@ def _polyhedral_curve(m: AIM, *, alphas: list, tol: float, method: str,
         d = r.details
         rows.append({"alpha": a, "q": d["q"], "q_hat": d["q_hat"], "mmse": r.value,
                      "phi": d["phi"], "error": r.error, "fixed_points": len(d["fixed_points"]),
-                     "e_gen": None, "e_gen_error": None})
+                     **({k: d[k] for k in ("e_gen", "e_gen_error", "e_gen_plugin",
+                                           "e_gen_plugin_error")} if generalisation else {})})
     if progress:
         progress(len(alphas), len(alphas), "done")
     return ResultTable(tuple(rows), m.parameters())

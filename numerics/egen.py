@@ -13,9 +13,21 @@ T x T output y (all T^2 entries counted):
 Routes, each with an error by refinement:
 
 * linear (+ noise Delta_out): e_gen = e_plugin = T (T + 1) (V + Delta_out), exact;
-* discrete channels with one-hot rows (hardmax, noisy hardmax): y_hat = sum_y Z_y(omega) r_y
-  (r_y the output as a T^2 vector) on the omega quadrature of the SE output side (two levels);
-  T = 2 has closed forms (:func:`hardmax_t2`), the test oracle;
+* Gaussian read-outs (channel files): y = L h + noise, noise ~ N(0, N) (L the statistics'
+  coefficient matrix, K x n): y - E[y | omega] = L (h - omega) + noise, so
+  e_gen = V tr(L C L^T) + tr(N), exact; the plug-in y(omega) = L omega + noise' carries a
+  second, independent noise: e_plugin = e_gen + tr(N) (:func:`gaussian_readout`);
+* discrete channels: each output label y read as a real vector r_y (one-hot rows for the
+  argmax tuples of hardmax and noisy hardmax, the T x T output flattened; a number or a tuple
+  of numbers for a channel file), y_hat = sum_y Z_y(omega) r_y on the omega quadrature of the
+  SE output side (two levels); T = 2 hardmax has closed forms (:func:`hardmax_t2`), the test
+  oracle. The plug-in needs P(y | h = omega): the compiled Z_y at V -> 0+ (V = 1e-200), which
+  is the likelihood off the channel's hyperplanes and, on them (a null set of omega when
+  q > 0), breaks the tie by an infinitesimal Gaussian perturbation (Phi(0) = 1/2 for one
+  half-space); at q = 0 (omega = 0 on every hyperplane through 0) this keeps e_plugin
+  continuous in q;
+* polyhedral channels (a term of >= 3 half-spaces): the same read-out on the SE's
+  Gauss-Hermite rule, in :func:`aim_sym.numerics.polyhedral_se.generalisation_error`;
 * softmax, any T and beta: by rows. Row a depends on logits x_c = beta h_ac; with
   1/D = int dv e^v exp(-e^v D), s_b(x) s_b(x') = int dv dv' prod_c F_c and, the entries of a
   row being independent, E[s_b(x) s_b(x')] = int dv dv' A_d A_o^(T-2) B_o (b off the diagonal)
@@ -53,15 +65,21 @@ SOFTMAX_SCALE_MAX = 20.0
 @dataclass(frozen=True)
 class EgenChannel:
     """What e_gen needs of a channel beyond its compiled output side: ``kind`` ("linear",
-    "softmax", "discrete"), tokens T, ``beta`` (softmax), ``delta_out`` (linear), ``readout``
-    (discrete: outputs x T^2, the output y as a flat T x T matrix, one row per output, in the
-    compiled channel's output order)."""
+    "softmax", "gaussian", "discrete"), tokens T, ``beta`` (softmax), ``delta_out`` (linear),
+    ``readout`` (discrete: outputs x dim, the output y as a real vector r_y, one row per output
+    in the compiled channel's output order: the flat T x T one-hot matrix for argmax labels),
+    ``statistics`` (gaussian: the K x n coefficient matrix L of y = L h + noise, h in the flat
+    order a <= b), ``noise`` (gaussian: the K x K noise covariance N) and ``weights`` (gaussian:
+    Var h_ab / V = 1 + delta_ab)."""
 
     kind: str
     tokens: int
     beta: float = 1.0
     delta_out: float = 0.0
     readout: np.ndarray | None = None
+    statistics: np.ndarray | None = None
+    noise: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
 
 # ----------------------------------------------------------------------------- linear
@@ -69,6 +87,29 @@ def linear(*, T: int, V: float, delta_out: float = 0.0) -> Estimate:
     """T (T + 1) (V + Delta_out): every entry's posterior variance, off-diagonals twice."""
     return Estimate(T * (T + 1) * (V + delta_out), 0.0, "closed form T (T + 1) (V + Delta_out)",
                     extra={"plugin": T * (T + 1) * (V + delta_out), "plugin_error": 0.0})
+
+
+# ----------------------------------------------------------------------------- Gaussian read-outs
+def gaussian_readout(*, statistics, noise, weights, V: float) -> Estimate:
+    """y = L h + noise (THEORY 1.5, module docstring): e_gen = V tr(L C L^T) + tr(N) and
+    e_plugin = e_gen + tr(N), exact (C = diag(``weights``)); extra slope_exact = tr(L C L^T)
+    (d e_gen / dV)."""
+    L = np.atleast_2d(np.asarray(statistics, dtype=float))
+    N = np.atleast_2d(np.asarray(noise, dtype=float))
+    c = np.asarray(weights, dtype=float)
+    require(L.ndim == 2 and L.shape[1] == len(c) and np.all(np.isfinite(L)), "statistics",
+            f"a finite (K, {len(c)}) matrix", L.shape)
+    require(N.shape == (L.shape[0], L.shape[0]) and np.all(np.isfinite(N))
+            and float(np.trace(N)) >= 0, "noise", f"a finite ({L.shape[0]}, {L.shape[0]}) "
+            "covariance", N.shape)
+    require(math.isfinite(V) and V >= 0, "V", "a finite real >= 0", V)
+    slope = float(np.einsum("kn,n,kn->", L, c, L))
+    tr_noise = float(np.trace(N))
+    value = V * slope + tr_noise
+    rounding = 4 * np.finfo(float).eps * (abs(value) + tr_noise)
+    return Estimate(value, rounding, "closed form V tr(L C L^T) + tr(noise) (y = L h + noise)",
+                    extra={"plugin": value + tr_noise, "plugin_error": 2 * rounding,
+                           "slope_exact": slope})
 
 
 # ----------------------------------------------------------------------------- discrete
@@ -128,8 +169,14 @@ def discrete(cc, readout: np.ndarray, *, q: float, V: float, level: int = 0) -> 
     b0, p0, _ = _discrete_level(cc, R, q=q, V=V, level=level)
     b1, p1, tail = _discrete_level(cc, R, q=q, V=V, level=level + 1)
     return Estimate(max(b1, 0.0), abs(b1 - b0) + tail,
-                    "E||y||^2 - E||E[y|omega]||^2 by sinh-trapezoid quadrature over omega, two "
-                    "levels", extra={"plugin": p1, "plugin_error": abs(p1 - p0) + tail})
+                    "E||y||^2 - E||E[y|omega]||^2, E[y|omega] = sum_y Z_y(omega) r_y, by "
+                    "sinh-trapezoid quadrature over omega, two levels",
+                    extra={"plugin": p1, "plugin_error": abs(p1 - p0) + tail,
+                           "plugin_method": "the same quadrature with P(y | h = omega) = Z_y at "
+                           "V -> 0+ (ties on the hyperplanes split as by an infinitesimal "
+                           "Gaussian perturbation); its error bar assumes the steps of "
+                           "P(y | omega) lie on nodes (hyperplanes m_k = 0: argmax, homogeneous "
+                           "signs)"})
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -232,41 +279,53 @@ def _bayes(spec: EgenChannel, cc, *, q: float, V: float, level: int) -> Estimate
     T = spec.tokens
     if spec.kind == "linear":
         return linear(T=T, V=V, delta_out=spec.delta_out)
+    if spec.kind == "gaussian":
+        return gaussian_readout(statistics=spec.statistics, noise=spec.noise,
+                                weights=spec.weights, V=V)
     if V == 0:
         require(bool(cc.noiseless), "V", "> 0 for a noisy channel", V)
         return Estimate(0.0, 0.0, "V = 0: y is known", extra={"plugin": 0.0, "plugin_error": 0.0})
     if spec.kind == "softmax":
         return softmax(T=T, beta=spec.beta, q=q, V=V)
-    require(spec.kind == "discrete", "kind", "linear, softmax or discrete", spec.kind)
+    require(spec.kind == "discrete", "kind", "linear, softmax, gaussian or discrete", spec.kind)
     return discrete(cc, spec.readout, q=q, V=V, level=level)
 
 
-def _coarse(spec: EgenChannel, cc, *, q: float, V: float, level: int) -> float:
-    """The Bayes-optimal e_gen on a coarse rule (for the slope in V only)."""
+def _coarse(spec: EgenChannel, cc, *, q: float, V: float, level: int) -> tuple[float, float]:
+    """(e_gen, e_plugin) on a coarse rule (for the slopes in V only)."""
     if spec.kind == "linear":
-        return spec.tokens * (spec.tokens + 1) * (V + spec.delta_out)
+        e = spec.tokens * (spec.tokens + 1) * (V + spec.delta_out)
+        return e, e
     if spec.kind == "softmax":
-        return _softmax_level(T=spec.tokens, beta=spec.beta, q=q, V=V, h=_SLOPE_STEP)[0]
-    return _discrete_level(cc, np.asarray(spec.readout, float), q=q, V=V, level=_SLOPE_LEVEL)[0]
+        return _softmax_level(T=spec.tokens, beta=spec.beta, q=q, V=V, h=_SLOPE_STEP)
+    b, p, _ = _discrete_level(cc, np.asarray(spec.readout, float), q=q, V=V, level=_SLOPE_LEVEL)
+    return b, p
 
 
 def generalisation_error(spec: EgenChannel, cc, *, q: float, V: float, V_error: float = 0.0,
                          level: int = 0) -> Estimate:
     """e_gen (Bayes-optimal) at the fixed point (q, V) with its error: the rule's refinement
     error plus 2 |d e_gen / dV| ``V_error`` (the fixed point's own error, Q0 = q + V fixed; the
-    slope by a central difference on a coarse rule, doubled for its own error). extra: plugin,
-    plugin_error, slope_V."""
+    slope exact for the linear and Gaussian read-outs, else by a central difference on a coarse
+    rule, doubled for its own error); the plug-in error likewise. extra: plugin, plugin_error,
+    slope_V, plugin_slope_V."""
     require(V >= 0 and q >= 0, "q, V", ">= 0", (q, V))
     est = _bayes(spec, cc, q=q, V=V, level=level)
     if V_error > 0 and V > 0:
         if spec.kind == "linear":
-            slope = spec.tokens * (spec.tokens + 1)
+            slope = plug_slope = spec.tokens * (spec.tokens + 1)
+        elif spec.kind == "gaussian":
+            slope = plug_slope = est.extra["slope_exact"]
         else:
             d = min(1e-3 * V, 0.5 * q) if q > 0 else 1e-3 * V
-            e_hi = _coarse(spec, cc, q=q - d, V=V + d, level=level)
-            e_lo = _coarse(spec, cc, q=q + d, V=V - d, level=level)
-            slope = abs(e_hi - e_lo) / (2 * d)
+            b_hi, p_hi = _coarse(spec, cc, q=q - d, V=V + d, level=level)
+            b_lo, p_lo = _coarse(spec, cc, q=q + d, V=V - d, level=level)
+            slope = abs(b_hi - b_lo) / (2 * d)
+            plug_slope = abs(p_hi - p_lo) / (2 * d)
         extra = dict(est.extra)
         extra["slope_V"] = slope
+        extra["plugin_slope_V"] = plug_slope
+        if extra.get("plugin_error") is not None:
+            extra["plugin_error"] = extra["plugin_error"] + 2 * plug_slope * V_error
         est = Estimate(est.value, est.error + 2 * slope * V_error, est.method, extra=extra)
     return est

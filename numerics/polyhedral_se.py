@@ -20,6 +20,12 @@ sees (L the basis of its half-space normals, m ~ N(0, q L C L^T)); two orders gi
 At q = 0 it is one evaluation at omega = 0, and the small-width weak-recovery threshold is
 alpha_bar_c = 1 / (2 E(0, 1)) (THEORY 1.2, 1.4).
 
+The generalisation error (THEORY 1.5) of an outcome read as a real vector r_y:
+e_gen = E||y||^2 - E_omega ||sum_y Z_y(omega) r_y||^2 on the same tensor Gauss-Hermite rule
+(:func:`generalisation_error`); the plug-in error and an independent check of e_gen without
+quadrature over omega come from joint outcome probabilities of (h, omega) or (h, h'), each a
+Gaussian polytope in 2n dimensions (:func:`plugin_error`, :func:`joint_bayes_error`).
+
 This module receives numbers only (the symbolic side is :mod:`aim_sym.polyhedral`).
 """
 
@@ -39,7 +45,9 @@ from .records import ConvergenceError, Estimate, require
 
 __all__ = ["Term", "PolyhedralOutput", "OutputValues", "z_out", "output_moments",
            "output_estimate", "weak_threshold", "check_identities",
-           "GH_ORDERS", "FAST_RULE", "fixed_points", "SE_ORDERS", "V_MIN"]
+           "GH_ORDERS", "FAST_RULE", "fixed_points", "SE_ORDERS", "V_MIN",
+           "generalisation_error", "plugin_error", "plugin_estimate", "EGEN_ORDERS",
+           "joint_bayes_error", "pair_probabilities", "likelihood_at_zero"]
 
 #: Gauss-Hermite orders per axis of the omega expectation (coarse, fine): the error is their
 #: difference. Geometric convergence needs V >= q (the integrand varies on the scale sqrt(V),
@@ -93,13 +101,14 @@ class PolyhedralOutput:
 
 @dataclass(frozen=True)
 class OutputValues:
-    """Z (Y, N), dZ (Y, N, n) = dZ/domega, d2Z (Y, N, n, n) (order 2), their error bars, and
+    """Z (Y, N), dZ (Y, N, n) = dZ/domega (order >= 1), d2Z (Y, N, n, n) (order 2), their
+    error bars, and
     g = dZ / Z, dg = d2Z / Z - g g^T with error bars (0 where Z <= 0)."""
 
     Z: np.ndarray
     Z_error: np.ndarray
-    dZ: np.ndarray
-    dZ_error: np.ndarray
+    dZ: np.ndarray | None
+    dZ_error: np.ndarray | None
     d2Z: np.ndarray | None
     d2Z_error: np.ndarray | None
     seconds: float
@@ -141,13 +150,13 @@ class OutputValues:
 
 def z_out(ch: PolyhedralOutput, *, omega, V: float, order: int = 2,
           rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> OutputValues:
-    """Z_y, dZ_y/domega and (order 2) d2Z_y/domega2 for every outcome at the rows of
+    """Z_y, (order >= 1) dZ_y/domega and (order 2) d2Z_y/domega2 for every outcome at the rows of
     ``omega`` (N, n), h ~ N(omega, V C) (module docstring). Each distinct polytope is
     integrated once for all outcomes that share it (the engine drops its implied rows,
     :func:`aim_sym.numerics.polytope.irredundant_rows`)."""
     require(isinstance(V, (int, float)) and math.isfinite(V) and V > 0, "V", "a finite real > 0",
             V)
-    require(order in (1, 2), "order", "1 or 2", order)
+    require(order in (0, 1, 2), "order", "0, 1 or 2", order)
     t0 = time.perf_counter()
     n = ch.dim
     om = np.atleast_2d(np.asarray(omega, dtype=float))
@@ -162,17 +171,18 @@ def z_out(ch: PolyhedralOutput, *, omega, V: float, order: int = 2,
             if t.A and key not in moments:
                 mo = pt.gaussian_polytope(A=t.A, b=t.b, omega=om, cov=cov, order=order, rule=rule)
                 A = mo.A
-                d1 = -(mo.grad @ A)  # dP/domega = -A^T dP/dc
-                e1 = mo.grad_error @ np.abs(A)
-                d2 = e2 = None
+                d1 = e1 = d2 = e2 = None
+                if order >= 1:
+                    d1 = -(mo.grad @ A)  # dP/domega = -A^T dP/dc
+                    e1 = mo.grad_error @ np.abs(A)
                 if order == 2:
                     d2 = np.einsum("ki,nkl,lj->nij", A, mo.hess, A)
                     e2 = np.einsum("ki,nkl,lj->nij", np.abs(A), mo.hess_error, np.abs(A))
                 moments[key] = (mo.mass, mo.mass_error, d1, e1, d2, e2)
     Z = np.zeros((Y, N))
     Ze = np.zeros((Y, N))
-    dZ = np.zeros((Y, N, n))
-    dZe = np.zeros((Y, N, n))
+    dZ = np.zeros((Y, N, n)) if order >= 1 else None
+    dZe = np.zeros((Y, N, n)) if order >= 1 else None
     d2Z = np.zeros((Y, N, n, n)) if order == 2 else None
     d2Ze = np.zeros((Y, N, n, n)) if order == 2 else None
     for y, ts in enumerate(ch.terms):
@@ -184,8 +194,9 @@ def z_out(ch: PolyhedralOutput, *, omega, V: float, order: int = 2,
             w, aw = t.weight, abs(t.weight)
             Z[y] += w * P
             Ze[y] += aw * Pe
-            dZ[y] += w * d1
-            dZe[y] += aw * e1
+            if order >= 1:
+                dZ[y] += w * d1
+                dZe[y] += aw * e1
             if order == 2:
                 d2Z[y] += w * d2
                 d2Ze[y] += aw * e2
@@ -219,7 +230,9 @@ def _nodes(ch: PolyhedralOutput, q: float, order: int) -> tuple[np.ndarray, np.n
     for g in np.meshgrid(*([w] * K), indexing="ij"):
         wt = wt * g.ravel()
     m = math.sqrt(q) * xi @ np.linalg.cholesky(S).T  # m ~ N(0, q S)
-    omega = m @ np.linalg.solve(S, L @ C).T  # a preimage: L omega = m
+    # the conditional mean of omega given m: omega = C L^T S^-1 m (rows: m S^-1 L C), so that
+    # L omega = m (a transposed solve here gave L omega the wrong law whenever K = n)
+    omega = m @ np.linalg.solve(S, L @ C)
     return omega, wt
 
 
@@ -397,3 +410,242 @@ def fixed_points(ch: PolyhedralOutput, *, alpha: float, rho: float,
         raise ConvergenceError(f"no SE fixed point bracketed in V in [{V_MIN}, 1]",
                                last_iterate=list(V_SCAN), residual=r_scan)
     return out
+
+
+# ----------------------------------------------------------------------------- generalisation error
+#: Gauss-Hermite orders of e_gen (coarse, fine): the omega-integrand sum_y Z_y |r_y|^2 -
+#: |E[y | omega]|^2 is as smooth as the SE's, and orders 8 and 12 agree to ~1e-7 at V >= V_MIN
+EGEN_ORDERS = GH_ORDERS
+#: Gauss-Hermite order of the slope d e_gen / dV (a central difference: a few digits suffice)
+EGEN_SLOPE_ORDER = 6
+#: relative step of the plug-in's slope in V (joint route, same seeded cube points: smooth)
+PLUGIN_SLOPE_STEP = 0.05
+
+
+def _readout(ch: PolyhedralOutput, readout) -> np.ndarray:
+    R = np.asarray(readout, dtype=float)
+    if R.ndim == 1:
+        R = R[:, None]
+    require(R.ndim == 2 and R.shape[0] == len(ch.outcomes) and np.all(np.isfinite(R)),
+            "readout", f"{len(ch.outcomes)} finite rows (one vector r_y per outcome)", R.shape)
+    return R
+
+
+def _bayes_node_sum(ch: PolyhedralOutput, R: np.ndarray, *, q: float, V: float, order: int,
+                    rule: pt.PolytopeRule) -> tuple[float, float, int]:
+    """E_omega [sum_y Z_y |r_y|^2 - |sum_y Z_y r_y|^2] on the Gauss-Hermite rule of ``order``,
+    the engine's bar on it (|d/dZ_y| x Z_error_y) and the number of nodes."""
+    omega, wt = _nodes(ch, q, order)
+    out = z_out(ch, omega=omega, V=V, order=0, rule=rule)
+    Z, Ze = out.Z, out.Z_error  # (Y, N)
+    norm2 = (R * R).sum(axis=1)
+    yhat = Z.T @ R  # (N, dim): E[y | omega]
+    node = Z.T @ norm2 - (yhat * yhat).sum(axis=1)
+    bar = (np.abs(norm2[:, None] - 2.0 * R @ yhat.T) * Ze).sum(axis=0)
+    return float(node @ wt), float(bar @ wt), len(wt)
+
+
+def _marginal(A, b, cov, rule) -> tuple[float, float]:
+    mo = pt.gaussian_polytope(A=A, b=b, omega=np.zeros((1, cov.shape[0])), cov=cov, order=0,
+                              rule=rule)
+    return float(mo.mass[0]), float(mo.mass_error[0])
+
+
+def likelihood_at_zero(ch: PolyhedralOutput, *,
+                       rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> tuple[np.ndarray, np.ndarray]:
+    """P(y | h = 0) for every outcome, with error bars: lim_{V -> 0+} Z_y(omega = 0; V). A row
+    with b > 0 holds, b < 0 fails; rows with b = 0 (h = 0 on their hyperplane) are tied and
+    kept as the cone {A_tied h <= 0} under N(0, C): the tie broken by an infinitesimal Gaussian
+    perturbation (Phi(0) = 1/2 for one row). Used by the plug-in error at q = 0."""
+    C = np.diag(np.asarray(ch.weights, dtype=float))
+    P = np.zeros(len(ch.outcomes))
+    Pe = np.zeros(len(ch.outcomes))
+    for y, ts in enumerate(ch.terms):
+        for t in ts:
+            if not t.A:
+                P[y] += t.weight
+                continue
+            A, b = np.asarray(t.A, dtype=float), np.asarray(t.b, dtype=float)
+            tol = 1e-12 * (1.0 + np.abs(A).sum(axis=1))
+            if np.any(b < -tol):
+                continue
+            tied = np.abs(b) <= tol
+            if not tied.any():
+                P[y] += t.weight
+                continue
+            m, e = _marginal(A[tied], np.zeros(int(tied.sum())), C, rule)
+            P[y] += t.weight * m
+            Pe[y] += abs(t.weight) * e
+    return P, Pe
+
+
+def pair_probabilities(ch: PolyhedralOutput, *, q: float, V: float, second: str,
+                       rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> dict:
+    """Joint outcome probabilities by one Gaussian polytope per pair of terms (THEORY 1.5):
+    u ~ N(0, Q0 C) (a sample's h, Q0 = q + V) and a second vector u' sharing omega:
+    ``second`` = "draw" (u' = omega + an independent sqrt(V) noise: h' ~ N(0, Q0 C)) or
+    "omega" (u' = omega ~ N(0, q C)); Cov(u, u') = q C. Returns M (Y, Y') = E[P(y | u)
+    P(y' | u')] with M_error, and the marginals P(y) = E P(y | u), P'(y') with errors. The
+    pair {A_k u <= b_k, A_k' u' <= b_k'} lives in 2n dimensions (rank up to twice the
+    channel's: the engine's cube rule, Monte-Carlo grade with a refinement bar, at rank >= 4).
+    ``second`` = "omega" at q = 0 uses :func:`likelihood_at_zero`."""
+    require(second in ("draw", "omega"), "second", "draw or omega", second)
+    require(math.isfinite(q) and q >= 0 and math.isfinite(V) and V > 0, "q, V",
+            "q >= 0 and V > 0, finite", (q, V))
+    n = ch.dim
+    C = np.diag(np.asarray(ch.weights, dtype=float))
+    Q0 = q + V
+    s = Q0 if second == "draw" else q
+    cov_u, cov_s = Q0 * C, s * C
+    Y = len(ch.outcomes)
+    memo: dict = {}
+
+    def marg(t, cov, tag):
+        key = (tag, t.A, t.b)
+        if key not in memo:
+            memo[key] = (1.0, 0.0) if not t.A else _marginal(t.A, t.b, cov, rule)
+        return memo[key]
+
+    P = np.zeros(Y)
+    Pe = np.zeros(Y)
+    for y, ts in enumerate(ch.terms):
+        for t in ts:
+            m, e = marg(t, cov_u, "u")
+            P[y] += t.weight * m
+            Pe[y] += abs(t.weight) * e
+    if second == "omega" and q == 0:
+        P2, P2e = likelihood_at_zero(ch, rule=rule)
+        M = np.outer(P, P2)
+        Me = np.outer(Pe, np.abs(P2)) + np.outer(np.abs(P), P2e)
+        return {"M": M, "M_error": Me, "P": P, "P_error": Pe, "P2": P2, "P2_error": P2e}
+    P2 = np.zeros(Y)
+    P2e = np.zeros(Y)
+    for y, ts in enumerate(ch.terms):
+        for t in ts:
+            m, e = marg(t, cov_s, "s")
+            P2[y] += t.weight * m
+            P2e[y] += abs(t.weight) * e
+    cov = np.block([[cov_u, q * C], [q * C, cov_s]])
+    M = np.zeros((Y, Y))
+    Me = np.zeros((Y, Y))
+    for y, ts in enumerate(ch.terms):
+        for y2, ts2 in enumerate(ch.terms):
+            for t in ts:
+                for t2 in ts2:
+                    w = t.weight * t2.weight
+                    if not t.A and not t2.A:
+                        m, e = 1.0, 0.0
+                    elif not t2.A:
+                        m, e = marg(t, cov_u, "u")
+                    elif not t.A:
+                        m, e = marg(t2, cov_s, "s")
+                    else:
+                        key = ("pair", t.A, t.b, t2.A, t2.b)
+                        if key not in memo:
+                            A = np.zeros((len(t.A) + len(t2.A), 2 * n))
+                            A[:len(t.A), :n] = t.A
+                            A[len(t.A):, n:] = t2.A
+                            memo[key] = _marginal(A, np.concatenate([t.b, t2.b]), cov, rule)
+                        m, e = memo[key]
+                    M[y, y2] += w * m
+                    Me[y, y2] += abs(w) * e
+    return {"M": M, "M_error": Me, "P": P, "P_error": Pe, "P2": P2, "P2_error": P2e}
+
+
+def plugin_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
+                 rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> Estimate:
+    """e_plugin = E ||y(h) - y(omega)||^2 = sum_{y, y'} |r_y - r_y'|^2 E[P(y | h) P(y' | omega)]
+    (the channel applied at omega, its noise drawn independently; THEORY 1.5) by
+    :func:`pair_probabilities` (no quadrature over omega: the indicator of omega is part of the
+    polytope). Error: the engine's bars, propagated."""
+    R = _readout(ch, readout)
+    pp = pair_probabilities(ch, q=q, V=V, second="omega", rule=rule)
+    norm2 = (R * R).sum(axis=1)
+    D = np.maximum(norm2[:, None] + norm2[None, :] - 2.0 * R @ R.T, 0.0)
+    value = float((D * pp["M"]).sum())
+    err = float((D * pp["M_error"]).sum()) + 1e-15 * (1.0 + abs(value))
+    return Estimate(max(value, 0.0), err, "sum_{y,y'} |r_y - r_y'|^2 P(y(h) = y, y(omega) = y') "
+                    "by Gaussian polytopes in (h, omega) (2n dimensions)" + (
+                        "; at q = 0, P(y | h = 0) with ties broken by an infinitesimal Gaussian "
+                        "perturbation" if q == 0 else ""))
+
+
+def plugin_estimate(ch: PolyhedralOutput, readout, *, q: float, V: float,
+                    V_error: float = 0.0,
+                    rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> Estimate:
+    """:func:`plugin_error` plus 2 |d e_plugin / dV| ``V_error`` (Q0 = q + V fixed; the slope by
+    a central difference of step :data:`PLUGIN_SLOPE_STEP` V on the same seeded rule, one-sided
+    at q = 0, doubled for its own error). extra: slope_V."""
+    require(math.isfinite(V_error) and V_error >= 0, "V_error", "a finite real >= 0", V_error)
+    plug = plugin_error(ch, readout, q=q, V=V, rule=rule)
+    if V_error == 0:
+        return Estimate(plug.value, plug.error, plug.method, extra={"slope_V": None})
+    dp = min(PLUGIN_SLOPE_STEP * V, 0.5 * q) if q > 0 else PLUGIN_SLOPE_STEP * V
+    up = min(dp, q)
+    p_hi = plugin_error(ch, readout, q=q - up, V=V + up, rule=rule).value
+    p_lo = plugin_error(ch, readout, q=q + dp, V=V - dp, rule=rule).value
+    slope = abs(p_hi - p_lo) / (up + dp)
+    return Estimate(plug.value, plug.error + 2 * slope * V_error, plug.method,
+                    extra={"slope_V": slope})
+
+
+def joint_bayes_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
+                      rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> Estimate:
+    """e_gen by a route without quadrature over omega (an independent check of
+    :func:`generalisation_error`): E||y||^2 - E||E[y | omega]||^2 with
+    E||E[y | omega]||^2 = sum_{y, y'} r_y . r_y' P(y(h) = y, y(h') = y'), h, h' two draws given
+    omega (:func:`pair_probabilities`, second = "draw")."""
+    R = _readout(ch, readout)
+    pp = pair_probabilities(ch, q=q, V=V, second="draw", rule=rule)
+    norm2 = (R * R).sum(axis=1)
+    G = R @ R.T
+    value = float(norm2 @ pp["P"] - (G * pp["M"]).sum())
+    err = float(norm2 @ pp["P_error"] + (np.abs(G) * pp["M_error"]).sum())
+    return Estimate(value, err, "E||y||^2 - sum r_y . r_y' P(y(h) = y, y(h') = y') by Gaussian "
+                    "polytopes in (h, h') (2n dimensions)")
+
+
+def generalisation_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
+                         V_error: float = 0.0, orders: tuple[int, int] | None = None,
+                         rule: pt.PolytopeRule = FAST_RULE,
+                         plugin_rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> Estimate:
+    """e_gen = E||y||^2 - E_omega ||sum_y Z_y(omega) r_y||^2 (THEORY 1.5) of a polyhedral
+    channel whose outcome y reads as the real vector ``readout[y]``, at (q, V): the SE's tensor
+    Gauss-Hermite rule over omega (:func:`_nodes`), orders ``orders`` (error = their difference
+    + the engine's bar; at q = 0 one evaluation at omega = 0; None: :data:`EGEN_ORDERS`),
+    plus 2 |d e_gen / dV| V_error
+    (slope by a central difference at Q0 fixed on order :data:`EGEN_SLOPE_ORDER`, doubled for
+    its own error). extra: plugin, plugin_error (:func:`plugin_error`, plus 2 |d e_plugin / dV|
+    V_error), slope_V, plugin_slope_V, nodes."""
+    require(math.isfinite(q) and q >= 0, "q", "a finite real >= 0", q)
+    require(math.isfinite(V) and V > 0, "V", "a finite real > 0", V)
+    require(math.isfinite(V_error) and V_error >= 0, "V_error", "a finite real >= 0", V_error)
+    orders = EGEN_ORDERS if orders is None else orders
+    require(len(orders) == 2 and 2 <= orders[0] < orders[1] <= 40, "orders",
+            "two increasing integers in 2..40", orders)
+    R = _readout(ch, readout)
+    b1, bar1, n1 = _bayes_node_sum(ch, R, q=q, V=V, order=orders[1], rule=rule)
+    if q == 0:
+        err = bar1
+        method = "at q = 0 one evaluation at omega = 0"
+    else:
+        b0, _, _ = _bayes_node_sum(ch, R, q=q, V=V, order=orders[0], rule=rule)
+        err = abs(b1 - b0) + bar1
+        method = (f"tensor Gauss-Hermite over omega, orders {orders[0]} and {orders[1]} "
+                  f"({n1} nodes)")
+    plug = plugin_estimate(ch, R, q=q, V=V, V_error=V_error, rule=plugin_rule)
+    extra = {"plugin": plug.value, "plugin_error": plug.error, "nodes": n1,
+             "plugin_slope_V": plug.extra["slope_V"]}
+    if V_error > 0:
+        # central differences at Q0 = q + V fixed (one-sided at q = 0)
+        d = min(1e-3 * V, 0.5 * q) if q > 0 else 1e-3 * V
+        up = min(d, q)
+        hi = _bayes_node_sum(ch, R, q=q - up, V=V + up, order=EGEN_SLOPE_ORDER, rule=rule)[0]
+        lo = _bayes_node_sum(ch, R, q=q + d, V=V - d, order=EGEN_SLOPE_ORDER, rule=rule)[0]
+        slope = abs(hi - lo) / (up + d)
+        err += 2 * slope * V_error
+        extra["slope_V"] = slope
+    return Estimate(max(b1, 0.0), err,
+                    "E||y||^2 - E||E[y|omega]||^2, E[y|omega] = sum_y Z_y(omega) r_y by the "
+                    f"Gaussian polytope engine, {method}; error = the orders' difference + the "
+                    f"engine's bar", extra={**extra, "plugin_method": plug.method})

@@ -121,12 +121,16 @@ def test_e_gen_decreases_along_the_curve(name, kw, alphas):
     assert all(r["e_gen_error"] < 1e-6 for r in rows)
 
 
-def test_unknown_output_matrix_gives_none():
+def test_sign_channel_has_e_gen_by_the_arcsine_law():
+    """y = sign(h12) in {+1, -1}: y and a fresh y' given the same omega are signs of two Gaussians
+    of correlation q/(q + V), so E[y_hat^2] = (2/pi) asin(q/(q + V)) (issue 15: every channel)."""
     H = h_matrix(2)
     ch = sign_channel(name="sgn", tokens=2, forms=[H[0, 1]])
     m = AIM(ch, rho=0.5)
-    assert m.egen_channel is None
-    assert m.generalisation_error(q=0.7, V=0.8)["e_gen"] is None
+    out = m.generalisation_error(q=0.7, V=0.8)
+    exact = 1 - 2 / math.pi * math.asin(0.7 / 1.5)
+    assert out["e_gen"] == pytest.approx(exact, abs=max(4 * out["e_gen_error"], 1e-12))
+    assert out["e_gen_error"] < 1e-6
 
 
 

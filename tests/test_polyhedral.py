@@ -247,8 +247,14 @@ def test_se_fixed_point_against_the_sinh_trapezoid_rule(run_cli):
     C = np.diag(W)
     S = L @ C @ L.T
     m, w, pruned = gaussian_grid(q * S, np.sqrt(Vv * np.diag(S)), -1)
-    res = ps.z_out(ch, omega=m @ np.linalg.solve(S, L @ C).T, V=Vv, order=1, rule=ps.FAST_RULE)
-    E = float(((np.einsum("ynk,k->yn", res.dZ ** 2, W) / res.Z).sum(axis=0)) @ w)
+    # omega = E[omega | L omega = m] = C L^T S^-1 m, written column-wise (the engine writes it
+    # row-wise; a transposed solve there once gave omega the wrong law, and this test copied it)
+    omega = (C @ L.T @ np.linalg.inv(S) @ m.T).T
+    assert np.allclose(omega @ L.T, m, atol=1e-10)
+    res = ps.z_out(ch, omega=omega, V=Vv, order=1, rule=ps.FAST_RULE)
+    ok = res.Z > 0  # nodes far in the tail where an outcome's mass underflows carry no weight
+    terms = np.where(ok, np.einsum("ynk,k->yn", res.dZ ** 2, W) / np.where(ok, res.Z, 1.0), 0.0)
+    E = float(terms.sum(axis=0) @ w)
     residual = float(wishart.mmse(1 / (2 * alpha * E), rho=0.5)) - Vv
     slope = o["fixed_points"][0]["slope"]
     assert abs(residual) / abs(1 - slope) <= o["error"] and o["error"] < 1e-5
