@@ -133,50 +133,61 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
            f"stable = {f['stable']}" for f in fps]))
 
 
-#: q/V reached by the T = 4 curves (mmse >= Q0 / (1 + T4_R_MAX)); their cost grows with it
-T4_R_MAX = 5.0
+#: q/V reached by the T = 4 and T = 5 curves (mmse >= Q0 / (1 + QMC_R_MAX)); their cost grows
+#: with it
+QMC_R_MAX = 5.0
+#: per T: (Sobol points per scramble, scrambles, Chebyshev nodes in r, minutes on one core)
+#: of the randomised-QMC curves (docs/hardmax_se.md, "T = 4" and "T = 5")
+QMC_SETTINGS = {4: (256, 8, 9, 2), 5: (4096, 8, 9, 2)}
 
 
-def hardmax_t4_rows(rho: float, alphas, *, with_egen: bool) -> list[list[dict]]:
-    """Per alpha, the T = 4 SE fixed points (numerics.hardmax_t4: E_hat(r) curves by randomised
-    QMC, 9 nodes x 8 scrambles x 256 points, once for all alphas, about 4 minutes on a shared
-    core), or a one-row list with a note where alpha is beyond q/V <= T4_R_MAX."""
+def hardmax_qmc_rows(T: int, rho: float, alphas, *, with_egen: bool) -> list[list[dict]]:
+    """Per alpha, the SE fixed points at T = 4 or 5 (numerics.hardmax_qmc: E_hat(r) curves by
+    randomised QMC once for all alphas, QMC_SETTINGS[T], a few minutes on one core), or a
+    one-row list with a note where alpha is beyond q/V <= QMC_R_MAX."""
     from .cli_common import progress_printer
-    from .numerics import hardmax_t4
+    from .numerics import hardmax_qmc
     from .numerics.records import ConvergenceError
 
-    progress_printer(0, len(alphas) + 1, f"E_hat(r) curves at T = 4, r in [{rho:g}, "
-                     f"{T4_R_MAX:g}] (about 4 minutes)")
-    curves = hardmax_t4.e_hat_curves(T=4, r_min=rho, r_max=T4_R_MAX)
-    method = ("E_hat(r) by randomised QMC (8 scrambles x 256 Sobol points, 9 Chebyshev nodes in "
-              "r, same points at every r); error = t(7, 0.995) x standard error of the "
-              "per-scramble fixed points + the interpolation difference")
+    points, scrambles, nodes, minutes = QMC_SETTINGS[T]
+    progress_printer(0, len(alphas) + 1, f"E_hat(r) curves at T = {T}, r in [{rho:g}, "
+                     f"{QMC_R_MAX:g}] (about {minutes} minutes)")
+    curves = hardmax_qmc.e_hat_curves(T=T, r_min=rho, r_max=QMC_R_MAX, nodes=nodes,
+                                      points=points, scrambles=scrambles)
+    k = hardmax_qmc.coverage_factor(scrambles)
+    how = ("one y drawn per point, h = omega + xi" if T >= hardmax_qmc.DRAWS_FROM
+           else "every outcome orbit at each omega")
+    method = (f"E_hat(r) by randomised QMC ({scrambles} scrambles x {points} Sobol points, "
+              f"{how}, {nodes} Chebyshev nodes in r, same points at every r); error = "
+              f"t({scrambles - 1}, 0.995) = {k:.3g} x standard error of the per-scramble fixed "
+              "points + the interpolation difference")
     out = []
-    for k, a in enumerate(alphas):
-        progress_printer(k + 1, len(alphas) + 1, f"alpha = {a:g}")
+    for i, a in enumerate(alphas):
+        progress_printer(i + 1, len(alphas) + 1, f"alpha = {a:g}")
         try:
-            rows = hardmax_t4.se_curve_qmc(rho=rho, alphas=[a], curves=curves,
-                                           with_egen=with_egen)
+            rows = hardmax_qmc.se_curve_qmc(rho=rho, alphas=[a], curves=curves,
+                                            with_egen=with_egen)
             out.append([{**r, "method": method} for r in rows])
         except ConvergenceError:
-            out.append([{"alpha": a, "note": f"no fixed point with q/V <= {T4_R_MAX:g} (beyond "
-                         "the computed range)"}])
+            out.append([{"alpha": a, "note": f"no fixed point with q/V <= {QMC_R_MAX:g} "
+                         "(beyond the computed range)"}])
     progress_printer(len(alphas) + 1, len(alphas) + 1, "done")
     return out
 
 
 def hardmax_se(kw: dict, alpha: float) -> None:
-    """``se --channel hardmax --tokens 3 --rho R --alpha A``: every SE fixed point with phi (the
-    Bayes-optimal one flagged) and e_gen (THEORY 1.1, 1.4, 1.5; docs/hardmax_se.md): those with
-    mmse >= Q0/3 by the tensor outer rule (q/V <= 2), those below from the E_hat table
-    (rho >= 4/9; smaller rho: mmse >= Q0/3 only)."""
+    """``se --channel hardmax --tokens 3|4|5 --rho R --alpha A``: every SE fixed point with phi
+    (the Bayes-optimal one flagged) and e_gen (THEORY 1.1, 1.4, 1.5; docs/hardmax_se.md). T = 3:
+    those with mmse >= Q0/3 by the tensor outer rule (q/V <= 2), those below from the E_hat
+    table (rho >= 4/9; smaller rho: mmse >= Q0/3 only). T = 4, 5: randomised QMC, q/V <=
+    QMC_R_MAX."""
     from .domains import ALPHA, RHO
     from .numerics import hardmax_se as hse
     from .numerics.records import ConvergenceError
 
-    if kw["tokens"] not in (3, 4):
-        fail("--tokens", "2 (closed forms), 3 or 4 for hardmax's state evolution (T = 5: only "
-             "the small-width threshold)", kw["tokens"])
+    if kw["tokens"] not in (3, 4, 5):
+        fail("--tokens", "2 (closed forms), 3, 4 or 5 for hardmax's state evolution",
+             kw["tokens"])
     for name in ("beta", "delta_out", "epsilon"):
         if kw.get(name) is not None:
             fail("--" + name.replace("_", "-"), f"omitted for channel hardmax --tokens "
@@ -186,23 +197,34 @@ def hardmax_se(kw: dict, alpha: float) -> None:
         alpha = ALPHA.with_(low_open=True).check(alpha)
     except DomainError as e:
         raise relabel(e) from None
-    if kw["tokens"] == 4:
-        if rho >= T4_R_MAX:
-            fail("--rho", f"below {T4_R_MAX:g} for hardmax --tokens 4", rho)
-        fps = hardmax_t4_rows(rho, [alpha], with_egen=True)[0]
+    if kw["tokens"] in (4, 5):
+        T = kw["tokens"]
+        if rho >= QMC_R_MAX:
+            fail("--rho", f"below {QMC_R_MAX:g} for hardmax --tokens {T}", rho)
+        from .numerics import hardmax_qmc
+
+        points, scrambles = QMC_SETTINGS[T][:2]
+        top = hardmax_qmc.alpha_max(T=T, rho=rho, r_max=QMC_R_MAX, points=min(points, 1024),
+                                    scrambles=scrambles)
+        if alpha > top.value + top.error:
+            fail("--alpha", f"in (0, {top.value - top.error:.4g}] for hardmax --tokens {T} at "
+                 f"rho = {rho:g}: larger alphas have their fixed point beyond q/V = "
+                 f"{QMC_R_MAX:g}, the computed range (alpha at q/V = {QMC_R_MAX:g}: "
+                 f"{top.value:.4g} +- {top.error:.1e})", alpha)
+        fps = hardmax_qmc_rows(T, rho, [alpha], with_egen=True)[0]
         if not fps or "note" in fps[0]:
             raise ConvergenceError(
-                f"no SE fixed point at T = 4 within q/V <= {T4_R_MAX:g} (mmse >= "
-                f"{(1 + rho) / (1 + T4_R_MAX):.4g}): alpha is beyond the computed range",
+                f"no SE fixed point at T = {T} within q/V <= {QMC_R_MAX:g} (mmse >= "
+                f"{(1 + rho) / (1 + QMC_R_MAX):.4g}): alpha is beyond the computed range",
                 last_iterate=None, residual=None)
-        out = {"model": "aim", "channel": "hardmax", "tokens": 4, "rho": rho, "alpha": alpha,
-               "fixed_points": fps, "mmse_searched_from": (1 + rho) / (1 + T4_R_MAX)}
+        out = {"model": "aim", "channel": "hardmax", "tokens": T, "rho": rho, "alpha": alpha,
+               "fixed_points": fps, "mmse_searched_from": (1 + rho) / (1 + QMC_R_MAX)}
         best = [f for f in fps if f["bayes_optimal"]]
         if best:
             out.update({k: best[0][k] for k in ("mmse", "error", "q", "phi", "e_gen",
                                                 "e_gen_error", "method")})
         emit(out, kw["as_json"], lambda o: "\n".join(
-            [f"AIM hardmax T=4 rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
+            [f"AIM hardmax T={T} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
             + [f"  mmse = {f['mmse']:.6g} +- {f['error']:.1e}, phi = {f['phi']:.6g}, e_gen = "
                f"{f['e_gen']:.6g} +- {f['e_gen_error']:.1e}, stable = {f['stable']}"
                f"{', Bayes-optimal' if f['bayes_optimal'] else ''}" for f in fps]))
@@ -395,8 +417,9 @@ def hardmax_egen_row(row: dict, rho: float) -> dict:
 
 
 def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
-    """``curve --channel hardmax --tokens 3 --rho R --alphas a:b:n``: at each alpha the
+    """``curve --channel hardmax --tokens 3|4|5 --rho R --alphas a:b:n``: at each alpha the
     Bayes-optimal SE fixed point with phi and e_gen (THEORY 1.1, 1.5; docs/hardmax_se.md).
+    T = 4, 5: randomised QMC curves of E_hat(r) once (hardmax_qmc_rows), q/V <= QMC_R_MAX.
     rho >= 4/9: from the shipped E_hat(s = 1/sqrt(q/V)) table, every alpha (about a second for
     the curve plus the e_gen rule, seconds per row at large alpha); smaller rho: the direct
     route per alpha (about a minute each; mmse >= Q0/3 only, an empty row with a note beyond)."""
@@ -405,8 +428,8 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
     from .numerics import hardmax_se as hse
     from .numerics.records import ConvergenceError
 
-    if kw["tokens"] not in (3, 4):
-        fail("--tokens", "2 (closed forms), 3 or 4 for hardmax's curve", kw["tokens"])
+    if kw["tokens"] not in (3, 4, 5):
+        fail("--tokens", "2 (closed forms), 3, 4 or 5 for hardmax's curve", kw["tokens"])
     T = kw["tokens"]
     for name in ("beta", "delta_out", "epsilon"):
         if kw.get(name) is not None:
@@ -419,11 +442,11 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
         rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
     except DomainError as e:
         raise relabel(e) from None
-    if T == 4:
-        if rho >= T4_R_MAX:
-            fail("--rho", f"below {T4_R_MAX:g} for hardmax --tokens 4", rho)
+    if T in (4, 5):
+        if rho >= QMC_R_MAX:
+            fail("--rho", f"below {QMC_R_MAX:g} for hardmax --tokens {T}", rho)
         rows = []
-        for fps in hardmax_t4_rows(rho, alphas, with_egen=True):
+        for fps in hardmax_qmc_rows(T, rho, alphas, with_egen=True):
             best = next((f for f in fps if f.get("bayes_optimal")), None)
             if best is None:
                 rows.append({"alpha": fps[0]["alpha"], "note": fps[0].get("note", "")})
@@ -431,7 +454,7 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
             rows.append({"alpha": best["alpha"], "mmse": best["mmse"], "mmse_error": best["error"],
                          "q": best["q"], "phi": best["phi"], "e_gen": best["e_gen"],
                          "e_gen_error": best["e_gen_error"], "fixed_points": len(fps),
-                         "method": "E_hat(r) by randomised QMC (hardmax_t4)"})
+                         "method": f"E_hat(r) by randomised QMC (hardmax_qmc, T = {T})"})
         _write_hardmax_curve(rows, T, rho, out_path, plot_path, kw)
         return
     v_min = (1.0 + rho) / (1.0 + hse.max_ratio(3))

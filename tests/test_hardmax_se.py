@@ -223,7 +223,7 @@ def test_cli_hardmax_t3_se_refusals(run_cli):
     """`se --channel hardmax --tokens 3`: options the channel has not, and T = 4, are refused with
     one line and exit 2 (before any quadrature)."""
     for args, opt in ((["--epsilon", "0.1"], "--epsilon"), (["--beta", "2"], "--beta"),
-                      (["--tokens", "5"], "--tokens"), (["--digits", "20"], "--digits"),
+                      (["--tokens", "6"], "--tokens"), (["--digits", "20"], "--digits"),
                       (["--tokens", "4", "--rho", "6"], "--rho"),
                       (["--alpha", "0"], "--alpha")):
         argv = ["se", "--channel", "hardmax", "--tokens", "3", "--alpha", "0.03", *args]
