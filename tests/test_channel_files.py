@@ -127,3 +127,17 @@ def test_from_file_binds_values():
     b = small_width_weak(load_channel_file(os.path.join(EX, "noisy_hardmax.py"), tokens=2),
                          params={"eps": "0.2"}).expr
     assert sp.simplify(a - b) == 0 and dict((s.name, v) for s, v in ch.params) == {"eps": 0.2}
+
+
+def test_noisy_statistics_keep_the_basis_their_noise_is_given_in():
+    """u = A h + N(0, Delta I): re-basing A to its echelon form T A would need noise T N T^T; the
+    builder keeps A as given (a noiseless channel may be re-based: same information)."""
+    from aim_sym.channels import gaussian, h_matrix
+
+    h = h_matrix(2)
+    D = sp.Symbol("Delta", positive=True)
+    ch = gaussian(name="g", tokens=2, statistics=[h[0, 0], h[0, 0] + h[0, 1]],
+                  noise=sp.eye(2) * D, params={D: 0.5})
+    assert ch.statistics == sp.ImmutableMatrix([[1, 0, 0], [1, 1, 0]])
+    free = gaussian(name="g0", tokens=2, statistics=[h[0, 0], h[0, 0] + h[0, 1]])
+    assert free.statistics.rank() == 2
