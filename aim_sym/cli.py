@@ -279,11 +279,20 @@ def cli() -> None:
 @click.option("--output-rule", type=click.Choice(["gh", "split"]), default=None,
               help="erm T = 2: the output side's rule, gh (tensor Gauss-Hermite, default) or "
               "split (the prox's jumps located on lines: bars 3-10x smaller, ~1.5x the time)")
-def se(alpha, small_width, digits, direct, output_rule, **kw):
+@click.option("--cross-validate", is_flag=True, help="erm T = 2: lambda chosen to minimise the "
+              "SE test error over [1e-3, 1] (what cross-validation estimates; replaces --lam)")
+def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     if output_rule is not None and model != "erm":
         fail("--output-rule", "used only with --model erm", output_rule)
+    if cross_validate:
+        _cross_validate_options(model, kw, output_rule=output_rule)
+        from . import cli_erm
+
+        emit(cli_erm.optimal_lambda_json(alpha=alpha, direct=direct, **erm_opts(kw)),
+             kw["as_json"], cli_erm.optimal_lambda_human)
+        return
     if model == "aim" and kw.get("layers") == 2:
         for opt, value in (("small_width", small_width), ("digits", digits), ("direct", direct)):
             if given(opt):
@@ -366,12 +375,23 @@ def se(alpha, small_width, digits, direct, output_rule, **kw):
 @click.option("--method", type=click.Choice(["traced", "per-alpha"]), default="traced",
               show_default=True,
               help="aim: trace alpha(Delta) once for all alphas, or solve each alpha on its own")
-def curve(alphas, out_path, plot_path, tol, method, **kw):
+@click.option("--direct", is_flag=True, help="erm --cross-validate: the direct (ridge) "
+              "parameterisation")
+@click.option("--cross-validate", is_flag=True, help="erm T = 2: at each alpha the lambda "
+              "minimising the SE test error (replaces --lam; ~1-3 min per alpha)")
+def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     grid = parse_grid(alphas, "--alphas")
     if not np.all(grid >= 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
+    if direct and not cross_validate:
+        fail("--direct", "used with curve --model erm --cross-validate", True)
+    if cross_validate:
+        _cross_validate_options(model, kw)
+        for opt, value in (("tol", tol), ("method", method)):
+            if given(opt):
+                fail("--" + opt, "used only with --model aim", value)
     deep = model == "aim" and kw.get("layers") == 2
     hardmax3 = (model == "aim" and not deep and (kw.get("channel") or "hardmax") == "hardmax"
                 and kw["tokens"] >= 3 and not kw.get("channel_file"))
@@ -395,9 +415,16 @@ def curve(alphas, out_path, plot_path, tol, method, **kw):
         opts = erm_opts(kw)
         cli_erm.erm_model(**opts)  # validate before any output file is touched
         _check_outputs(out_path, plot_path)
-        rows = cli_erm.curve_rows(alphas=grid, **opts)
-        ycols = list(cli_erm.CURVE_COLUMNS)
-        title = f"ERM kappa0={kw['kappa0']}, Delta={kw['delta'] or 0}, lambda={kw['lam']}"
+        if cross_validate:
+            rows = cli_erm.cross_validated_rows(alphas=grid, direct=direct,
+                                                progress=progress_printer, **opts)
+            ycols = ["test", "lam_opt"]
+            title = (f"ERM kappa0={kw['kappa0']}, Delta={kw['delta'] or 0}, cross-validated "
+                     f"lambda ({'direct' if direct else 'factorised'})")
+        else:
+            rows = cli_erm.curve_rows(alphas=grid, **opts)
+            ycols = list(cli_erm.CURVE_COLUMNS)
+            title = f"ERM kappa0={kw['kappa0']}, Delta={kw['delta'] or 0}, lambda={kw['lam']}"
     elif model == "smi":
         for opt, value in (("tol", tol), ("method", method)):
             if given(opt):
@@ -687,6 +714,18 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
         f"alpha={r['alpha']:.6g} D={dim}: AMP {_fmt(r['mean'])} +- {_fmt(r['stderr'])}  "
         f"SE {_fmt(r['se_prediction'])}" for r in results))
     later.finish()
+
+
+def _cross_validate_options(model: str, kw: dict, *, output_rule: str | None = None) -> None:
+    """--cross-validate: ERM at T = 2 only, and not with the options it replaces."""
+    if model != "erm":
+        fail("--cross-validate", "used only with --model erm", True)
+    if kw.get("lam") is not None:
+        fail("--lam", "omitted with --cross-validate (lambda is what it chooses)", kw["lam"])
+    if kw["tokens"] != 2:
+        fail("--tokens", "2 with --cross-validate (the T = 2 SE)", kw["tokens"])
+    if output_rule is not None:
+        fail("--output-rule", "omitted with --cross-validate (its search uses gh)", output_rule)
 
 
 def _derive_deep_aim(fmt: str, kw: dict) -> None:

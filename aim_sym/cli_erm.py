@@ -90,6 +90,35 @@ def threshold_human(o: dict) -> str:
 
 
 @_relabelled
+def optimal_lambda_json(*, alpha: float, direct: bool = False, **opts: Any) -> dict:
+    """``aim-sym se --model erm --cross-validate [--direct]``: lambda* (lam_opt, its error, edge)
+    and the SE at lambda* (test with its error and every order parameter)."""
+    m = erm_model(**{**opts, "lam": None})
+    r = m.optimal_lambda(alpha=alpha, direct=direct)
+    d = dict(r.details)
+    keep = {k: v for k, v in d.items() if k not in ("evaluations", "other_fixed_points")}
+    return {**dict(r.parameters), "alpha": float(alpha), "lam_opt": r.value,
+            "lam_opt_error": r.error, **keep, "method": r.method,
+            "evaluations": d.get("evaluations")}
+
+
+def optimal_lambda_human(o: dict) -> str:
+    edge = f" (on the {o['edge']} edge of [1e-3, 1]: optimum at or beyond it)" if o["edge"] else ""
+    return (f"ERM T={o['tokens']} kappa0={o['kappa0']} Delta={o['delta']} alpha={o['alpha']}"
+            f"{' direct' if o.get('direct') else ''}: lambda* = {o['lam_opt']:.6g} +- "
+            f"{o['lam_opt_error']:.2g}{edge}; test = {o['test']:.10g} +- {o['test_error']:.1e}")
+
+
+@_relabelled
+def cross_validated_rows(*, alphas, direct: bool = False, progress=None, **opts: Any
+                         ) -> list[dict]:
+    """``aim-sym curve --model erm --cross-validate``: one row per alpha (lam_opt, test, ...)."""
+    m = erm_model(**{**opts, "lam": None})
+    return [dict(r) for r in m.cross_validated_curve(alphas=list(alphas), direct=direct,
+                                                     progress=progress)]
+
+
+@_relabelled
 def curve_rows(*, alphas, **opts: Any) -> list[dict]:
     """``aim-sym curve --model erm``: one row per alpha (write with tables.write_csv and plot
     with plots.plot_curve(rows, CURVE_COLUMNS, ...))."""

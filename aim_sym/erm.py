@@ -13,7 +13,8 @@ and :mod:`~aim_sym.numerics.erm_thresholds` and return :class:`~aim_sym.results.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import mpmath
 import numpy as np
@@ -166,6 +167,113 @@ class ERM:
             rows.append(dict(prev.as_dict(), alpha=a, fixed_points=len(fps)))
         return ResultTable(tuple(rows), self.parameters())
 
+    def optimal_lambda(self, *, alpha: float, direct: bool = False,
+                       lam_range: tuple[float, float] = (LAM_SE_MIN, 1.0), tol: float = 0.1,
+                       start: tuple | None = None, orders: tuple[int, int] = (24, 17),
+                       search_orders: tuple[int, int] = (8, 6)) -> Result:
+        """The cross-validated weight decay at ``alpha`` (T = 2; ``self.lam`` is ignored):
+        lambda* minimising the SE test error over ``lam_range`` (the population test error is
+        what cross-validation estimates; :mod:`aim_sym.numerics.erm_crossval`).  Search at
+        Gauss-Hermite order 8 (scan, then golden section to ``tol`` in ln lambda), lambda*
+        re-solved at the default orders 24/17.  Result quantity "lam_opt": value lambda*, error
+        from the search's location bar and the order-8/6 shift of the argmin (0 on an edge);
+        details: test and test_error (the SE bar at lambda* plus the second-order flatness
+        part), ``edge`` ("lower"/"upper" when the minimum is the range's end: the optimum is at
+        or beyond it), every order parameter with its ``*_error``, the lambda -> 0+ limit's
+        test error where the model interpolates (``test_lambda_to_0``), the search log.
+        ``start``: (q, m, Sigma) to continue from. ``direct``: the ridge parameterisation.
+        ``orders``, ``search_orders``: Gauss-Hermite (order, coarser order) of the final point
+        and of the search (lower ones only to test the logic quickly)."""
+        from .numerics import erm_crossval, erm_direct, erm_se, erm_thresholds
+
+        alpha = ALPHA_ERM.check(alpha)
+        lo, hi = _lam_range(lam_range)
+        tol = _CV_TOL.check(tol)
+        order, order_lo = _orders(orders, "orders")
+        s_order, s_order_lo = _orders(search_orders, "search_orders")
+        if self.tokens != 2:
+            raise DomainError(TOKENS_ERM, self.tokens, "tokens",
+                              allowed="2 for the cross-validated lambda (T = 2 SE)")
+        p = replace(self, lam=lo)._params(alpha, direct=direct)
+        s = erm_crossval.search(p, direct=direct, lam_range=(lo, hi), tol=tol, start=start,
+                                order=s_order, order_lo=s_order_lo)
+        p_opt = replace(p, lam=s.lam)
+        q, m, sigma = s.fixed_point[:3]
+        fps = (erm_direct.solve if direct else erm_se.solve)(
+            p_opt, inits=((q / p.Q0, m / p.Q0, sigma),), order=order, order_lo=order_lo)
+        best = dict(fps[0].as_dict())
+        test_se = best["test_error"]
+        details = {k: best[k] for k in (*_QUANTITIES, *(f"{k}_error" for k in _QUANTITIES))}
+        details.update(
+            test_error=test_se + s.flatness, test_se_error=test_se, test_flatness=s.flatness,
+            test_search=s.test, edge=s.edge, edge_confirmed=s.edge_confirmed,
+            lam_range=[lo, hi], tol=tol, log_lam_error=s.log_lam_error,
+            bracket=list(s.bracket), curvature=s.curvature, vertex=s.vertex,
+            vertex_lo=s.vertex_lo, iterations=best["iterations"],
+            other_fixed_points=[list(f) for f in s.other_fixed_points],
+            evaluations=[list(e) for e in s.evaluations])
+        limit = None
+        if direct and alpha < 0.25:
+            limit = erm_crossval.direct_interpolator_limit(
+                alpha=alpha, kappa0=self.kappa0, Delta=self.delta, beta=self.beta,
+                beta0=self.beta0)
+            limit = (limit["test"], limit["test_error"])
+        elif not direct and self.delta > 0:
+            a_int = erm_thresholds.interpolation_threshold(kappa0=self.kappa0, Delta=self.delta,
+                                                           dps=None).value
+            if alpha <= float(a_int):
+                lim = erm_se.interpolator_limit(alpha=alpha, kappa0=self.kappa0,
+                                                Delta=self.delta, beta=self.beta,
+                                                beta0=self.beta0)
+                limit = (lim.test, lim.errors["test"])
+        if limit is not None:
+            details.update(test_lambda_to_0=limit[0], test_lambda_to_0_error=limit[1],
+                           lambda_to_0_lower=bool(limit[0] + limit[1]
+                                                  < best["test"] - details["test_error"]))
+        lam_err = 0.0 if s.edge else s.lam * math.expm1(s.log_lam_error)
+        prior = "direct (ridge, (lam/2) d ||S||_F^2)" if direct else "factorised (nuclear norm)"
+        method = (f"cross-validated lambda of the ERM SE (THEORY 3), {prior}: argmin of the SE "
+                  f"test error over lambda in [{lo:g}, {hi:g}]; search at Gauss-Hermite order "
+                  f"{s.order} ({erm_crossval.SCAN_POINTS}-point scan in ln lambda, golden "
+                  f"section to {tol:g}), lambda* re-solved at orders {order}/{order_lo}; "
+                  "error of lambda*: "
+                  f"search location + {s.order_lo}/{s.order - s.order_lo} x the order "
+                  f"{s.order}/{s.order_lo} shift of the "
+                  "argmin (0 on an edge); test_error: SE bar at lambda* + (1/2) f'' "
+                  "(ln-lambda bar)^2 (the flatness part, second order)")
+        if s.edge:
+            method += f"; minimum on the {s.edge} edge of the range: optimum at or beyond it"
+        return Result(quantity="lam_opt", value=s.lam, error=lam_err, method=method,
+                      precision=16,
+                      parameters={k: v for k, v in self.parameters(
+                          alpha=alpha, direct=bool(direct)).items() if k != "lam"},
+                      details=details)
+
+    def cross_validated_curve(self, *, alphas, direct: bool = False,
+                              lam_range: tuple[float, float] = (LAM_SE_MIN, 1.0),
+                              tol: float = 0.1, orders: tuple[int, int] = (24, 17),
+                              search_orders: tuple[int, int] = (8, 6),
+                              progress: Callable[[int, int, str], None] | None = None
+                              ) -> ResultTable:
+        """:meth:`optimal_lambda` at every alpha (each search continued from the previous
+        alpha's lambda*): one row per alpha with alpha, lam_opt, lam_opt_error, test,
+        test_error, edge and the order parameters with their errors."""
+        grid = check_grid(alphas, ALPHA_ERM, label="alphas")
+        rows, start = [], None
+        for i, a in enumerate(grid):
+            r = self.optimal_lambda(alpha=a, direct=direct, lam_range=lam_range, tol=tol,
+                                    start=start, orders=orders, search_orders=search_orders)
+            d = dict(r.details)
+            start = (d["q"], d["m"], d["sigma"])
+            row = {"alpha": a, "lam_opt": r.value, "lam_opt_error": r.error}
+            row.update({k: v for k, v in d.items() if not isinstance(v, (list, tuple))})
+            rows.append(row)
+            if progress is not None:
+                progress(i + 1, len(grid), f"alpha = {a:g}: lambda* = {r.value:.4g}, "
+                         f"test = {d['test']:.6g} +- {d['test_error']:.2g}")
+        params = {k: v for k, v in self.parameters(direct=bool(direct)).items() if k != "lam"}
+        return ResultTable(tuple(rows), params)
+
     def spectrum(self, *, alpha: float, points: int = 400) -> Result:
         """The learned spectrum at ``alpha`` (THEORY 3): S_hat ~ eta ReLU(S0 + delta Z - eps I).
         Result quantity "rank" (mu_delta((eps, inf))); details: the eigenvalue grid
@@ -243,6 +351,36 @@ class ERM:
 
 
 _QUANTITIES = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "train", "test", "mse", "rank")
+_CV_TOL = Domain(name="tol", option="--tol", low=1e-3, high=1.0, default=0.1,
+                 description="width in ln lambda of the cross-validated lambda's final bracket")
+LAM_RANGE_MAX = 100.0
+
+
+def _orders(orders, name: str) -> tuple[int, int]:
+    """(order, order_lo) of Gauss-Hermite: integers with 2 <= order_lo < order <= 40."""
+    try:
+        hi, lo = orders
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (hi, lo))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or not 2 <= lo < hi <= 40:
+        raise InputError(f"{name} must be two integers (order, order_lo) with 2 <= order_lo < "
+                         f"order <= 40; got {orders!r}")
+    return hi, lo
+
+
+def _lam_range(lam_range) -> tuple[float, float]:
+    """(low, high) of a lambda search: LAM_SE_MIN <= low < high <= LAM_RANGE_MAX."""
+    try:
+        lo, hi = (float(v) for v in lam_range)
+    except (TypeError, ValueError):
+        raise InputError(f"lam_range must be two numbers (low, high); got {lam_range!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and LAM_SE_MIN <= lo < hi <= LAM_RANGE_MAX
+            and hi / lo >= 2.0):
+        raise InputError(f"lam_range must be (low, high) with {LAM_SE_MIN:g} <= low, high <= "
+                         f"{LAM_RANGE_MAX:g} and high >= 2 low (below {LAM_SE_MIN:g} the SE's "
+                         f"bar does not cover: docs/erm.md); got {lam_range!r}")
+    return lo, hi
 
 
 def _s(x, digits: int) -> str:
