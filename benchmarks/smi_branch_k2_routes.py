@@ -5,9 +5,10 @@ Usage: python benchmarks/smi_branch_k2_routes.py --out k2.json [--procs 16] [--s
        [--amp-dims 16000 --amp-seeds 4 --amp-alpha 0.4]
 
 Routes per q2 (one process per job, OMP_NUM_THREADS=1):
-  quad_lo, quad_hi, quad_x : numerics.smi._stats_branch (the engine of numerics.smi.fixed_point)
-                            at BRANCH_ORDERS[0], BRANCH_ORDERS[1] and (10, 14, 14, 12);
-  quad_v2                  : numerics.smi._stats_branch_v2 (mode-adapted inner rule), SEQ_ORDERS[1];
+  lattice_lo, lattice_hi    : numerics.smi_sequential.branch_stats (the fibre-lattice engine of
+                            the sequential threshold) at SEQ_ORDERS[0], SEQ_ORDERS[1] (the tensor
+                            Gauss-Hermite and v2 mixture engines this script once compared were
+                            retired on 2026-11-25; their rows in benchmarks/RESULTS.md are history);
   mc_branch                : numerics.smi.montecarlo_branch (Monte Carlo outer and inner);
   mc_gout                  : Monte Carlo outer, inner by the GAMP fibre rule numerics.smi_amp.gout
                             (both E[sum g^2] and E[-sum dg]; their agreement is Nishimori).
@@ -60,16 +61,13 @@ def _job(args):
 
     if kind == "mc_gout":
         out = mc_gout(q2, **kw)
-    elif kind.startswith("quad_") and kind != "quad_v2":
-        o = dict(quad_lo=smi.BRANCH_ORDERS[0], quad_hi=smi.BRANCH_ORDERS[1],
-                 quad_x=(10, 14, 14, 12))[kind]
-        s = smi._stats_branch(q2, c=1.0, beta=1.0, n_w=o[0], n_z=o[1], n_e=o[2], n_in=o[3])
-        out = dict(K2=float(s["K2"]), mu1=float(s["mu1"]), orders=list(o))
-    elif kind == "quad_v2":
-        o = smi.SEQ_ORDERS[1]
-        s = smi._branch_v2(q2, 1.0, 1.0, o)
+    elif kind in ("lattice_lo", "lattice_hi"):
+        from aim_sym.numerics import smi_sequential
+
+        o = smi_sequential.SEQ_ORDERS[0 if kind == "lattice_lo" else 1]
+        s = smi_sequential.branch_stats(q2, n_w=o[0], dh=o[1], dz=o[2])
         out = dict(K2=float(s["K2"]), mu1=float(s["mu1"]), nishimori=float(s["nishimori"]),
-                   orders=[list(o[0])] + list(o[1:]))
+                   orders=list(o))
     elif kind == "mc_branch":
         s = smi.montecarlo_branch(q2, **kw)
         out = dict(K2=s["K2"].value, K2_err=s["K2"].error, mu1=s["mu1"].value)
@@ -94,8 +92,7 @@ def main(argv=None):
     ap.add_argument("--procs", type=int, default=os.cpu_count())
     ap.add_argument("--samples", type=int, default=40000)
     ap.add_argument("--routes", nargs="+",
-                    default=["mc_gout", "quad_lo", "quad_hi", "quad_x", "quad_v2", "mc_branch",
-                             "fixed_point"])
+                    default=["mc_gout", "lattice_lo", "lattice_hi", "mc_branch", "fixed_point"])
     ap.add_argument("--amp-dims", type=int, nargs="*", default=[])
     ap.add_argument("--amp-seeds", type=int, default=4)
     ap.add_argument("--amp-alpha", type=float, default=0.4)
@@ -104,11 +101,11 @@ def main(argv=None):
     jobs = [("amp", 0.0, dict(alpha=a.amp_alpha, dim=d, seed=100 + s, max_iter=a.amp_iter))
             for d in a.amp_dims for s in range(a.amp_seeds)]
     r = set(a.routes)
-    jobs += [(k, q, {}) for k in ("quad_x", "quad_v2", "quad_hi") if k in r for q in QUAD_Q]
+    jobs += [("lattice_hi", q, {}) for q in QUAD_Q if "lattice_hi" in r]
     jobs += [("fixed_point", al, {}) for al in (0.4, 0.6) if "fixed_point" in r]
     jobs += [("mc_branch", q, dict(samples=20000, inner=1000)) for q in QUAD_Q
              if "mc_branch" in r]
-    jobs += [("quad_lo", q, {}) for q in Q_GRID if "quad_lo" in r]
+    jobs += [("lattice_lo", q, {}) for q in Q_GRID if "lattice_lo" in r]
     jobs += [("mc_gout", q, dict(samples=a.samples)) for q in Q_GRID if "mc_gout" in r]
     jobs += [("mc_gout", q, dict(samples=a.samples, order=48)) for q in (0.5, 0.92)
              if "mc_gout" in r]

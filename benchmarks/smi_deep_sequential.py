@@ -124,17 +124,19 @@ def lattice_thresholds(args) -> None:
 
 def kernel_speed(args) -> None:
     from aim_sym.numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_sequential as ss
 
     print(_load(), flush=True)
     tau, dh, dz1, dz2, R = _order(args.order)
     kw = dict(skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz1, dz2=dz2, radius=R,
               wcut=1e-8)
-    for name, rows, chunk, single, workers in (
-            ("old blocks (2 rows x all nodes), float64, 1 process", 2, 1 << 30, False, 1),
-            ("blocks 8 x 8192, float64, 1 process", 8, 8192, False, 1),
-            ("blocks 8 x 8192, float32, 1 process", 8, 8192, True, 1),
-            ("blocks 8 x 8192, float32, 2 processes", 8, 8192, True, 2)):
-        db._ROWS, db._CHUNK = rows, chunk
+    # the block sizes of the shared fibre-lattice kernel (numerics.smi_sequential)
+    for name, block, chunk, single, workers in (
+            ("blocks of 2^20 elements, float64, 1 process", 1 << 20, 1 << 30, False, 1),
+            ("blocks of 2^16 x 8192 nodes, float64, 1 process", 1 << 16, 8192, False, 1),
+            ("blocks of 2^16 x 8192 nodes, float32, 1 process", 1 << 16, 8192, True, 1),
+            ("blocks of 2^16 x 8192 nodes, float32, 2 processes", 1 << 16, 8192, True, 2)):
+        ss._BLOCK, ss._CHUNK = block, chunk
         t = time.perf_counter()
         st = db.branch_stats_l3(args.q3, single=single, workers=workers, **kw)
         dt = time.perf_counter() - t

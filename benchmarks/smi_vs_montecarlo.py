@@ -2,14 +2,15 @@
 Monte Carlo for (1) the stability coefficients at Q = 0, lambda_l = E_y ||Cov[z_l|y] - I||_F^2
 (F of THEORY 2.2; plain Monte Carlo as in the literature: inner samples in a box or from the
 prior), and (2) the sequential coefficient mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2 on the
-layer-2 branch at the sequential root q2* (three quadrature orders of the v2 branch engine against
-Monte Carlo with two inner sizes).  Accuracy is measured against the refined quadrature.
+layer-2 branch at the sequential root q2* (two orders of the fibre-lattice engine,
+numerics.smi_sequential.branch_stats, against Monte Carlo with two inner sizes).  Accuracy is
+measured against the refined quadrature.
 No assertions on time.  Run: python benchmarks/smi_vs_montecarlo.py [--no-branch]"""
 
 import sys
 import time
 
-from aim_sym.numerics import smi
+from aim_sym.numerics import smi, smi_sequential
 
 
 def weak_part():
@@ -42,11 +43,12 @@ def branch_part(q2=0.974376):
     print(f"\nlayer-2 branch at q2 = {q2}: mu1, K2 and the relative Nishimori residual")
     print(f"{'method':40s} {'time[s]':>8s} {'mu1':>10s} {'SE':>8s} {'K2':>10s} {'SE':>8s} "
           f"{'nishimori':>10s}")
-    for o in smi.SEQ_ORDERS:
+    for tau, dh, dz in smi_sequential.SEQ_ORDERS:
         t = time.perf_counter()
-        s = smi._branch_v2(q2, 1.0, 1.0, o)
-        print(f"{'quadrature v2 ' + str(o):40s} {time.perf_counter() - t:8.1f} {s['mu1']:10.5f} "
-              f"{'':8s} {s['K2']:10.4f} {'':8s} {s['nishimori'] / s['K2']:10.1e}")
+        s = smi_sequential.branch_stats(q2, n_w=tau, dh=dh, dz=dz)
+        print(f"{'lattice ' + str((tau, dh, dz)):40s} {time.perf_counter() - t:8.1f} "
+              f"{s['mu1']:10.5f} {'':8s} {s['K2']:10.4f} {'':8s} "
+              f"{s['nishimori'] / s['K2']:10.1e}")
     for K in (200, 1600):
         t = time.perf_counter()
         m = smi.montecarlo_branch(q2, samples=4000, inner=K, seed=1)

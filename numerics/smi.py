@@ -27,25 +27,12 @@ Coordinates (all integrals are Gaussian-weighted and smooth in them):
 The sign symmetries ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer
 grid, and make ``E[z | y] = 0`` exactly in the rule (so ``Q = 0`` is a fixed point, THEORY 2.2).
 
-The sequential threshold itself is computed by :mod:`aim_sym.numerics.smi_sequential` (trapezoid
-lattices for the fibre and for h, geometric convergence), for skip >= 0.5 (the validated floor,
-:data:`aim_sym.numerics.smi_fibre.SKIP_FLOORS`); the Laplace-mixture branch statistics below
-remain as a cross-check of its branch quantities.
-
-Layer-2 branch near q2 -> 1 (Laplace-mixture engine, :func:`_stats_branch_v2`): the layer-2
-posterior concentrates (V2 = 1 - q2 ~ 0.026 at the threshold).  Outer 6D rule in
-(omega_2, true z_1, eta) with omega_2 in rotated coordinates (sum s, difference d): the layer-1
-information scales as d^2/V2, so the integrand varies on the scale d ~ sqrt(V2) near d = 0 and d
-gets a graded Gauss-Legendre rule (:func:`aim_sym.numerics.smi_fibre.graded_omega_rule`); the
-old isotropic omega_2 rule missed this (0.5% in mu1).  eta enters through sqrt(V2) eta, so 4
-nodes per axis suffice.  Inner (fibre over z_1): deterministic balance-heuristic mixture of the
-prior and Laplace Gaussians at the Gauss-Newton modes of the posterior for +h (started at the
-true z_1), -h (started at the logit inversion ``A(z_1) omega_2 = h``, linear in the softmax
-entries) and at the true z_1, each symmetrised in z_1 -> -z_1 (the integrand is even) so one node
-set per component suffices;
-Gauss-Newton uses the symbolic fibre Jacobian.  Tested against a converged trapezoid rule at
-single outer points (``tests/test_smi.py::FIBRE_REFS``); the Nishimori residual
-E g^2 + E dg/domega measures the remaining inner error and enters the reported error bar.
+The sequential threshold and the layer-2 branch (q2 >= 0.1) are computed by
+:mod:`aim_sym.numerics.smi_sequential` (trapezoid lattices for the fibre and for h, geometric
+convergence), for skip >= 0.5 (the validated floor,
+:data:`aim_sym.numerics.smi_fibre.SKIP_FLOORS`); below q2 = 0.1 the posterior is broad and route
+A (:mod:`aim_sym.numerics.smi_route_a`) serves.  Independent route: the seeded Monte Carlo
+:func:`aim_sym.numerics.smi_oracles.montecarlo_branch`.
 
 Overlaps are diagonal, ``Q = diag(q_1, q_2)`` (layer 1 = first attention layer, layer 2 = last):
 the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
@@ -70,16 +57,10 @@ import numpy as np
 from . import smi_branches, smi_sequential
 from .records import ConvergenceError, Estimate, bayes_optimal, require
 from .smi_fibre import (
-    attention_image,
-    attention_inverse,
     check,
     check_skip_floor,
-    fibre_jacobian,
     fibre_point,
     functions,
-    gauss_newton_mode,
-    gauss_newton_precision,
-    graded_omega_rule,
     grid2,
     ratio_grid2,
     rotated_h_rule,
@@ -90,7 +71,7 @@ from .smi_oracles import (  # noqa: F401  (public aliases of the Monte Carlo ora
     montecarlo_branch,
     montecarlo_stability,
 )
-from .smi_route_a import CHUNK, SIGMA_H
+from .smi_route_a import SIGMA_H
 from .smi_route_a import q0_sums as _weak_sums
 from .smi_route_a import stats as route_a_stats
 from .smi_sequential import sequential_threshold  # noqa: F401  (public alias)
@@ -113,92 +94,6 @@ def _weak_stats_rotated(*, c, beta, order):
     n_hs, dt_h, n_s, dt_z = order
     return _weak_sums(rotated_z1_rule(n_s, dt_z, c, beta), rotated_h_rule(n_hs, dt_h, c),
                       c=c, beta=beta)
-
-
-MIX = (0.2, 0.4, 0.4)  # prior component, +z1 mode, -z1 mode
-
-
-def _outer_tensor(w, a, e):
-    """Flattened 6D tensor product of three 2D rules (omega_2, true z_1, eta): nodes and weights."""
-    (w0, w1, ww), (a0, a1, wa), (e0, e1, we) = w, a, e
-    na, ne, nw = a0.size, e0.size, w0.size
-    O0, O1 = np.repeat(w0, na * ne), np.repeat(w1, na * ne)
-    Z0, Z1 = np.tile(np.repeat(a0, ne), nw), np.tile(np.repeat(a1, ne), nw)
-    E0, E1 = np.tile(e0, nw * na), np.tile(e1, nw * na)
-    Wt = np.repeat(ww, na * ne) * np.tile(np.repeat(wa, ne), nw) * np.tile(we, nw * na)
-    return O0, O1, Z0, Z1, E0, E1, Wt
-
-
-def _stats_branch(q2, *, c, beta, n_w, n_z, n_e, n_in, progress=None):
-    """Layer-2 branch Q = diag(0, q2): ``K2 = E sum_m g_2m^2`` and
-    ``mu1 = E ||Cov[z_1 | y, omega_2] - I||_F^2``, robust as q2 -> 1.
-
-    Outer: true ``z_1 ~ N(0, I)``, ``omega_2 ~ N(0, q2 I)``, ``z_2 = omega_2 + sqrt(1-q2) eta``,
-    ``h = A(z_1) z_2`` (6D tensor Gauss-Hermite; smooth integrand).  Inner (fibre over z_1):
-    deterministic mixture quadrature with components ``N(0, I)`` and ``N(+-z_1, P^{-1})``,
-    ``P = I + J^T J / v_2`` (``J`` the symbolic fibre Jacobian ``dz_2/dz_1``), each by tensor
-    Gauss-Hermite, weights ``pi_k w_i f / q_mix`` (balance heuristic): exact in the limit and
-    adapted to the sharp posterior when layer 2 is nearly known.
-    """
-    v2 = 1.0 - q2
-    w0, w1, ww = grid2(n_w, math.sqrt(q2), True)
-    a0, a1, wa = grid2(n_z, 1.0, True)
-    e0, e1, we = grid2(n_e, 1.0, False)
-    x0, x1, wx = grid2(n_in, 1.0, False)
-    # outer tensor
-    O0, O1, Z0, Z1, E0, E1, Wt = _outer_tensor((w0, w1, ww), (a0, a1, wa), (e0, e1, we))
-    acc = dict(K2=0.0, mu1=0.0, weight=0.0, trcov2=0.0)
-    step = max(1, CHUNK // (3 * x0.size * 8))
-    nchunks = -(-O0.size // step)
-    for k, s0 in enumerate(range(0, O0.size, step)):
-        sl = slice(s0, s0 + step)
-        o0, o1, z0, z1 = O0[sl, None], O1[sl, None], Z0[sl, None], Z1[sl, None]
-        t0 = o0 + math.sqrt(v2) * E0[sl, None]
-        t1 = o1 + math.sqrt(v2) * E1[sl, None]
-        h0, h1 = attention_image(z0, z1, t0, t1, c, beta)
-        P00, P01, P11 = gauss_newton_precision(fibre_jacobian(z0, z1, h0, h1, c, beta), 1.0, v2)
-        # Cholesky P = R^T R, R = [[r00, r01], [0, r11]]; nodes z = m + R^{-1} x
-        r00 = np.sqrt(P00)
-        r01 = P01 / r00
-        r11 = np.sqrt(P11 - r01**2)
-        detR = r00 * r11
-        u1 = x1 / r11
-        u0 = (x0 - r01 * u1) / r00
-        n = x0.size
-        y0 = np.concatenate([np.broadcast_to(x0, (z0.shape[0], n)), z0 + u0, -z0 + u0], 1)
-        y1 = np.concatenate([np.broadcast_to(x1, (z0.shape[0], n)), z1 + u1, -z1 + u1], 1)
-        wq = np.concatenate([MIX[0] * np.broadcast_to(wx, (z0.shape[0], n)),
-                             MIX[1] * np.broadcast_to(wx, (z0.shape[0], n)),
-                             MIX[2] * np.broadcast_to(wx, (z0.shape[0], n))], 1)
-        # mixture density at the nodes (normalised 2D Gaussians)
-        g = lambda d0, d1: np.exp(-0.5 * (d0**2 + d1**2)) / (2 * math.pi)  # noqa: E731
-        qm = MIX[0] * g(y0, y1)
-        for sgn in (1.0, -1.0):
-            d0, d1 = y0 - sgn * z0, y1 - sgn * z1
-            qm = qm + MIX[1] * detR * g(r00 * d0 + r01 * d1, r11 * d1)
-        Bi, det = attention_inverse(y0, y1, c, beta)
-        u, v = fibre_point(Bi, h0, h1)       # A(y)^{-1} h
-        base = -0.5 * (y0**2 + y1**2) - ((u**2 + v**2) + (o0**2 + o1**2)) / (2 * v2)
-        x = (u * o0 + v * o1) / v2
-        with np.errstate(under="ignore"):
-            ep, em = np.exp(base + x), np.exp(base - x)
-        f = wq / (qm * det * (2 * math.pi) ** 2 * v2)
-        Sp, Dm = f * (ep + em), f * (ep - em)
-        Z = Sp.sum(1)
-        c00 = (Sp * y0 * y0).sum(1) / Z - 1
-        c01 = (Sp * y0 * y1).sum(1) / Z
-        c11 = (Sp * y1 * y1).sum(1) / Z - 1
-        g0 = (Dm * u).sum(1) / Z - o0[:, 0]
-        g1 = (Dm * v).sum(1) / Z - o1[:, 0]
-        W = Wt[sl]
-        acc["K2"] += W @ ((g0**2 + g1**2) / v2**2)
-        acc["mu1"] += W @ (c00**2 + 2 * c01**2 + c11**2)
-        acc["weight"] += W.sum()
-        m0, m1 = (Dm * u).sum(1) / Z, (Dm * v).sum(1) / Z
-        acc["trcov2"] += W @ ((Sp * (u**2 + v**2)).sum(1) / Z - m0**2 - m1**2)
-        if progress:
-            progress(k + 1, nchunks, "layer-2 branch quadrature")
-    return acc
 
 
 # ----------------------------------------------------------------------------- public API
@@ -245,24 +140,6 @@ def stability_matrix(*, layers=2, tokens=2, skip=1.0, beta=1.0, order=None) -> d
     return out
 
 
-BRANCH_ORDERS = ((6, 8, 8, 8), (8, 10, 10, 10))  # (n_omega, n_z1, n_eta, n_inner)
-# sequential threshold (branch engine v2): ((n_s, n_d) omega_2 rule, n_z1, n_eta, n_inner,
-# n_prior).  eta is smooth on the scale 1/sqrt(V2), so n_eta stays low.
-SEQ_ORDERS = (((4, 8), 8, 4, 8, 8), ((6, 12), 8, 4, 10, 10), ((6, 16), 10, 4, 12, 12))
-
-
-def _branch(q2, c, beta, o):
-    return _stats_branch(q2, c=c, beta=beta, n_w=o[0], n_z=o[1], n_e=o[2], n_in=o[3])
-
-
-def _branch_v2(q2, c, beta, o):
-    # eta enters through sqrt(V2) eta: 4 nodes per axis suffice for q2 >= 0.95 (checked: 6
-    # moves mu1 by 6e-4 relative at q2 = 0.974); below, the eta rule is raised by 4
-    n_e = o[2] if q2 >= 0.95 else o[2] + 4
-    return _stats_branch_v2(q2, c=c, beta=beta, n_w=o[0], n_z=o[1], n_e=n_e, n_in=o[3],
-                            n_p=o[4])
-
-
 def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
                     order: int | None = None, progress=None,
                     sequential: bool = True, digits: int = 4) -> list[dict]:
@@ -303,15 +180,21 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
 
 
 # ----------------------------------------------------------------------------- SE
-def _psi_rel(q2, c, beta, order=(10, 32, 40)):
-    """E log Z_out(Q = diag(0, q2)) - E log Z_out(Q = 0) (convention-free) and K2, route A.
-    Accurate while the posterior is broad (3.5e-7 from the lattice rule at q2 = 0.1, 7e-5 at
-    0.3) but biased at large q2 (1.799 against 1.659 at q2 = 0.92), like the K2 of the same
-    rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
+# (n_omega2, n_h, n_z1) of route A for q2 < 0.1: root order, then two refinements (at alpha =
+# 0.19, c = 1 the Newton corrections to the root are -6.75e-6, -7.50e-6, and -7.54e-6 at
+# (14, 48, 64): the last step bounds the error of the refined one)
+ROUTE_A_ORDERS = ((8, 24, 32), (10, 32, 40), (12, 40, 48))
+
+
+def _psi_rel(q2, c, beta, order=ROUTE_A_ORDERS[1]):
+    """E log Z_out(Q = diag(0, q2)) - E log Z_out(Q = 0) (convention-free) and the route-A
+    statistics (K2, mu1, ...).  Accurate while the posterior is broad (3.5e-7 from the lattice
+    rule at q2 = 0.1, 7e-5 at 0.3) but biased at large q2 (1.799 against 1.659 at q2 = 0.92),
+    like the K2 of the same rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
     s = route_a_stats(0.0, q2, c=c, beta=beta, n_w1=2, n_w2=order[0], n_h=order[1], n_z=order[2],
-               want_psi=True)
+                      want_psi=True)
     s0 = route_a_stats(0.0, 0.0, c=c, beta=beta, n_w1=2, n_w2=2, n_h=order[1], n_z=order[2],
-                want_psi=True)
+                       want_psi=True)
     return s["psi"] - s0["psi"], s
 
 
@@ -359,37 +242,38 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
 
 
 def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
-    """Layer-2 point with q2 < 0.1 (posterior broad): Brent with the Gauss-Hermite branch rule
-    :func:`_stats_branch`, error ``|q2 - T_refined(q2)| / (1 - slope)`` from the refined order."""
-    lo = BRANCH_ORDERS[0]
+    """Layer-2 point with q2 < 0.1 (posterior broad), by route A: Brent at the root order of
+    :data:`ROUTE_A_ORDERS`, then a Newton correction ``(T(q2) - q2) / (1 - T'(q2))`` of the root
+    at each refined order (``T(q) = (1 - q) alpha K2(q)``, slope from the root order); value:
+    the last one; error: the change between the two corrections."""
 
-    def resid(q):
-        return q - (1 - q) * alpha * _branch(q, skip, beta, lo)["K2"]
+    def T(q, o):
+        return (1 - q) * alpha * route_a_stats(0.0, q, c=skip, beta=beta, n_w1=2, n_w2=o[0],
+                                               n_h=o[1], n_z=o[2])["K2"]
 
-    a, b = 1e-6, 0.15                 # 0.15: the two rules differ by ~0.2% near q2 = 0.1
-    fa, fb = resid(a), resid(b)
+    a, b = 1e-6, 0.15
+    fa, fb = a - T(a, ROUTE_A_ORDERS[0]), b - T(b, ROUTE_A_ORDERS[0])
     if fa * fb > 0:
         raise ConvergenceError("layer-2 point (q2 < 0.1) not bracketed", last_iterate=(a, b),
                                residual=(fa, fb))
     from scipy import optimize
 
-    q2 = optimize.brentq(resid, a, b, xtol=1e-10, maxiter=60)
-    s_lo, s_hi = _branch(q2, skip, beta, lo), _branch(q2, skip, beta, BRANCH_ORDERS[1])
-    d = 1e-3 * q2
-    slope = 1 - (resid(q2 + d) - resid(q2 - d)) / (2 * d)      # T'(q2), T(q) = q - resid(q)
-    qh = alpha * s_hi["K2"]
-    err = abs(q2 - qh / (1 + qh)) / max(abs(1 - slope), 1e-3)
-    mu1, K2 = s_lo["mu1"], s_lo["K2"]
+    q0 = optimize.brentq(lambda q: q - T(q, ROUTE_A_ORDERS[0]), a, b, xtol=1e-10, maxiter=60)
+    d = 1e-3 * q0
+    slope = (T(q0 + d, ROUTE_A_ORDERS[0]) - T(q0 - d, ROUTE_A_ORDERS[0])) / (2 * d)
+    shifts = [(T(q0, o) - q0) / (1 - slope) for o in ROUTE_A_ORDERS[1:]]
+    q2, err = q0 + shifts[1], abs(shifts[1] - shifts[0])
+    psi, s_hi = _psi_rel(q2, skip, beta, order=ROUTE_A_ORDERS[2])
+    psi_lo, _ = _psi_rel(q2, skip, beta, order=ROUTE_A_ORDERS[1])
+    mu1, K2 = s_hi["mu1"], s_hi["K2"]
     qhat2 = alpha * K2
-    psi, _ = _psi_rel(q2, skip, beta)
-    psi_lo = _psi_rel(q2, skip, beta, order=(8, 24, 32))[0]
     phi = -q2 * qhat2 / 2 + qhat2 / 2 - math.log1p(qhat2) / 2 + alpha * psi
     e_gen, e_err = smi_branches.egen_estimate(0.0, q2, skip=skip, beta=beta, dq=(0.0, err))
     return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
                 error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
                 phi_error=float(alpha * abs(psi - psi_lo)), branch="layer 2 (q1 = 0)",
                 stable=bool(alpha * mu1 < 1), eigenvalue=float(alpha * mu1),
-                note="q2 < 0.1: Gauss-Hermite branch rule")
+                note="q2 < 0.1: route A (Gauss-Hermite) branch rule")
 
 
 # lattice orders (tau, dh, dz) of numerics.smi_sequential.branch_stats: solve, refine (rungs 2
@@ -435,7 +319,7 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
             return la - math.log(alpha)
 
         # the lattice rule needs q2 >= 0.1 (its outer mass drifts below); there the posterior is
-        # broad and the Gauss-Hermite branch rule of :func:`_stats_branch` is accurate
+        # broad and route A is accurate
         if f(LAYER2_SCAN[0]) > 0:
             return _layer2_point_small(alpha=alpha, skip=skip, beta=beta, lam2=lam2)
         lo, hi = LAYER2_SCAN[0], None
@@ -624,114 +508,3 @@ def run_checks(*, layers=2, tokens=2, skip=1.0, beta=1.0) -> list[dict]:
         f"E_y ||Cov[z_1,z_2|y]||_F^2 = {cr.value:.2e} +- {cr.error:.1e} ({cr.method}); "
         "tolerance 4 SE")
     return out
-
-
-# ----------------------------------------------------------------------------- branch engine v2
-def _start_from_logits(h0, h1, o0, o1, c, beta, clip=0.02):
-    """z_1 solving A(z_1) omega = h (linear in the softmax entries), clipped into the domain."""
-    dl = o0 - o1
-    dl = np.where(np.abs(dl) < 1e-9, 1e-9, dl)
-    sa = np.clip((h0 - o1 - c * o0) / dl, clip, 1 - clip)
-    sb = np.clip((h1 - o0 - c * o1) / (-dl), clip, 1 - clip)
-    m = np.maximum(0.0, 1 + clip - sa - sb) / 2
-    sa, sb = np.minimum(sa + m, 1 - clip), np.minimum(sb + m, 1 - clip)
-    a, b = np.log(sa / (1 - sa)), np.log(sb / (1 - sb))
-    d = np.sqrt((a + b) / beta)
-    return a / (beta * d), -b / (beta * d)
-
-
-def _inner_v2(h0, h1, o0, o1, zs0, zs1, v2, c, beta, n_in, n_p, pi0=0.2, at_truth=True):
-    """Posterior moments of the fibre integral for a batch of outer points (1D arrays).
-
-    Deterministic mixture (balance-heuristic) rule in z_1: the prior N(0, I) and, for each sign
-    of h, the Laplace Gaussian N(z*, P^{-1}) at the Gauss-Newton mode z* (started from the true
-    z_1 ``zs`` for +h and from the logit inversion for -h).  All densities are symmetrised in
-    z_1 -> -z_1 (the integrand is even), so only one node set per component is needed.
-    Returns Z-normalised ``(c00, c01, c11, m0, m1, n2)``: Cov[z_1] - I entries, E[z_2] and
-    E|z_2|^2 under the posterior."""
-    X0, X1, WX = grid2(n_in, 1.0, False)
-    p0, p1, wp = grid2(n_p, 1.0, True)
-    col = lambda a: a[:, None]  # noqa: E731
-    comps = []
-    starts = [(1.0, (zs0, zs1), 6), (-1.0, _start_from_logits(-h0, -h1, o0, o1, c, beta), 6)]
-    if at_truth:
-        starts.append((1.0, (zs0, zs1), 0))
-    for sg, (s0, s1), its in starts:
-        m0, m1, P00, P01, P11 = gauss_newton_mode(s0, s1, sg * h0, sg * h1, m1=(0.0, 0.0),
-                                                  v1=1.0, m2=(o0, o1), r=0.0, v2=v2, c=c,
-                                                  beta=beta, iters=its)
-        # Cholesky of P = R^T R; nodes m + R^{-1} x
-        r00 = np.sqrt(P00)
-        r01 = P01 / r00
-        r11 = np.sqrt(np.maximum(P11 - r01**2, 1e-300))
-        comps.append((m0, m1, r00, r01, r11))
-    n = h0.size
-    Y0 = [np.broadcast_to(p0, (n, p0.size))]
-    Y1 = [np.broadcast_to(p1, (n, p1.size))]
-    WQ = [np.broadcast_to(pi0 * wp, (n, wp.size))]
-    pk = (1 - pi0) / len(comps)
-    for m0, m1, r00, r01, r11 in comps:
-        u1 = X1 / col(r11)
-        u0 = (X0 - col(r01) * u1) / col(r00)
-        Y0.append(col(m0) + u0)
-        Y1.append(col(m1) + u1)
-        WQ.append(np.broadcast_to(pk * WX, (n, WX.size)))
-    Y0, Y1, WQ = np.concatenate(Y0, 1), np.concatenate(Y1, 1), np.concatenate(WQ, 1)
-    with np.errstate(under="ignore"):
-        q = pi0 * np.exp(-0.5 * (Y0**2 + Y1**2)) / (2 * math.pi)
-        for m0, m1, r00, r01, r11 in comps:
-            dens = 0.0
-            for sgz in (1.0, -1.0):
-                d0, d1 = Y0 - sgz * col(m0), Y1 - sgz * col(m1)
-                e0 = col(r00) * d0 + col(r01) * d1
-                e1 = col(r11) * d1
-                dens = dens + 0.5 * np.exp(-0.5 * (e0**2 + e1**2))
-            q = q + pk * dens * col(r00 * r11) / (2 * math.pi)
-    Bi, det = attention_inverse(Y0, Y1, c, beta)
-    H0, H1, O0, O1 = col(h0), col(h1), col(o0), col(o1)
-    u, w = fibre_point(Bi, H0, H1)
-    base = -0.5 * (Y0**2 + Y1**2) - ((u**2 + w**2) + (O0**2 + O1**2)) / (2 * v2)
-    x = (u * O0 + w * O1) / v2
-    with np.errstate(under="ignore", over="ignore"):
-        f = WQ / (q * det)
-        ep, em = f * np.exp(base + x), f * np.exp(base - x)
-    Sp, Dm = ep + em, ep - em
-    Z = Sp.sum(1)
-    c00 = (Sp * Y0 * Y0).sum(1) / Z - 1
-    c01 = (Sp * Y0 * Y1).sum(1) / Z
-    c11 = (Sp * Y1 * Y1).sum(1) / Z - 1
-    m0 = (Dm * u).sum(1) / Z
-    m1 = (Dm * w).sum(1) / Z
-    n2 = (Sp * (u**2 + w**2)).sum(1) / Z
-    return c00, c01, c11, m0, m1, n2
-
-
-def _stats_branch_v2(q2, *, c, beta, n_w, n_z, n_e, n_in, n_p, progress=None):
-    """Layer-2 branch Q = diag(0, q2) with the mode-adapted inner rule :func:`_inner_v2`.
-
-    Outer: 6D tensor Gauss-Hermite in (omega_2, true z_1, eta) (each half-grid by the sign
-    symmetries), ``z_2 = omega_2 + sqrt(V) eta``, ``h = A(z_1) z_2``.  Returns ``K2``, ``mu1``,
-    ``trcov2`` (E tr Cov[z_2|y,omega]) and ``nishimori`` = ``K2 - (2 - trcov2/V)/V``."""
-    v2 = 1.0 - q2
-    w0, w1, ww = graded_omega_rule(n_w, q2)
-    a0, a1, wa = grid2(n_z, 1.0, True)
-    e0, e1, we = grid2(n_e, 1.0, False)
-    O0, O1, Z0, Z1, E0, E1, Wt = _outer_tensor((w0, w1, ww), (a0, a1, wa), (e0, e1, we))
-    H0, H1 = attention_image(Z0, Z1, O0 + math.sqrt(v2) * E0, O1 + math.sqrt(v2) * E1, c, beta)
-    nodes = n_p * n_p // 2 + 3 * n_in * n_in
-    step = max(1, CHUNK // (4 * nodes))
-    acc = dict(K2=0.0, mu1=0.0, trcov2=0.0, weight=0.0)
-    nch = -(-O0.size // step)
-    for k, s0 in enumerate(range(0, O0.size, step)):
-        sl = slice(s0, s0 + step)
-        c00, c01, c11, m0, m1, n2 = _inner_v2(H0[sl], H1[sl], O0[sl], O1[sl], Z0[sl], Z1[sl],
-                                              v2, c, beta, n_in, n_p)
-        W = Wt[sl]
-        acc["K2"] += W @ (((m0 - O0[sl]) ** 2 + (m1 - O1[sl]) ** 2) / v2**2)
-        acc["mu1"] += W @ (c00**2 + 2 * c01**2 + c11**2)
-        acc["trcov2"] += W @ (n2 - m0**2 - m1**2)
-        acc["weight"] += W.sum()
-        if progress:
-            progress(k + 1, nch, "layer-2 branch quadrature")
-    acc["nishimori"] = acc["K2"] - (2 - acc["trcov2"] / v2) / v2
-    return acc

@@ -47,8 +47,9 @@ estimate at overlap Q = q0 I (``init_overlap`` = q0, default 0.02, reported in t
 Measured (skip c = 1, beta = 1; benchmarks/smi_amp_finite_size.py, smi_branch_k2_routes.py,
 tables in benchmarks/RESULTS.md): below the sequential threshold (alpha = 0.4, 0.6) layer 1
 stays at Q_11 = 0 and Q_22 agrees with the SE on the branch Q = diag(0, q2) when the SE's
-K2(q2) = E sum_m g_2m^2 is computed by Monte Carlo (:func:`branch_fixed_point_montecarlo`;
-checked against the independent inner rule of numerics.smi.montecarlo_branch): alpha = 0.6,
+K2(q2) = E sum_m g_2m^2 is computed by Monte Carlo with this module's g_out (the former
+``branch_fixed_point_montecarlo``; now the lattice :func:`aim_sym.numerics.smi.layer2_point`
+serves, checked against the independent inner rule of numerics.smi_oracles.montecarlo_branch): alpha = 0.6,
 SE 0.9235 +- 0.0007, AMP 0.9186 +- 0.0032 (D = 1000, 16 seeds) ... 0.9221 +- 0.0011
 (D = 8000, 6 seeds); alpha = 0.4, SE 0.489 +- 0.005, AMP 0.497 +- 0.009 (D = 4000) ...
 0.499 +- 0.009 (D = 16000). The former Gauss-Hermite branch rule of numerics.smi.fixed_point
@@ -84,7 +85,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import smi
-from .records import ConvergenceError, require, standard_error
+from .records import require, standard_error
 from .smi_fibre import check, fibre_eval, functions, gauss_newton_mode, grid2
 
 # iterations per GAMP run: the convergence rule needs CONV_WINDOW = 10 and the benchmarks use
@@ -365,69 +366,6 @@ def converged(history, *, window=CONV_WINDOW, tol=CONV_RANGE) -> bool:
         return False
     Q = np.array([r["Q"] for r in history[-window:]])
     return bool(np.all(Q.max(0) - Q.min(0) < tol))
-
-
-def branch_k2_montecarlo(q2, *, skip=1.0, beta=1.0, samples=20000, order=24, seed=0) -> dict:
-    """K2(q2) = E sum_m g_2m^2 on the SE branch Q = diag(0, q2) (THEORY 2.1: Q_hat_22 =
-    alpha K2), by Monte Carlo over (omega, z) with g_out from this module's fibre rule. Both
-    forms: ``K2`` (E sum g^2) and ``K2_dg`` (E -sum dg_22; equal in expectation by Nishimori,
-    THEORY 1.2; bounded above by 2 / V_22, hence the smaller variance). Errors are standard
-    errors over the samples. A route independent of numerics.smi's quadrature."""
-    require(0 < q2 < 1, "q2", "in (0, 1)", q2)
-    require(int(samples) >= 2, "samples", ">= 2", samples)
-    rng = np.random.default_rng([int(seed), int(round(q2 * 1e6))])
-    n = int(samples)
-    om = np.zeros((n, 2, 2))
-    om[:, 1] = math.sqrt(q2) * rng.standard_normal((n, 2))
-    z = om + np.stack([rng.standard_normal((n, 2)),
-                       math.sqrt(1 - q2) * rng.standard_normal((n, 2))], 1)
-    h, _ = forward(z, skip=skip, beta=beta)
-    g, dg, _ = gout(h, om, np.diag([1.0, 1 - q2]), skip=skip, beta=beta, order=order)
-    gg = (g[:, 1, :] ** 2).sum(1)
-    mdg = -dg[:, :, 1, 1].sum(1)
-    return dict(q2=float(q2), K2=float(gg.mean()), K2_err=standard_error(gg),
-                K2_dg=float(mdg.mean()), K2_dg_err=standard_error(mdg),
-                samples=n, order=order)
-
-
-def branch_fixed_point_montecarlo(*, alpha, bracket, skip=1.0, beta=1.0, samples=20000,
-                                  order=24, seed=0) -> dict:
-    """SE fixed point on the branch Q = diag(0, q2): the root of
-    F(q2) = log(alpha K2(q2)) - log(q2 / (1 - q2)) in ``bracket`` = (q_lo, q_hi), F from
-    :func:`branch_k2_montecarlo` (dg form) at q_lo, the midpoint and q_hi, root of the
-    quadratic through the three. Error: the K2 standard errors propagated to the root, plus
-    the interpolation error |quadratic root - linear root| (keep the bracket narrow, ~0.02).
-    Returns value, error, method, the K2 estimates and F; raises ConvergenceError when F does
-    not change sign on the bracket."""
-    a, b = (float(x) for x in bracket)
-    require(0 < a < b < 1, "bracket", "0 < q_lo < q_hi < 1", bracket)
-    qs = np.array([a, 0.5 * (a + b), b])
-    ks = [branch_k2_montecarlo(q, skip=skip, beta=beta, samples=samples, order=order,
-                               seed=seed) for q in qs]
-    F = np.array([math.log(alpha * k["K2_dg"]) - math.log(q / (1 - q)) for k, q in zip(ks, qs)])
-    eF = np.array([k["K2_dg_err"] / k["K2_dg"] for k in ks])
-    if F[0] * F[2] > 0:
-        raise ConvergenceError("branch SE fixed point not bracketed", last_iterate=(a, b),
-                               residual=tuple(F))
-
-    def roots(Fv):
-        c = np.polyfit(qs, Fv, 2)
-        rr = [r.real for r in np.roots(c) if abs(r.imag) < 1e-12 and a <= r.real <= b]
-        k = 0 if Fv[0] * Fv[1] <= 0 else 1
-        lin = qs[k] + (qs[k + 1] - qs[k]) * Fv[k] / (Fv[k] - Fv[k + 1])
-        return (min(rr, key=lambda r: abs(r - lin)) if rr else lin), lin
-
-    q, lin = roots(F)
-    sens = []
-    for i in range(3):
-        d = np.zeros(3)
-        d[i] = 1e-6
-        sens.append((roots(F + d)[0] - q) / 1e-6)
-    e_mc = float(np.sqrt(np.sum((np.array(sens) * eF) ** 2)))
-    return dict(value=float(q), error=e_mc + abs(q - lin), error_mc=e_mc,
-                error_interp=abs(q - lin), K2=ks, F=F.tolist(),
-                method=f"Monte Carlo K2 ({samples} samples, fibre rule order {order}), "
-                       f"quadratic interpolation on [{a}, {b}]")
 
 
 def _is_int(x) -> bool:

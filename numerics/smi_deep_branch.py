@@ -18,17 +18,19 @@ omega_3) / V``, and the sequential threshold of layer ``l`` is the root ``q3*`` 
 ``r_l = mu_l - (1 - q3) K3 / q3`` with ``alpha_seq,l = 1 / mu_l(q3*)`` (THEORY 2.2: alpha times
 the eigenvalue in the unlearned direction crosses 1).
 
-Deterministic route (:func:`branch_stats_l3`): ``omega_3`` by the rotated sinh-trapezoid
-:func:`aim_sym.numerics.smi_sequential.omega_rule`; ``h`` given ``omega_3`` by a trapezoid lattice of
-spacing ``dh sqrt(V)`` on the attention image box of ``omega_3`` padded by ``H_PAD`` standard
-deviations of the blur ``sqrt(V) M eta`` (:func:`h_lattice_l3`); the fibre over ``(z_1, z_2)``
-by a 4D trapezoid lattice of spacings ``dz1`` (in ``z_1``) and ``dz2`` (in ``z_2``) on the ball
+Deterministic route (:func:`branch_stats_l3`): the depth-general lattice kernel
+:func:`aim_sym.numerics.smi_sequential.branch_stats` at ``layers = 3``: ``omega_3`` by the
+rotated sinh-trapezoid :func:`aim_sym.numerics.smi_sequential.omega_rule`; ``h`` given
+``omega_3`` by a trapezoid lattice of spacing ``dh sqrt(V)`` on the attention image box of
+``omega_3`` padded by ``H_PAD`` standard deviations of the blur ``sqrt(V) M eta``
+(:func:`aim_sym.numerics.smi_sequential.h_lattice`); the fibre over ``(z_1, z_2)`` by a 4D
+trapezoid lattice of spacings ``dz1`` (in ``z_1``) and ``dz2`` (in ``z_2``) on the ball
 ``|z| <= R`` restricted to ``z_1,0 >= 0, z_2,0 >= 0`` (weights x 4 by the two sign symmetries).
-Node features (``M^{-1}`` from the symbolic fibre :func:`aim_sym.smi.compile_functions`, prior,
-``det M``) are computed once; the exponent is a bilinear form (outer features) x (node
-features), evaluated in cache-sized blocks of 8 outer points x 8192 nodes (each node chunk with
-its own row shift) with float32 exponentials, and the omega_3 nodes are spread over forked
-workers.  Monte Carlo route: :func:`montecarlo_branch_l3`.  Results: benchmarks/RESULTS.md.
+Node features (``M^{-1}`` from the symbolic fibre, prior, ``det M``) are computed once; the
+exponent is a bilinear form (outer features) x (node features), evaluated in cache-sized
+blocks of 8 outer points x 8192 nodes (each node chunk with its own row shift) with float32
+exponentials, and the omega_3 nodes are spread over forked workers.  Monte Carlo route:
+:func:`montecarlo_branch_l3`.  Results: benchmarks/RESULTS.md.
 
 Thresholds, two independent routes: the seeded Monte Carlo :func:`sequential_thresholds_l3`
 (alpha_seq,1 = 0.979 +- 0.017, alpha_seq,2 = 1.134 +- 0.014, mean of two seeds) and the
@@ -55,22 +57,16 @@ lattice of 1e5-2e5 nodes, all omega_3 nodes, and 30-90 ns per pair in one proces
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from functools import lru_cache
 
 import numpy as np
 
-from . import smi_sequential
-from .records import ConvergenceError, mean_estimate, require, standard_error
-from .smi_fibre import check_skip_floor, fibre_quadratics, functions, inverse_columns
+from . import smi_oracles, smi_sequential
+from .records import ConvergenceError, require, standard_error
+from .smi_fibre import check_skip_floor, inverse_columns
 
-H_PAD = 6.0          # h-box padding in standard deviations of the blur sqrt(V) M eta
-RADIUS = 6.0         # fibre lattice radius (4D); prior mass outside: (1 + R^2/2) exp(-R^2/2)
-OMEGA_WCUT = 1e-14   # omega_3 nodes of smaller weight are dropped (bounded in ``cut``)
-_ROWS = 8            # outer points per block
-_CHUNK = 8192        # fibre nodes per block: 8 x 8192 x 8 B = 512 kB per work array
+RADIUS = smi_sequential.DEEP_R   # 4D fibre lattice radius: prior mass (1 + R^2/2) exp(-R^2/2) outside
 
 
 def _check_channel(skip: float, beta: float) -> None:
@@ -93,143 +89,10 @@ def inverse_map(z10, z11, z20, z21, skip: float, beta: float):
     return (m00, m01, m10, m11), jac
 
 
-def tail_mass_4d(radius: float) -> float:
-    """Prior mass of N(0, I_4) outside the ball of the given radius."""
-    x = 0.5 * radius**2
-    return (1.0 + x) * math.exp(-x)
-
-
-@lru_cache(maxsize=4)
-def fibre_lattice(dz: float, skip: float, beta: float, radius: float = RADIUS,
-                  dz2: float | None = None) -> dict:
-    """Node features of the 4D lattice (spacing ``dz`` in ``z_1`` and ``dz2`` in ``z_2``, default
-    ``dz``; ball of ``radius``; orthant ``z_1,0 >= 0, z_2,0 >= 0`` with weights x 4 and halves on
-    the faces).
-
-    ``B`` (3, n): ``|M^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``; ``Y`` (4, n): ``M^{-1}`` entries
-    (``omega^T M^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)``); ``logw``: log(weight x prior /
-    det M); ``F`` (n, 10): ``1, z_1 z_1^T (3), z_2 z_2^T (3), B (3)``; ``Ai`` (n, 4)."""
-    dz2 = dz if dz2 is None else dz2
-    require(0.05 <= dz <= 1.0, "dz", "in [0.05, 1]", dz)
-    require(0.05 <= dz2 <= 1.0, "dz2", "in [0.05, 1]", dz2)
-    g1 = dz * np.arange(-math.floor(radius / dz), math.floor(radius / dz) + 1)
-    g2 = dz2 * np.arange(-math.floor(radius / dz2), math.floor(radius / dz2) + 1)
-    g1p, g2p = g1[g1 >= 0], g2[g2 >= 0]
-    parts = []
-    B1, C0, C1 = np.meshgrid(g1, g2p, g2, indexing="ij")
-    for a in g1p:                     # z_1,0 = a: one 3D slab at a time (memory)
-        r2 = a * a + B1**2 + C0**2 + C1**2
-        keep = r2 <= radius**2
-        parts.append(np.stack([np.full(keep.sum(), a), B1[keep], C0[keep], C1[keep]]))
-    z10, z11, z20, z21 = np.concatenate(parts, axis=1)
-    w = 4.0 * dz**2 * dz2**2 * np.where(z10 == 0, 0.5, 1.0) * np.where(z20 == 0, 0.5, 1.0)
-    Mi, jac = inverse_columns([z10, z11, z20, z21], 3, skip, beta)
-    require(bool(np.all(np.isfinite(jac) & (jac > 0))), "skip", "> 0 (finite det M)", skip)
-    B, Y, _ = fibre_quadratics(Mi)
-    logw = (np.log(w) - 0.5 * (z10**2 + z11**2 + z20**2 + z21**2) - 2 * math.log(2 * math.pi)
-            + np.log(jac))
-    F = np.stack([np.ones_like(z10), z10 * z10, z10 * z11, z11 * z11, z20 * z20, z20 * z21,
-                  z21 * z21, *B], 1)
-    return dict(B=B, Y=Y, logw=logw, F=F, Ai=Y.T.copy(), n=z10.size, radius=radius,
-                tail=tail_mass_4d(radius), z=(z10, z11, z20, z21), dz=(dz, dz2))
-
-
-def _node_chunks(lat: dict, size: int) -> list:
-    """The lattice split into contiguous chunks of at most ``size`` nodes (feature arrays copied:
-    each chunk's work stays in cache), cached in ``lat``."""
-    key = ("chunks", size)
-    if key not in lat:
-        n = lat["n"]
-        k = max(1, -(-n // size))
-        edges = np.linspace(0, n, k + 1).astype(int)
-        lat[key] = [dict(n=int(e1 - e0),
-                         B=np.ascontiguousarray(lat["B"][:, e0:e1]),
-                         logw=np.ascontiguousarray(lat["logw"][e0:e1]),
-                         Y=np.ascontiguousarray(lat["Y"][:, e0:e1]),
-                         F=np.ascontiguousarray(lat["F"][e0:e1]),
-                         Ai=np.ascontiguousarray(lat["Ai"][e0:e1]))
-                    for e0, e1 in zip(edges[:-1], edges[1:], strict=True)]
-    return lat[key]
-
-
-def fibre_moments(h0, h1, o0, o1, v: float, lat: dict, single: bool = False) -> np.ndarray:
-    """Posterior moments over the fibre at outer points (1D arrays ``h``, ``omega_3``), rows:
-    ``c1 = Cov[z_1|.] - I`` (3 entries), ``c2`` (3), ``E z_3`` (2), ``E |z_3|^2``, ``log Z``
-    (``Z`` with the ``1 / (2 pi V)`` of the layer-3 Gaussian).  ``single``: float32 exponentials
-    (:func:`aim_sym.numerics.smi_sequential.fibre_sums`, relative bias <= ``FLOAT32_REL``).
-
-    Blocks of :data:`_ROWS` outer points x :data:`_CHUNK` nodes (cache-sized; a one-row block
-    would turn the matrix products into slow matrix-vector ones): each node chunk's sums carry
-    their own row shift and are rescaled to the largest before they are added."""
-    chunks = _node_chunks(lat, _CHUNK)
-    step = _ROWS
-    out = np.empty((10, h0.size))
-    for s0 in range(0, h0.size, step):
-        sl = slice(s0, s0 + step)
-        a0, a1, b0, b1 = h0[sl], h1[sl], o0[sl], o1[sl]
-        parts = [smi_sequential.fibre_sums(a0, a1, b0, b1, v, ch, single) for ch in chunks]
-        shift = np.max([p[2] for p in parts], axis=0)
-        G = sum(p[0] * np.exp(p[2] - shift)[:, None] for p in parts)
-        Dd = sum(p[1] * np.exp(p[2] - shift)[:, None] for p in parts)
-        out[:, sl] = smi_sequential.lattice_moments(G, Dd, shift, a0, a1, b0, b1, v, rows=2)
-    return out
-
-
-def _vertex_maps(skip: float) -> np.ndarray:
-    """The 16 matrices ``(S_2 + c I)(S_1 + c I)`` with 0/1 softmax entries: ``M omega`` is
-    multilinear in the four softmax entries, so its coordinates take their extremes there, and so
-    do the (convex in each entry) row norms of ``M``."""
-    mats = []
-    for sa1, sb1, sa2, sb2 in itertools.product((0.0, 1.0), repeat=4):
-        A1 = np.array([[sa1 + skip, 1 - sa1], [1 - sb1, sb1 + skip]])
-        A2 = np.array([[sa2 + skip, 1 - sa2], [1 - sb2, sb2 + skip]])
-        mats.append(A2 @ A1)
-    return np.array(mats)
-
-
-def h_lattice_l3(o0: float, o1: float, v: float, skip: float, dh: float,
-                 pad_sd: float = H_PAD):
-    """Trapezoid lattice ``dh Z^2`` (``dh`` absolute) on the box of ``M omega_3`` over all
-    softmax entries, padded by ``pad_sd`` x ``sqrt(V)`` x (largest row norm of ``M``).  Every
-    statistic is even in ``h`` and ``Z(h)`` is the density of ``{h, -h}``, so the expectation is
-    ``sum_{h in box} m dh^2 Z f / 2`` with ``m = 2`` where ``-h`` is outside the box (else 1).
-    Returns ``(h0, h1, m dh^2 / 2)``."""
-    Ms = _vertex_maps(skip)
-    img = Ms @ np.array([o0, o1])
-    rho = float(np.sqrt((Ms**2).sum(2)).max())
-    pad = pad_sd * math.sqrt(v) * rho
-    lo, hi = img.min(0) - pad, img.max(0) + pad
-    i0 = np.arange(math.floor(lo[0] / dh), math.ceil(hi[0] / dh) + 1)
-    i1 = np.arange(math.floor(lo[1] / dh), math.ceil(hi[1] / dh) + 1)
-    I0, I1 = np.meshgrid(i0, i1, indexing="ij")
-    I0, I1 = I0.ravel(), I1.ravel()
-    mirrored = (-I0 >= i0[0]) & (-I0 <= i0[-1]) & (-I1 >= i1[0]) & (-I1 <= i1[-1])
-    m = np.where(mirrored, 1.0, 2.0)
-    return dh * I0, dh * I1, 0.5 * m * dh * dh
-
-
-def _omega_sums(o0, o1, wo, v, skip, dh_abs, lat, single=False):
-    H0, H1, Wh = h_lattice_l3(o0, o1, v, skip, dh_abs)
-    r = fibre_moments(H0, H1, np.full_like(H0, o0), np.full_like(H0, o1), v, lat, single)
-    w = Wh * np.exp(r[9])
-    fro = lambda a, b, c: a * a + 2 * b * b + c * c  # noqa: E731
-    acc = np.array([w.sum(), w @ fro(r[0], r[1], r[2]), w @ fro(r[3], r[4], r[5]),
-                    w @ (((r[6] - o0) ** 2 + (r[7] - o1) ** 2) / v**2),
-                    w @ (r[8] - r[6] ** 2 - r[7] ** 2), w @ r[9]])
-    return wo * acc, H0.size
-
-
-def _omega_task(args):
-    """:func:`_omega_sums` at one omega_3 node; ``key`` names the cached :func:`fibre_lattice`
-    (forked workers inherit the cache: nothing large is pickled)."""
-    o0, o1, wo, v, skip, dh_abs, key, single = args
-    return _omega_sums(o0, o1, wo, v, skip, dh_abs, fibre_lattice(*key), single)
-
-
 def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: float = 0.5,
                     dh: float = 2.8, dz: float = 0.3, radius: float = RADIUS,
                     dz2: float | None = None, single: bool = False, workers: int = 1,
-                    wcut: float = OMEGA_WCUT) -> dict:
+                    wcut: float = smi_sequential.OMEGA_WCUT) -> dict:
     """Statistics at ``Q = diag(0, 0, q3)`` by the deterministic rule of the module docstring:
     ``mass`` (1), ``mu1``, ``mu2``, ``K3``, ``trcov3 = E tr Cov[z_3|.]``, ``psi = E log Z``, the
     Nishimori residual ``K3 - (2 mass - trcov3 / V) / V`` and ``cut`` (bounds on what the dropped
@@ -240,169 +103,27 @@ def branch_stats_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0, tau: flo
     <= :data:`aim_sym.numerics.smi_sequential.FLOAT32_REL`); ``workers > 1`` spreads the omega_3 nodes
     over forked processes.  The cross block ``Cov[z_1, z_2 | .]`` is zero by the sign symmetries
     the lattice uses (checked by :func:`montecarlo_branch_l3`)."""
-
     _check_q3(q3)
     _check_channel(skip, beta)
-    require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q3))", dh)
     require(3.0 <= radius <= 9.0, "radius", "in [3, 9]", radius)
-    require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
-    require(0 <= wcut <= 1e-6, "wcut", "in [0, 1e-6]", wcut)
-    v = 1.0 - q3
-    key = (float(dz), float(skip), float(beta), float(radius),
-           float(dz if dz2 is None else dz2))
-    lat = fibre_lattice(*key)
     # sinh-map scale min(sqrt V, sqrt q3): the omega_3 features have width sqrt(V) (q3 -> 1),
     # the Gaussian itself width sqrt(q3) (q3 -> 0)
-    O0, O1, W = smi_sequential.omega_rule(float(tau), float(q3), min(1.0, math.sqrt(q3 / v)))
-    keep = W >= wcut
-    w_cut = float(W[~keep].sum())
-    jobs = [(float(a), float(b), float(w), v, float(skip), float(dh) * math.sqrt(v), key,
-             bool(single)) for a, b, w in zip(O0[keep], O1[keep], W[keep], strict=True)]
-    # largest h boxes first (load balance over the pool)
-    jobs.sort(key=lambda j: -(abs(j[0]) + abs(j[1])))
-    res = smi_sequential.map_jobs(_omega_task, jobs, workers)
-    mass, mu1, mu2, K3, trcov3, psi = np.sum([r[0] for r in res], axis=0)
-    npts = int(sum(r[1] for r in res))
-    # per unit outer weight: mass 1, K3 <= 2/V (Nishimori), mu_l <= 2 (R^2 - 1)^2 on the lattice;
-    # the prior mass outside the lattice ball (``radius_tail``) is bounded the same way
-    mu_bound = 2.0 * (radius**2 - 1) ** 2
-    cut = dict(mass=w_cut, K3=2.0 * w_cut / v, mu=mu_bound * w_cut, radius_tail=lat["tail"],
-               mu_tail=mu_bound * lat["tail"], K3_tail=2.0 * lat["tail"] / v)
-    return dict(mass=float(mass), mu1=float(mu1), mu2=float(mu2), K3=float(K3),
-                trcov3=float(trcov3), psi=float(psi),
-                nishimori=float(K3 - (2 * mass - trcov3 / v) / v), cross=0.0,
-                outer_points=npts, nodes=lat["n"], pairs=npts * lat["n"], cut=cut,
-                order=(tau, dh, dz, key[4], radius))
+    st = smi_sequential.branch_stats(
+        q3, c=skip, beta=beta, n_w=float(tau), dh=dh, dz=dz, workers=workers, single=single,
+        layers=3, dz2=dz if dz2 is None else dz2, radius=radius,
+        kappa=min(1.0, math.sqrt(q3 / (1.0 - q3))), wcut=wcut, blend=False)
+    return st | dict(order=(tau, dh, dz, dz if dz2 is None else dz2, radius))
 
 
 # ----------------------------------------------------------------------------- Monte Carlo
-def _fibre_jacobian_fd(z, h, skip, beta, eps=1e-5):
-    """``J = d z_3 / d (z_1, z_2)`` (n, 2, 4) along the fibre through ``h``, central
-    differences of the symbolic fibre."""
-    f = functions(3)["fibre"]
-    J = np.empty((z.shape[0], 2, 4))
-    for k in range(4):
-        zp, zm = z.copy(), z.copy()
-        zp[:, k] += eps
-        zm[:, k] -= eps
-        a = f(*zp.T, h[:, 0], h[:, 1], skip, beta)
-        b = f(*zm.T, h[:, 0], h[:, 1], skip, beta)
-        J[:, 0, k] = (np.asarray(a[0]) - np.asarray(b[0])) / (2 * eps)
-        J[:, 1, k] = (np.asarray(a[1]) - np.asarray(b[1])) / (2 * eps)
-    return J
-
-
-MC_NAMES = ("mu1", "mu2", "K3", "cross", "trcov3", "nishimori", "resid1", "resid2")
-
-
-def _mc_samples(q3: float, skip: float, beta: float, samples: int, inner: int, seed: int):
-    """Per-outer-sample values of :data:`MC_NAMES` after the control-variate adjustment
-    (``samples`` x 8).  The same ``seed`` draws the same standard normals at every ``q3``
-    (common random numbers: differences across ``q3`` have a small variance)."""
-    _check_q3(q3)
-    _check_channel(skip, beta)
-    require(isinstance(samples, int) and samples >= 10, "samples", "an integer >= 10", samples)
-    require(isinstance(inner, int) and inner >= 20, "inner", "an integer >= 20", inner)
-    f = functions(3)["fibre"]
-    # outer draws first from their own stream, inner draws from another: the same teachers at
-    # every q3 and every inner size (common random numbers)
-    ro, ri = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
-    Zt, Wt, Et = (ro.standard_normal((samples, k)) for k in (4, 2, 2))
-    v = 1.0 - q3
-    vals = np.zeros((samples, len(MC_NAMES)))
-    cvs = np.zeros((samples, 3))
-    flips = np.array([np.repeat([s1, s2], 2) for s1 in (1, -1) for s2 in (1, -1)], float)
-    pis = (0.2, 0.2)
-    step = max(1, 400_000 // inner)
-    for s0 in range(0, samples, step):
-        n = min(step, samples - s0)
-        z, eta = Zt[s0:s0 + n], Et[s0:s0 + n]
-        om = math.sqrt(q3) * Wt[s0:s0 + n]
-        (m00, m01, m10, m11), _ = inverse_map(*z.T, skip, beta)
-        Mi = np.stack([np.stack([m00, m01], -1), np.stack([m10, m11], -1)], -2)
-        z3 = om + math.sqrt(v) * eta
-        h = np.linalg.solve(Mi, z3[..., None])[..., 0]
-        J = _fibre_jacobian_fd(z, h, skip, beta)
-        P = np.eye(4) + np.einsum("nai,naj->nij", J, J) / v
-        S = 2.0 * np.linalg.inv(P)
-        S = 0.5 * (S + np.swapaxes(S, 1, 2))
-        L = np.linalg.cholesky(S)
-        Si = np.linalg.inv(S)
-        logdetS = np.linalg.slogdet(S)[1]
-        comp = ri.choice(5, size=(n, inner), p=(pis[0],) + (pis[1],) * 4)
-        x = ri.standard_normal((n, inner, 4))
-        lx = np.einsum("nab,nkb->nka", L, x)
-        fl = flips[np.maximum(comp - 1, 0)]                    # (n, inner, 4)
-        y = np.where((comp == 0)[..., None], x, fl * (z[:, None, :] + lx))
-        logq = [math.log(pis[0]) - 0.5 * (y**2).sum(-1)]
-        for d in flips:
-            e = d * y - z[:, None, :]
-            qf = np.einsum("nka,nab,nkb->nk", e, Si, e)
-            logq.append(math.log(pis[1]) - 0.5 * qf - 0.5 * logdetS[:, None])
-        logq = np.logaddexp.reduce(np.stack(logq), axis=0)
-        a = f(y[..., 0], y[..., 1], y[..., 2], y[..., 3], h[:, None, 0], h[:, None, 1],
-              skip, beta)
-        u0, u1, jac = (np.asarray(t, float) for t in a)
-        o0, o1 = om[:, None, 0], om[:, None, 1]
-        base = (-0.5 * (y**2).sum(-1) - ((u0**2 + u1**2) + (o0**2 + o1**2)) / (2 * v)
-                + np.log(jac))
-        xx = (u0 * o0 + u1 * o1) / v
-        with np.errstate(under="ignore", over="ignore"):
-            lp = np.logaddexp(base + xx, base - xx) - logq
-            wt = np.exp(lp - lp.max(1, keepdims=True))
-            th = np.tanh(xx)
-        half = inner // 2
-        parts = []
-        for part in (slice(0, half), slice(half, 2 * half)):
-            wp = wt[:, part] / wt[:, part].sum(1, keepdims=True)
-            yy = y[:, part]
-            mom = lambda t, wp=wp: (wp * t).sum(1)  # noqa: E731
-            c1 = np.stack([mom(yy[..., 0] ** 2) - 1, mom(yy[..., 0] * yy[..., 1]),
-                           mom(yy[..., 1] ** 2) - 1], 1)
-            c2 = np.stack([mom(yy[..., 2] ** 2) - 1, mom(yy[..., 2] * yy[..., 3]),
-                           mom(yy[..., 3] ** 2) - 1], 1)
-            cr = np.stack([mom(yy[..., i] * yy[..., j]) for i in (0, 1) for j in (2, 3)], 1)
-            e3 = np.stack([mom(th[:, part] * u0[:, part]), mom(th[:, part] * u1[:, part])], 1)
-            n3 = mom(u0[:, part] ** 2 + u1[:, part] ** 2)
-            parts.append((c1, c2, cr, e3, n3))
-        (c1a, c2a, cra, e3a, n3a), (c1b, c2b, crb, e3b, n3b) = parts
-        fro = np.array([1.0, 2.0, 1.0])
-        sl = slice(s0, s0 + n)
-        vals[sl, 0] = (c1a * c1b) @ fro
-        vals[sl, 1] = (c2a * c2b) @ fro
-        vals[sl, 2] = ((e3a - om) * (e3b - om)).sum(1) / v**2
-        vals[sl, 3] = (cra * crb).sum(1)
-        vals[sl, 4] = 0.5 * (n3a + n3b) - (e3a * e3b).sum(1)
-        r1 = (z[:, :2] ** 2).sum(1)
-        r2 = (z[:, 2:] ** 2).sum(1)
-        cvs[sl, 0] = r1**2 - 2 * r1 + 2 - 6.0
-        cvs[sl, 1] = r2**2 - 2 * r2 + 2 - 6.0
-        cvs[sl, 2] = ((eta**2).sum(1) - 2.0) / v
-    vals[:, 5] = vals[:, 2] - (2.0 - vals[:, 4] / v) / v
-    vals[:, 6] = vals[:, 0] - (1 - q3) * vals[:, 2] / q3
-    vals[:, 7] = vals[:, 1] - (1 - q3) * vals[:, 2] / q3
-    # control variates (regression coefficients from the same samples: O(1/samples) bias)
-    X = cvs - cvs.mean(0)
-    coef, *_ = np.linalg.lstsq(X, vals - vals.mean(0), rcond=None)
-    return vals - cvs @ coef
-
-
 def montecarlo_branch_l3(q3: float, *, skip: float = 1.0, beta: float = 1.0,
                          samples: int = 4000, inner: int = 2000, seed: int = 0) -> dict:
-    """Seeded Monte Carlo at ``Q = diag(0, 0, q3)``, independent of every quadrature rule.
-
-    Outer: teacher ``z_1, z_2, eta ~ N(0, I)``, ``omega_3 ~ N(0, q3 I)``, ``h = M (omega_3 +
-    sqrt(V) eta)``.  Inner: self-normalised importance sampling over ``(z_1, z_2)`` with the
-    mixture 0.2 N(0, I_4) + 0.2 x 4 sign-flipped copies of N(teacher, 2 (I + J^T J / V)^{-1})
-    (``J`` the fibre Jacobian at the teacher).  Squares of posterior moments come from two
-    independent halves (only the O(1/inner) ratio bias remains); control variates with known
-    means reduce the variance.  Returns Estimates (error = standard error) for ``mu1``, ``mu2``,
-    ``K3``, ``cross`` (``E ||E[z_1 z_2^T | .]||_F^2``, zero by symmetry), ``trcov3``, the
-    Nishimori residual and ``resid1``, ``resid2`` (``r_l = mu_l - (1 - q3) K3 / q3``)."""
-    adj = _mc_samples(q3, skip, beta, samples, inner, seed)
-    meth = (f"Monte Carlo, {samples} outer x {inner} inner (prior + 4 sign-flipped Laplace "
-            f"components, control variates), seed {seed}")
-    return {k: mean_estimate(adj[:, i], meth) for i, k in enumerate(MC_NAMES)}
+    """Seeded Monte Carlo at ``Q = diag(0, 0, q3)``: :func:`aim_sym.numerics.smi_oracles.
+    montecarlo_branch` at ``layers = 3`` (``mu1``, ``mu2``, ``K3``, ``cross``, ``trcov3``,
+    ``nishimori``, ``resid1``, ``resid2``), with this module's input checks."""
+    _check_channel(skip, beta)
+    return smi_oracles.montecarlo_branch(q3, layers=3, skip=skip, beta=beta, samples=samples,
+                                         inner=inner, seed=seed)
 
 
 # ----------------------------------------------------------------------------- thresholds
@@ -457,7 +178,8 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
     tick = progress or (lambda *a: None)
     rs = []
     for i, q in enumerate(scan):
-        adj = _mc_samples(q, skip, beta, scan_samples, inner, seed + 7919)
+        adj = smi_oracles.branch_samples(q, layers=3, skip=skip, beta=beta, samples=scan_samples,
+                                         inner=inner, seed=seed + 7919)
         rs.append(adj[:, 6:8].mean(0))
         tick(i + 1, len(scan), f"sequential L = 3: scan q3 = {q}")
     rs = np.array(rs)
@@ -481,8 +203,9 @@ def sequential_thresholds_l3(*, skip: float = 1.0, beta: float = 1.0, samples: i
         q = round(q, 12)
         require(0 < q < 1, "scan", "brackets whose refinement points stay in (0, 1)", q)
         if q not in vals:
-            vals[q] = _mc_samples(q, skip, beta, samples, inner, seed)
-            half[q] = _mc_samples(q, skip, beta, samples, max(20, inner // 2), seed)
+            vals[q], half[q] = (smi_oracles.branch_samples(q, layers=3, skip=skip, beta=beta,
+                                                           samples=samples, inner=k, seed=seed)
+                                for k in (inner, max(20, inner // 2)))
             count[0] += 1
             tick(count[0], 8, f"sequential L = 3: q3 = {q:.5f}")
         return q
@@ -705,7 +428,7 @@ def sequential_thresholds_l3_lattice(*, skip: float = 1.0, beta: float = 1.0,
                       + rel_slope * abs(s_mu * (o["x"] - o["x_eval"]))) for o in evs) * a_f**2
         cut, q_f = f["st"]["cut"], -math.expm1(f["x"])
         cut_alpha = (cut["mu"] + cut["mu_tail"]
-                     + (1 - q_f) / q_f * (cut["K3"] + cut["K3_tail"])) * a_f**2
+                     + (1 - q_f) / q_f * (cut["K"] + cut["K_tail"])) * a_f**2
         f32 = a_f * smi_sequential.FLOAT32_REL if single else 0.0
         spread = sum(steps)
         err = spread + interp + a_f * f["nis"] + f32 + cut_alpha

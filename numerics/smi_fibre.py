@@ -11,7 +11,6 @@ the package root registers).
   :func:`fibre_point` and its quadratic forms in ``h`` :func:`fibre_quadratics`;
   ``J = dz_2/dz_1`` along it (:func:`fibre_jacobian`), the Gauss-Newton precision
   ``I/V1 + J^T J/V2`` :func:`gauss_newton_precision`;
-* :func:`laplace_proposal`: the Gaussian proposal of the Monte Carlo routes at the true ``z_1``;
 * Gauss-Hermite rules: :func:`gh` (the one provider), :func:`grid2`, :func:`ratio_grid2`;
 * :func:`graded_omega_rule`: the graded rule for ``omega_2`` that resolves the width-``sqrt(V)``
   feature at ``d = w0 - w1 = 0``.
@@ -66,6 +65,16 @@ def gh(n: int):
     """Probabilists' Gauss-Hermite: nodes, weights summing to 1 (rule for N(0, 1))."""
     x, w = np.polynomial.hermite_e.hermegauss(n)
     return x, w / w.sum()
+
+
+def gh_tensor(n: int, dims: int):
+    """Tensor product of :func:`gh` for N(0, I_dims): nodes (n^dims, dims), weights."""
+    x, w = gh(n)
+    nodes = np.stack([g.ravel() for g in np.meshgrid(*([x] * dims), indexing="ij")], 1)
+    W = np.ones(nodes.shape[0])
+    for g in np.meshgrid(*([w] * dims), indexing="ij"):
+        W = W * g.ravel()
+    return nodes, W
 
 
 def ratio_grid2(n: int, sigma: float):
@@ -225,19 +234,6 @@ def gauss_newton_mode(z0, z1, h0, h1, *, m1, v1, m2, r, v2, c, beta, iters: int,
     ok = np.isfinite(z0) & np.isfinite(z1) & np.isfinite(P00 * P11) & (P00 * P11 - P01**2 > 0)
     return (np.where(ok, z0, m10), np.where(ok, z1, m11), np.where(ok, P00, 1 / v1),
             np.where(ok, P01, 0.0), np.where(ok, P11, 1 / v1))
-
-
-def laplace_proposal(z, h, v1, v2, skip, beta):
-    """Covariance ``S`` (n, 2, 2) and its Cholesky factor of the Laplace proposal for ``z_1'``
-    at the points ``z`` of the fibre through ``h``: ``S = 2 P^-1``, ``P = I / V1 + J^T J / V2``
-    (``J = dz_2/dz_1`` along the fibre, :func:`fibre_jacobian`), widened by 2 for the
-    importance sampler's tails."""
-    p00, p01, p11 = gauss_newton_precision(
-        fibre_jacobian(z[:, 0], z[:, 1], h[:, 0], h[:, 1], skip, beta), v1, v2)
-    P = np.empty((z.shape[0], 2, 2))
-    P[:, 0, 0], P[:, 0, 1], P[:, 1, 0], P[:, 1, 1] = p00, p01, p01, p11
-    S = 2.0 * np.linalg.inv(P)
-    return S, np.linalg.cholesky(S)
 
 
 # ----------------------------------------------------------------------------- small-skip rules

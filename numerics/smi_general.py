@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 import numpy as np
 from scipy.special import ndtri
 
 from .records import ConvergenceError, InputError, require, standard_error
+from .smi_fibre import gh_tensor
 
 GH_CAP_INNER = 1_200_000     # nodes of a tensor inner rule
 GH_CAP_OUTER = 120_000       # nodes of a tensor outer rule
@@ -47,22 +47,11 @@ class Rule:
     kind: str
 
 
-@lru_cache(maxsize=64)
-def _gh1(n: int) -> tuple[np.ndarray, np.ndarray]:
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    return x, w / w.sum()
-
-
 def gauss_hermite(dim: int, n: int) -> Rule:
     """Tensor Gauss-Hermite rule (probabilists'), n nodes per axis."""
-    x, w = _gh1(n)
     if dim == 0:
         return Rule(np.zeros((1, 0)), np.ones(1), "empty")
-    grids = np.meshgrid(*([x] * dim), indexing="ij")
-    nodes = np.stack([g.ravel() for g in grids], axis=1)
-    wts = np.ones(nodes.shape[0])
-    for g in np.meshgrid(*([w] * dim), indexing="ij"):
-        wts = wts * g.ravel()
+    nodes, wts = gh_tensor(n, dim)
     keep = wts > 1e-300
     return Rule(nodes[keep], wts[keep] / wts[keep].sum(), f"gauss-hermite {n}^{dim}")
 

@@ -1,26 +1,34 @@
-"""Seeded Monte Carlo oracles of the L = 2 SMI engine (deep tied attention, THEORY 2.1-2.3):
+"""Seeded Monte Carlo oracles of the SMI engine (deep tied attention, THEORY 2.1-2.3):
 routes independent of every quadrature rule, used by the tests, the identity checks and the
 benchmarks, never as an engine.
 
 * :func:`montecarlo_stability`: the weak-threshold coefficients lambda_l at ``Q = 0``;
 * :func:`cross_block_montecarlo`: the cross block of F at ``Q = 0`` (zero by symmetry);
-* :func:`montecarlo_branch` (``Q = diag(0, q2)``: mu1, K2) and :func:`montecarlo_stats`
-  (``Q = diag(q1, q2)``: K1, K2, K12) share one importance sampler over the fibre,
-  :func:`fibre_importance` (prior + Laplace mixture at the true z_1, both signs of h).
+* :func:`montecarlo_branch`: the last layer's branch ``Q = diag(0, .., 0, q)`` at any depth
+  (mu_l, K_L, the sequential residuals; prior + sign-flipped Laplace mixture over the free rows);
+* :func:`montecarlo_stats` (``Q = diag(q1, q2)``: K1, K2, K12), the same sampler with a learned
+  free row.
 
-Every fibre point is :func:`aim_sym.numerics.smi_fibre.fibre_point`.
+Fibre points: :func:`aim_sym.numerics.smi_fibre.fibre_point` at L = 2, the compiled fibre at
+any depth.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
 from .records import Estimate, mean_estimate, require
-from .smi_fibre import attention_inverse, attention_matrix, check, fibre_point, laplace_proposal
-
-MIX = (0.3, 0.35, 0.35)     # proposal weights: prior, Laplace at +z_1, Laplace at -z_1
+from .smi_fibre import (
+    attention_inverse,
+    attention_matrix,
+    check,
+    fibre_point,
+    functions,
+    inverse_columns,
+)
 
 
 def _teacher_q0(rng, samples: int, skip: float, beta: float):
@@ -129,126 +137,174 @@ def cross_block_montecarlo(*, skip=1.0, beta=1.0, samples=400, inner=2000, seed=
     return mean_estimate(vals, f"Monte Carlo {samples} x {inner}, seed {seed}")
 
 
-def fibre_importance(rng, z, h, om1, v1: float, om2, v2: float, inner: int, skip: float,
-                     beta: float, pis=MIX):
-    """Self-normalised importance sampling over the fibre of ``h`` (THEORY 2.3) at
-    ``Q = diag(q1, q2)`` for outer points ``z`` (true z_1), ``h``, ``omega_1 = om1``,
-    ``omega_2 = om2`` (arrays (n, 2)): ``inner`` draws of ``z_1'`` per point from
-    ``pis[0] N(omega_1, V1 I) + pis[1] N(+z_1, 2 P^-1) + pis[2] N(-z_1, 2 P^-1)``
-    (``P = I / V1 + J^T J / V2`` at the true z_1, :func:`aim_sym.numerics.smi_fibre.laplace_proposal`);
-    both signs of ``h`` are summed at every draw.  Returns the draws ``y`` (n, inner, 2), the
-    fibre points ``(u, w) = A(y)^{-1} h``, ``th = tanh(omega_2^T A(y)^{-1} h / V2)`` (the sign
-    average) and the unnormalised weights ``wt`` (row maximum 1)."""
-    n = z.shape[0]
-    S, L = laplace_proposal(z, h, v1, v2, skip, beta)
-    comp = rng.choice(3, size=(n, inner), p=pis)
-    x = rng.standard_normal((n, inner, 2))
-    lx = np.einsum("nab,nkb->nka", L, x)
-    sg = np.where(comp == 1, 1.0, -1.0)[..., None]
-    y = np.where((comp == 0)[..., None], om1[:, None, :] + math.sqrt(v1) * x,
-                 sg * z[:, None, :] + lx)
-    Si = np.linalg.inv(S)
-    ldet = np.log(np.linalg.det(S))[:, None]
-    lq = [math.log(pis[0]) - ((y - om1[:, None, :]) ** 2).sum(-1) / (2 * v1)
-          - math.log(2 * math.pi * v1)]
-    for sgn, pk in ((1.0, pis[1]), (-1.0, pis[2])):
-        d = y - sgn * z[:, None, :]
-        lq.append(math.log(pk) - 0.5 * np.einsum("nka,nab,nkb->nk", d, Si, d)
-                  - 0.5 * ldet - math.log(2 * math.pi))
-    lq = np.logaddexp.reduce(np.stack(lq), axis=0)
-    Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
-    u, w = fibre_point(Bi, h[:, None, 0], h[:, None, 1])
-    o0, o1 = om2[:, None, 0], om2[:, None, 1]
-    base = (-((y - om1[:, None, :]) ** 2).sum(-1) / (2 * v1)
-            - ((u**2 + w**2) + (o0**2 + o1**2)) / (2 * v2) - np.log(det) - lq)
-    xx = (u * o0 + w * o1) / v2
-    with np.errstate(under="ignore", over="ignore"):
-        lp = np.logaddexp(base + xx, base - xx)
-        wt = np.exp(lp - lp.max(1, keepdims=True))
-        th = np.tanh(xx)                                   # sum_s s e^{s x} / sum_s e^{s x}
-    return y, u, w, th, wt
+def branch_names(layers: int) -> tuple:
+    """Columns of :func:`branch_samples`: ``mu_l`` of each unlearned layer, ``K_L``, ``cross``,
+    ``trcov_L``, ``nishimori``, the sequential residuals ``resid_l``, then ``K_l = E |g_l|^2`` of
+    the free rows and ``K_lL = E g_l . g_L``."""
+    rows = range(1, layers)
+    return (*(f"mu{l}" for l in rows), f"K{layers}", "cross", f"trcov{layers}", "nishimori",
+            *(f"resid{l}" for l in rows), *(f"K{l}" for l in rows), *(f"K{l}{layers}" for l in rows))
 
 
-def montecarlo_branch(q2, *, skip=1.0, beta=1.0, samples=20000, inner=1000, seed=0) -> dict:
-    """Seeded Monte Carlo of ``mu1 = E ||Cov[z_1 | y, omega_2] - I||_F^2`` and
-    ``K2 = E sum_m g_2m^2`` at ``Q = diag(0, q2)``: a route independent of the quadrature.
+def _fibre_jacobian(z, h, layers: int, skip: float, beta: float, eps: float = 1e-5):
+    """``J = d z_L / d (z_1 .. z_{L-1})`` (n, 2, 2 (L - 1)) along the fibre through ``h``, central
+    differences of the symbolic fibre."""
+    f = functions(layers)["fibre"]
+    J = np.empty((z.shape[0], 2, z.shape[1]))
+    for k in range(z.shape[1]):
+        zp, zm = z.copy(), z.copy()
+        zp[:, k] += eps
+        zm[:, k] -= eps
+        a = f(*zp.T, h[:, 0], h[:, 1], skip, beta)
+        b = f(*zm.T, h[:, 0], h[:, 1], skip, beta)
+        J[:, 0, k] = (np.asarray(a[0]) - np.asarray(b[0])) / (2 * eps)
+        J[:, 1, k] = (np.asarray(a[1]) - np.asarray(b[1])) / (2 * eps)
+    return J
 
-    Outer: ``z_1, eta ~ N(0, I)``, ``omega_2 ~ N(0, q2 I)``, ``h = A(z_1)(omega_2 + sqrt(V) eta)``.
-    Inner: :func:`fibre_importance` (``omega_1 = 0``, ``V1 = 1``); squares of posterior moments
-    are estimated from two independent halves, so the only bias is the O(1/inner) ratio bias.
-    Returns Estimates (error = standard error over the outer samples) for ``mu1``, ``K2`` and
-    the sequential residual ``r = mu1 - (1 - q2) K2 / q2``."""
-    check(2, 2, skip, beta)
-    require(0 < q2 < 1, "q2", "in (0, 1)", q2)
-    rng = np.random.default_rng(seed)
-    v2 = 1.0 - q2
-    vals = np.zeros((samples, 3))
-    cvs = np.zeros((samples, 2))      # control variates with known mean 0
-    step = max(1, 2_000_000 // inner)
+
+def branch_samples(q: float, *, layers: int, skip: float, beta: float, samples: int,
+                   inner: int, seed: int, free: tuple = ()) -> np.ndarray:
+    """Per-outer-sample values of :func:`branch_names` at ``Q = diag(q_1, .., q_{L-1}, q)``
+    (``free`` = the overlaps ``q_l`` of the free rows, default 0) after the control-variate
+    adjustment (``samples`` x columns); see :func:`montecarlo_branch`.  The same ``seed`` draws
+    the same standard normals at every ``q`` and every inner size (common random numbers:
+    differences across ``q`` have a small variance)."""
+    require(isinstance(layers, int) and layers >= 2, "layers", "an integer >= 2", layers)
+    require(np.isfinite(q) and 0 < q < 1, f"q{layers}", "in (0, 1)", q)
+    require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
+    require(np.isfinite(beta) and beta > 0, "beta", "> 0", beta)
+    require(isinstance(samples, int) and samples >= 10, "samples", "an integer >= 10", samples)
+    require(isinstance(inner, int) and inner >= 20, "inner", "an integer >= 20", inner)
+    rows, d = layers - 1, 2 * (layers - 1)
+    free = tuple(float(x) for x in free) or (0.0,) * rows
+    require(len(free) == rows and all(0 <= x < 1 for x in free), "Q",
+            f"{rows} free-row overlaps in [0, 1)", free)
+    qz = np.repeat(free, 2)                                   # per free coordinate
+    vz = 1.0 - qz
+    f = functions(layers)["fibre"]
+    # outer draws from their own stream, inner draws from another
+    ro, ri = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
+    Zt, Wt, Et = (ro.standard_normal((samples, k)) for k in (d, 2, 2))
+    # omega_l = q_l z_l + sqrt(q_l V_l) xi_l for the free rows (drawn only when some q_l > 0)
+    Xi = ro.standard_normal((samples, d)) if any(free) else np.zeros((samples, d))
+    v = 1.0 - q
+    vals = np.zeros((samples, len(branch_names(layers))))
+    cvs = np.zeros((samples, rows + 1))
+    flips = np.array([np.repeat(s, 2) for s in itertools.product((1, -1), repeat=rows)], float)
+    pis = (0.2, 0.8 / len(flips))
+    pairs = [(i, j) for l, m in itertools.combinations(range(rows), 2)
+             for i in (2 * l, 2 * l + 1) for j in (2 * m, 2 * m + 1)]
+    fro = np.array([1.0, 2.0, 1.0])
+    step = max(1, 400_000 // inner)
     for s0 in range(0, samples, step):
         n = min(step, samples - s0)
-        z = rng.standard_normal((n, 2))
-        om = math.sqrt(q2) * rng.standard_normal((n, 2))
-        eta = rng.standard_normal((n, 2))
-        A = attention_matrix(z[:, 0], z[:, 1], skip, beta)
-        h = np.einsum("nab,nb->na", A, om + math.sqrt(v2) * eta)
-        y, u, w, th, wt = fibre_importance(rng, z, h, np.zeros((n, 2)), 1.0, om, v2, inner,
-                                           skip, beta)
-        G, M = [], []
+        z, eta = Zt[s0:s0 + n], Et[s0:s0 + n]
+        om = math.sqrt(q) * Wt[s0:s0 + n]
+        omf = qz * z + np.sqrt(qz * vz) * Xi[s0:s0 + n]     # omega of the free rows
+        (m00, m01), (m10, m11) = inverse_columns(list(z.T), layers, skip, beta)[0]
+        Mi = np.stack([np.stack([m00, m01], -1), np.stack([m10, m11], -1)], -2)
+        zL = om + math.sqrt(v) * eta
+        h = np.linalg.solve(Mi, zL[..., None])[..., 0]
+        J = _fibre_jacobian(z, h, layers, skip, beta)
+        S = 2.0 * np.linalg.inv(np.diag(1.0 / vz) + np.einsum("nai,naj->nij", J, J) / v)
+        S = 0.5 * (S + np.swapaxes(S, 1, 2))
+        L = np.linalg.cholesky(S)
+        Si = np.linalg.inv(S)
+        logdetS = np.linalg.slogdet(S)[1]
+        comp = ri.choice(1 + len(flips), size=(n, inner), p=(pis[0],) + (pis[1],) * len(flips))
+        x = ri.standard_normal((n, inner, d))
+        lx = np.einsum("nab,nkb->nka", L, x)
+        fl = flips[np.maximum(comp - 1, 0)]                    # (n, inner, d)
+        y = np.where((comp == 0)[..., None], omf[:, None, :] + np.sqrt(vz) * x,
+                     fl * (z[:, None, :] + lx))
+        lprior = -0.5 * ((y - omf[:, None, :]) ** 2 / vz).sum(-1)    # free rows' prior
+        logq = [math.log(pis[0]) + lprior - 0.5 * np.log(vz).sum()]
+        for fd in flips:
+            e = fd * y - z[:, None, :]
+            qf = np.einsum("nka,nab,nkb->nk", e, Si, e)
+            logq.append(math.log(pis[1]) - 0.5 * qf - 0.5 * logdetS[:, None])
+        logq = np.logaddexp.reduce(np.stack(logq), axis=0)
+        u0, u1, jac = (np.asarray(t, float) for t in f(*(y[..., k] for k in range(d)),
+                                                          h[:, None, 0], h[:, None, 1], skip,
+                                                          beta))
+        o0, o1 = om[:, None, 0], om[:, None, 1]
+        base = lprior - ((u0**2 + u1**2) + (o0**2 + o1**2)) / (2 * v) + np.log(jac)
+        xx = (u0 * o0 + u1 * o1) / v
+        with np.errstate(under="ignore", over="ignore"):
+            lp = np.logaddexp(base + xx, base - xx) - logq
+            wt = np.exp(lp - lp.max(1, keepdims=True))
+            th = np.tanh(xx)
+        parts = []
         for wp, part in _halves(wt, inner):
-            y0, y1 = y[:, part, 0], y[:, part, 1]
-            G.append(np.stack([(wp * y0 * y0).sum(1) - 1, (wp * y0 * y1).sum(1),
-                               (wp * y1 * y1).sum(1) - 1], 1))
-            M.append(np.stack([(wp * th[:, part] * u[:, part]).sum(1) - om[:, 0],
-                               (wp * th[:, part] * w[:, part]).sum(1) - om[:, 1]], 1) / v2)
+            yy = y[:, part]
+            mom = lambda t, wp=wp: (wp * t).sum(1)  # noqa: E731
+            cs = [np.stack([mom(yy[..., 2 * l] ** 2) - 1, mom(yy[..., 2 * l] * yy[..., 2 * l + 1]),
+                            mom(yy[..., 2 * l + 1] ** 2) - 1], 1) for l in range(rows)]
+            cr = np.stack([mom(yy[..., i] * yy[..., j]) for i, j in pairs] or [0 * wp[:, 0]], 1)
+            eL = np.stack([mom(th[:, part] * u0[:, part]), mom(th[:, part] * u1[:, part])], 1)
+            gf = (np.stack([mom(yy[..., k]) for k in range(d)], 1) - omf) / vz
+            parts.append((cs, cr, eL, mom(u0[:, part] ** 2 + u1[:, part] ** 2), gf))
+        (ca, cra, ea, na, ga), (cb, crb, eb, nb, gb) = parts
+        gLa, gLb = (ea - om) / v, (eb - om) / v
         sl = slice(s0, s0 + n)
-        r2 = (z**2).sum(1)
-        cvs[sl, 0] = r2**2 - 2 * r2 + 2 - 6.0          # ||z_1 z_1^T - I||_F^2 - E[.]
-        cvs[sl, 1] = ((eta**2).sum(1) - 2.0) / v2       # |z_2 - omega_2|^2 / V^2 - E[.]
-        vals[sl, 0] = (G[0] * G[1]) @ np.array([1.0, 2.0, 1.0])
-        vals[sl, 1] = (M[0] * M[1]).sum(1)
-    vals[:, 2] = vals[:, 0] - (1 - q2) * vals[:, 1] / q2
+        for l in range(rows):
+            vals[sl, l] = (ca[l] * cb[l]) @ fro
+            r2 = (z[:, 2 * l:2 * l + 2] ** 2).sum(1)
+            cvs[sl, l] = r2**2 - 2 * r2 + 2 - 6.0            # ||z_l z_l^T - I||_F^2 - E[.]
+        vals[sl, rows] = (gLa * gLb).sum(1)
+        for l in range(rows):
+            a, b = ga[:, 2 * l:2 * l + 2], gb[:, 2 * l:2 * l + 2]
+            vals[sl, 2 * rows + 4 + l] = (a * b).sum(1)
+            vals[sl, 3 * rows + 4 + l] = 0.5 * ((a * gLb).sum(1) + (b * gLa).sum(1))
+        vals[sl, rows + 1] = (cra * crb).sum(1)
+        vals[sl, rows + 2] = 0.5 * (na + nb) - (ea * eb).sum(1)
+        cvs[sl, rows] = ((eta**2).sum(1) - 2.0) / v           # |z_L - omega_L|^2 / V^2 - E[.]
+    vals[:, rows + 3] = vals[:, rows] - (2.0 - vals[:, rows + 2] / v) / v
+    for l in range(rows):
+        vals[:, rows + 4 + l] = vals[:, l] - (1 - q) * vals[:, rows] / q
     # control variates (regression coefficients from the same samples: O(1/samples) bias)
     X = cvs - cvs.mean(0)
     coef, *_ = np.linalg.lstsq(X, vals - vals.mean(0), rcond=None)
-    adj = vals - cvs @ coef
-    meth = (f"Monte Carlo, {samples} outer x {inner} inner (mixture proposal, control variates "
-            f"||z z^T - I||^2 and |eta|^2), seed {seed}")
-    return {k: mean_estimate(adj[:, i], meth) for i, k in enumerate(("mu1", "K2", "resid"))}
+    return vals - cvs @ coef
+
+
+def montecarlo_branch(q, *, layers: int = 2, skip=1.0, beta=1.0, samples=20000, inner=1000,
+                      seed=0) -> dict:
+    """Seeded Monte Carlo on the last layer's SE branch ``Q = diag(0, .., 0, q)`` (THEORY 2.2),
+    at any depth L, independent of every quadrature rule.
+
+    Outer: teacher free rows ``z_1 .. z_{L-1}`` and ``eta ~ N(0, I)``, ``omega_L ~ N(0, q I)``,
+    ``h = M (omega_L + sqrt(V) eta)``.  Inner: self-normalised importance sampling over the free
+    rows with the mixture 0.2 N(0, I) + 0.8 spread over the ``2^(L-1)`` row-wise sign flips of
+    N(teacher, 2 (I + J^T J / V)^{-1}) (``J`` the fibre Jacobian at the teacher, by central
+    differences).  Squares of posterior moments come from two independent halves (only the
+    O(1/inner) ratio bias remains); control variates with known means reduce the variance.
+    Returns Estimates (error = standard error) for :func:`branch_names`: ``mu_l = E ||Cov[z_l |
+    y, omega_L] - I||_F^2``, ``K_L = E sum_m g_Lm^2``, ``cross`` (``E ||E[z_l z_m^T | .]||_F^2``,
+    zero by the sign symmetries), ``trcov_L``, the Nishimori residual and ``resid_l = mu_l - (1 -
+    q) K_L / q`` (``resid`` too at L = 2)."""
+    adj = branch_samples(q, layers=layers, skip=skip, beta=beta, samples=samples, inner=inner,
+                         seed=seed)
+    meth = (f"Monte Carlo, {samples} outer x {inner} inner (prior + sign-flipped Laplace "
+            f"components, control variates), seed {seed}")
+    out = {k: mean_estimate(adj[:, i], meth) for i, k in enumerate(branch_names(layers))}
+    if layers == 2:
+        out["resid"] = out["resid1"]
+    return out
 
 
 def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1.0,
                      samples: int = 4000, inner: int = 1000, seed: int = 0) -> dict:
-    """Seeded Monte Carlo of ``K1, K2, K12`` at ``Q = diag(q1, q2)``, independent of the
-    quadrature and of every symmetry reduction (so ``K12`` is a real test of ``Q_12 = 0``).
-
-    Outer: ``z_1, xi, eta ~ N(0, I)``, ``omega_1 = q1 z_1 + sqrt(q1 V1) xi``,
-    ``omega_2 ~ N(0, q2 I)``, ``z_2 = omega_2 + sqrt(V2) eta``, ``h = A(z_1) z_2``.  Inner:
-    :func:`fibre_importance`.  Products of posterior means come from two independent inner
-    halves (no variance bias).  Returns Estimates (error = standard error over outer samples)."""
+    """Seeded Monte Carlo of ``K1, K2, K12`` at ``Q = diag(q1, q2)`` (L = 2), independent of the
+    quadrature and of every symmetry reduction (so ``K12`` is a real test of ``Q_12 = 0``):
+    :func:`branch_samples` with the free row's overlap ``q1`` (teacher ``omega_1 = q1 z_1 +
+    sqrt(q1 V1) xi``, inner prior ``N(omega_1, V1 I)``).  Returns Estimates (error = standard
+    error over the outer samples)."""
     check(2, 2, skip, beta)
-    require(0 <= q1 < 1 and 0 <= q2 < 1, "Q", "diag(q1, q2) with q1, q2 in [0, 1)", (q1, q2))
-    rng = np.random.default_rng(seed)
-    v1, v2 = 1.0 - q1, 1.0 - q2
-    vals = np.zeros((samples, 3))
-    step = max(1, 1_000_000 // inner)
-    for s0 in range(0, samples, step):
-        n = min(step, samples - s0)
-        z = rng.standard_normal((n, 2))
-        om1 = q1 * z + math.sqrt(q1 * v1) * rng.standard_normal((n, 2))
-        om2 = math.sqrt(q2) * rng.standard_normal((n, 2))
-        A = attention_matrix(z[:, 0], z[:, 1], skip, beta)
-        h = np.einsum("nab,nb->na", A, om2 + math.sqrt(v2) * rng.standard_normal((n, 2)))
-        y, u, w, th, wt = fibre_importance(rng, z, h, om1, v1, om2, v2, inner, skip, beta)
-        G = []
-        for wp, part in _halves(wt, inner):
-            g1 = (np.einsum("nk,nka->na", wp, y[:, part]) - om1) / v1
-            g2 = (np.stack([(wp * th[:, part] * u[:, part]).sum(1),
-                            (wp * th[:, part] * w[:, part]).sum(1)], 1) - om2) / v2
-            G.append((g1, g2))
-        sl = slice(s0, s0 + n)
-        vals[sl, 0] = (G[0][0] * G[1][0]).sum(1)
-        vals[sl, 1] = (G[0][1] * G[1][1]).sum(1)
-        vals[sl, 2] = 0.5 * ((G[0][0] * G[1][1]).sum(1) + (G[1][0] * G[0][1]).sum(1))
+    require(0 <= q1 < 1 and 0 < q2 < 1, "Q", "diag(q1, q2) with q1 in [0, 1), q2 in (0, 1)",
+            (q1, q2))
+    adj = branch_samples(q2, layers=2, skip=skip, beta=beta, samples=samples, inner=inner,
+                         seed=seed, free=(q1,))
+    names = branch_names(2)
     meth = f"Monte Carlo, {samples} outer x {inner} inner (mixture proposal), seed {seed}"
-    return {k: mean_estimate(vals[:, i], meth) for i, k in enumerate(("K1", "K2", "K12"))}
+    return {k: mean_estimate(adj[:, names.index(k)], meth) for k in ("K1", "K2", "K12")}

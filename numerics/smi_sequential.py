@@ -1,5 +1,9 @@
-"""Layer-2 branch statistics with a shared trapezoid fibre rule (THEORY 2.2 sequential
-threshold, 2.3 fibre), for the sequential threshold of deep tied attention (L = 2, M = 2).
+"""Branch statistics of deep tied attention on the last layer's SE branch with one shared
+trapezoid fibre lattice, for every depth L (THEORY 2.2 sequential thresholds, 2.3 and 2.5
+fibre), and the sequential threshold of layer 1 at L = 2 (M = 2, P_l = 1).  The L = 3 driver
+(:mod:`aim_sym.numerics.smi_deep_branch`) calls the same kernel (:func:`branch_stats` with
+``layers=3``: lattice :func:`fibre_lattice` over the free rows, h rule :func:`h_lattice` on the
+box of the vertex maps, :func:`fibre_moments` in node chunks).  Below, L = 2.
 
 At ``Q = diag(0, q2)`` the fibre integral over ``z_1'`` given ``(h, omega_2)`` is
 
@@ -33,6 +37,7 @@ and the Nishimori identity at the refined order.  Results: benchmarks/RESULTS.md
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import lru_cache
 
@@ -40,49 +45,83 @@ import numpy as np
 
 from .records import ConvergenceError, require
 from .smi_fibre import (
-    attention_inverse,
     check_skip_floor,
     fibre_point,
     fibre_quadratics,
-    graded_omega_rule,
+    inverse_columns,
     sinh_nodes,
 )
 
-H_PAD = 6.0        # h-box padding in standard deviations of sqrt(V) A eta
-TRAP_R = 7.5       # lattice radius: cut prior mass exp(-R^2/2) < 1e-12
-COARSE_R = 6.0     # radius of the coarse lattices (dz > 0.2, errors >> 1e-8): cut mass 1.5e-8
+H_PAD = 6.0        # h-box padding in standard deviations of the blur sqrt(V) M eta
+TRAP_R = 7.5       # L = 2 lattice radius: cut prior mass exp(-R^2/2) < 1e-12
+COARSE_R = 6.0     # radius of the coarse L = 2 lattices (dz > 0.2, errors >> 1e-8): cut mass 1.5e-8
+DEEP_R = 6.0       # radius of the deeper lattices (L >= 3, 4D and up)
 _BLOCK = 1 << 16    # elements of one (outer x node) block: 512 kB (measured fastest with 2 processes)
+_CHUNK = 8192       # fibre nodes per block at most (8 x 8192 x 8 B = 512 kB per work array)
 
 
-def lattice_radius(dz: float) -> float:
+def lattice_radius(dz: float, layers: int = 2) -> float:
     """Radius of the fibre lattice of spacing ``dz``: :data:`TRAP_R`, or :data:`COARSE_R` for the
-    coarse lattices ``dz > 0.2`` (the scan order), whose own error is far above the cut."""
-    return COARSE_R if dz > 0.2 else TRAP_R
+    coarse L = 2 lattices ``dz > 0.2`` (the scan order), whose own error is far above the cut;
+    :data:`DEEP_R` for ``layers >= 3``."""
+    return DEEP_R if layers > 2 else COARSE_R if dz > 0.2 else TRAP_R
+
+
+def tail_mass(radius: float, dims: int) -> float:
+    """Prior mass of N(0, I_dims) (``dims`` even) outside the ball of the given radius."""
+    x = 0.5 * radius**2
+    return math.exp(-x) * sum(x**k / math.factorial(k) for k in range(dims // 2))
+
+
+def _row_disc(d: float, radius: float):
+    """One free row's half-disc lattice ``z_0 >= 0``: coordinates, squared norms and weights
+    (x 2 by the row's sign symmetry, halved on the face ``z_0 = 0``)."""
+    k = int(math.floor(radius / d))
+    g = d * np.arange(-k, k + 1)
+    a, b = np.meshgrid(g[g >= 0], g, indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    keep = a * a + b * b <= radius**2
+    a, b = a[keep], b[keep]
+    return a, b, a * a + b * b, np.where(a == 0.0, 0.5, 1.0) * 2.0 * d * d
 
 
 @lru_cache(maxsize=8)
-def trapezoid_lattice(dz: float, c: float, beta: float, radius: float | None = None) -> dict:
-    """Node features of the half-disc lattice with spacing ``dz`` and radius ``radius`` (default
-    :func:`lattice_radius`; see module docstring).
+def fibre_lattice(dz: float, c: float, beta: float, radius: float | None = None,
+                  dz2: float | None = None, layers: int = 2) -> dict:
+    """Node features of the trapezoid lattice over the free rows ``z_1 .. z_{L-1}`` (THEORY 2.3,
+    2.5): spacing ``dz`` in ``z_1`` and ``dz2`` (default ``dz``) in the later rows, on the ball of
+    ``radius`` (default :func:`lattice_radius`), each row's first coordinate ``>= 0`` (the
+    integrand is even in every row: weights x 2 per row, halves on the faces).
 
-    Returns ``B`` (3, n): ``|A^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``; ``Y`` (4, n): entries of
-    ``A^{-1}`` (``omega^T A^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)``); ``logw`` (n,):
-    log(weight x prior / det A); ``zz`` (n, 3): ``z0^2, z0 z1, z1^2``; ``Ai`` (n, 4)."""
-    require(0.005 <= dz <= 0.5, "dz", "in [0.005, 0.5]", dz)
-    radius = lattice_radius(dz) if radius is None else radius
-    k = int(math.floor(radius / dz))
-    g = dz * np.arange(-k, k + 1)
-    Z0, Z1 = np.meshgrid(g[g >= 0], g, indexing="ij")
-    Z0, Z1 = Z0.ravel(), Z1.ravel()
-    keep = Z0**2 + Z1**2 <= radius**2
-    Z0, Z1 = Z0[keep], Z1[keep]
-    w = np.where(Z0 == 0.0, 0.5, 1.0) * 2.0 * dz * dz      # evenness: half-plane, doubled
-    Ai, det = attention_inverse(Z0, Z1, c, beta)
-    B, Y, _ = fibre_quadratics(Ai)
-    logw = np.log(w) - 0.5 * (Z0**2 + Z1**2) - math.log(2 * math.pi) - np.log(det)
-    zz = np.stack([Z0 * Z0, Z0 * Z1, Z1 * Z1], 1)
-    F7 = np.concatenate([np.ones((Z0.size, 1)), zz, B.T], 1)
-    return dict(B=B, Y=Y, logw=logw, zz=zz, F=F7, Ai=Y.T.copy(), n=Z0.size, w=w, z=(Z0, Z1))
+    Returns ``B`` (3, n): ``|M^{-1} h|^2 = B . (h0^2, h0 h1, h1^2)``; ``Y`` (4, n): entries of
+    ``M^{-1}`` (``omega^T M^{-1} h = Y . (o0 h0, o0 h1, o1 h0, o1 h1)``); ``logw`` (n,):
+    log(weight x prior / det M); ``F`` (n, 4 + 3 rows): ``1``, ``z_l z_l^T`` of each free row,
+    ``B``; ``Ai`` (n, 4); ``z`` (the coordinates), ``rows``, ``layers``, ``tail`` (prior mass
+    outside the ball)."""
+    rows = layers - 1
+    dz2 = dz if dz2 is None else dz2
+    require(0.005 <= dz <= 1.0, "dz", "in [0.005, 1]", dz)
+    require(0.005 <= dz2 <= 1.0, "dz2", "in [0.005, 1]", dz2)
+    radius = lattice_radius(dz, layers) if radius is None else radius
+    a, b, R2, W = _row_disc(dz, radius)
+    Z = [a, b]
+    for _ in range(1, rows):              # append a row, keeping the nodes inside the ball
+        a, b, r2, w = _row_disc(dz2, radius)
+        m = max(1, 4_000_000 // r2.size)
+        pairs = [np.nonzero(R2[s0:s0 + m, None] + r2 <= radius**2) for s0 in range(0, R2.size, m)]
+        i = np.concatenate([p[0] + s0 for p, s0 in zip(pairs, range(0, R2.size, m), strict=True)])
+        j = np.concatenate([p[1] for p in pairs])
+        Z = [x[i] for x in Z] + [a[j], b[j]]
+        R2, W = R2[i] + r2[j], W[i] * w[j]
+    Mi, jac = inverse_columns(Z, layers, c, beta)
+    require(bool(np.all(np.isfinite(jac) & (jac > 0))), "skip", "> 0 (finite det M)", c)
+    B, Y, _ = fibre_quadratics(Mi)
+    logw = np.log(W) - 0.5 * R2 - rows * math.log(2 * math.pi) + np.log(jac)
+    zz = [f for l in range(rows) for f in (Z[2 * l] ** 2, Z[2 * l] * Z[2 * l + 1],
+                                           Z[2 * l + 1] ** 2)]
+    F = np.stack([np.ones_like(R2), *zz, *B], 1)
+    return dict(B=B, Y=Y, logw=logw, F=F, Ai=Y.T.copy(), n=R2.size, z=tuple(Z), rows=rows,
+                layers=layers, radius=radius, tail=tail_mass(radius, 2 * rows), dz=(dz, dz2))
 
 
 EXP_FLOOR = -60.0   # exponents below (row max + EXP_FLOOR) are clipped there (no subnormals)
@@ -177,20 +216,44 @@ def _buffer(key, shape: tuple, dtype=np.float64) -> np.ndarray:
     return _BUFFERS[key][:size].reshape(shape)
 
 
-def fibre_moments(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
-    """Posterior moments over the fibre for outer points (1D arrays ``h``, ``omega_2``):
-    ``(c00, c01, c11, m0, m1, n2, logZ)`` with ``c = Cov[z_1|.] - I`` entries (``E z_1 = 0`` by
-    evenness), ``m = E[z_2]``, ``n2 = E|z_2|^2`` and ``log Z`` (Z the fibre integral with the
-    ``1/(2 pi V)`` of the layer-2 Gaussian).  Work in cache-sized blocks (:data:`_BLOCK`)."""
+def node_chunks(lat: dict, size: int) -> list:
+    """The lattice split into contiguous chunks of at most ``size`` nodes (feature arrays copied:
+    each chunk's work stays in cache), cached in ``lat``; ``[lat]`` when it fits."""
+    if lat["n"] <= size:
+        return [lat]
+    key = ("chunks", size)
+    if key not in lat:
+        edges = np.linspace(0, lat["n"], -(-lat["n"] // size) + 1).astype(int)
+        lat[key] = [dict(n=int(e1 - e0), **{k: np.ascontiguousarray(lat[k][..., e0:e1]) for k in
+                                            ("B", "logw", "Y")},
+                         **{k: np.ascontiguousarray(lat[k][e0:e1]) for k in ("F", "Ai")})
+                    for e0, e1 in zip(edges[:-1], edges[1:], strict=True)]
+    return lat[key]
+
+
+def fibre_moments(h0, h1, o0, o1, v, lat: dict, single: bool = False) -> np.ndarray:
+    """Posterior moments over the fibre for outer points (1D arrays ``h``, ``omega_L``), rows:
+    ``Cov[z_l|.] - I`` (3 entries per free row; ``E z_l = 0`` by evenness), ``E z_L`` (2),
+    ``E|z_L|^2`` and ``log Z`` (Z the fibre integral with the ``1/(2 pi V)`` of the last
+    layer's Gaussian).  Blocks of at most :data:`_CHUNK` nodes x ``_BLOCK / nodes`` outer points
+    (cache-sized; a one-row block would turn the products into slow matrix-vector ones): each
+    node chunk's sums carry their own row shift and are rescaled to the largest."""
     h0, h1, o0, o1 = (np.broadcast_to(np.asarray(a, dtype=float), np.shape(h0))
                       for a in (h0, h1, o0, o1))
-    step = max(1, _BLOCK // lat["n"])
-    out = np.empty((7, h0.size))
+    chunks = node_chunks(lat, _CHUNK)
+    step = max(1, _BLOCK // chunks[0]["n"])
+    out = np.empty((3 * lat["rows"] + 4, h0.size))
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
-        G, Dd, shift = fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v2, lat, single)
-        out[:, sl] = lattice_moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v2, rows=1)
-    return tuple(out)
+        parts = [fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v, ch, single) for ch in chunks]
+        G, Dd, shift = parts[0]
+        if len(parts) > 1:
+            shift = np.max([p[2] for p in parts], axis=0)
+            G = sum(p[0] * np.exp(p[2] - shift)[:, None] for p in parts)
+            Dd = sum(p[1] * np.exp(p[2] - shift)[:, None] for p in parts)
+        out[:, sl] = lattice_moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v,
+                                     rows=lat["rows"])
+    return out
 
 
 def lattice_moments(G, Dd, shift, h0, h1, o0, o1, v, *, rows: int) -> list:
@@ -218,23 +281,39 @@ def map_jobs(task, jobs: list, workers: int) -> list:
         return pool.map(task, jobs, chunksize=1)
 
 
-def h_lattice(o0: float, o1: float, v2: float, c: float, dh: float, pad_sd: float = H_PAD):
-    """Outer rule in ``h`` given ``omega_2`` (trapezoid on the lattice ``dh Z^2``; ``dh`` is
+@lru_cache(maxsize=16)
+def vertex_maps(c: float, layers: int = 2) -> np.ndarray:
+    """The ``4^(L-1)`` matrices ``M = A_{L-1} ... A_1`` with ``A_l = S_l + c I`` and 0/1 softmax
+    entries: ``M omega`` is multilinear in the softmax entries, so its coordinates take their
+    extremes there, and so do the (convex in each entry) row norms of ``M``."""
+    mats = []
+    for s in itertools.product((0.0, 1.0), repeat=2 * (layers - 1)):
+        M = np.eye(2)
+        for sa, sb in zip(s[::2], s[1::2], strict=True):
+            M = np.array([[sa + c, 1 - sa], [1 - sb, sb + c]]) @ M
+        mats.append(M)
+    return np.array(mats)
+
+
+def h_lattice(o0: float, o1: float, v: float, c: float, dh: float, pad_sd: float = H_PAD,
+              layers: int = 2):
+    """Outer rule in ``h`` given ``omega_L`` (trapezoid on the lattice ``dh Z^2``; ``dh`` is
     absolute here, :func:`branch_stats` takes it in units of ``sqrt(V)``, the blur scale).
 
-    ``h = A(z_1)(omega_2 + sqrt(V) eta)``: ``A(s) omega_2 = (s_a delta + c o0 + o1,
-    -s_b delta + o0 + c o1)`` (``delta = o0 - o1``) spans an axis-aligned box as the softmax
-    entries ``s_a, s_b`` run over [0, 1], blurred by ``sqrt(V) A eta`` whose per-axis standard
-    deviation is ``<= sqrt(V) (1 + c)`` (row norms of ``A``).  Nodes: the lattice points of the
-    box padded by ``pad_sd`` of those deviations.  The density of the pair ``{h, -h}`` is the
-    fibre integral ``Z(h)``, and every statistic is even in ``h``, so the expectation over the
+    ``h = M (omega_L + sqrt(V) eta)``: ``M omega_L`` spans the axis-aligned box of its values at
+    the vertex maps (:func:`vertex_maps`; at L = 2 ``(c o0 + o1 .. (1 + c) o0, o0 + c o1 ..
+    (1 + c) o1)``), blurred by ``sqrt(V) M eta`` whose per-axis standard deviation is at most
+    ``sqrt(V)`` x the largest row norm of ``M`` (``1 + c`` at L = 2).  Nodes: the lattice points
+    of the box padded by ``pad_sd`` of those deviations.  The density of the pair ``{h, -h}`` is
+    the fibre integral ``Z(h)``, and every statistic is even in ``h``, so the expectation over the
     whole plane is ``1/2 sum_{B u -B} dh^2 Z f = sum_{h in B} m(h) dh^2 Z f / 2`` with ``m = 2``
     when ``-h`` is not in ``B`` (else 1).  Returns ``(h0, h1, m dh^2 / 2)``."""
-    pad = pad_sd * math.sqrt(v2) * (1.0 + c)
-    lo0, hi0 = sorted((c * o0 + o1, (1.0 + c) * o0))
-    lo1, hi1 = sorted((o0 + c * o1, (1.0 + c) * o1))
-    i0 = np.arange(math.floor((lo0 - pad) / dh), math.ceil((hi0 + pad) / dh) + 1)
-    i1 = np.arange(math.floor((lo1 - pad) / dh), math.ceil((hi1 + pad) / dh) + 1)
+    Ms = vertex_maps(float(c), layers)
+    img = Ms @ np.array([o0, o1])
+    pad = pad_sd * math.sqrt(v) * float(np.sqrt((Ms**2).sum(2)).max())
+    lo, hi = img.min(0) - pad, img.max(0) + pad
+    i0 = np.arange(math.floor(lo[0] / dh), math.ceil(hi[0] / dh) + 1)
+    i1 = np.arange(math.floor(lo[1] / dh), math.ceil(hi[1] / dh) + 1)
     I0, I1 = np.meshgrid(i0, i1, indexing="ij")
     I0, I1 = I0.ravel(), I1.ravel()
     # -h in B  <=>  -i0 in range(i0) and -i1 in range(i1)
@@ -300,73 +379,82 @@ def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
     return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
 
 
-def _omega_task(args):
-    """Weighted sums (mass, mu1, K2, trcov2, psi) over the h lattice at one omega_2 node; ``lat`` is
-    the lattice dict or the key ``(dz, c, beta)`` of the cached :func:`trapezoid_lattice`
+def omega_task(args):
+    """Weighted sums (mass, mu_l of each free row, K_L, trcov_L, psi) over the h lattice at one
+    omega_L node; ``lat`` is the lattice dict or the key of the cached :func:`fibre_lattice`
     (inherited by forked workers: nothing large is pickled)."""
-    o0, o1, wo, v2, c, dh, lat, single = args
+    o0, o1, wo, v, c, dh, lat, single = args
     if isinstance(lat, tuple):
-        lat = trapezoid_lattice(*lat)
-    H0, H1, Wh = h_lattice(o0, o1, v2, c, dh)
-    c00, c01, c11, m0, m1, n2, logZ = fibre_moments(H0, H1, o0, o1, v2, lat, single)
-    w = Wh * np.exp(logZ)
-    acc = np.array([w.sum(), w @ (c00**2 + 2 * c01**2 + c11**2),
-                    w @ (((m0 - o0) ** 2 + (m1 - o1) ** 2) / v2**2), w @ (n2 - m0**2 - m1**2),
-                    w @ logZ])
+        lat = fibre_lattice(*lat)
+    H0, H1, Wh = h_lattice(o0, o1, v, c, dh, layers=lat["layers"])
+    r = fibre_moments(H0, H1, o0, o1, v, lat, single)
+    k = 3 * lat["rows"]
+    w = Wh * np.exp(r[k + 3])
+    acc = np.array([w.sum(), *(w @ (r[j] ** 2 + 2 * r[j + 1] ** 2 + r[j + 2] ** 2)
+                               for j in range(0, k, 3)),
+                    w @ (((r[k] - o0) ** 2 + (r[k + 1] - o1) ** 2) / v**2),
+                    w @ (r[k + 2] - r[k] ** 2 - r[k + 1] ** 2), w @ r[k + 3]])
     return wo * acc, float(H0.size)
 
 
-def branch_stats(q2: float, *, c: float = 1.0, beta: float = 1.0, n_w=0.2,
-                 dh: float = 1.5, dz: float = 0.15, workers: int = 1, single: bool = True) -> dict:
-    """``mu1 = E ||Cov[z_1|y, omega_2] - I||_F^2``, ``K2 = E sum_m g_2m^2``, ``trcov2``,
-    ``psi = E log Z_out`` (THEORY 2.1 free entropy; Z_out the density of the pair {h, -h} given
-    omega_2, as in :mod:`aim_sym.numerics.smi`), the Nishimori residual ``K2 - (2 mass - trcov2/V)/V``
-    and the outer ``mass`` (should be 1) at
-    ``Q = diag(0, q2)`` (THEORY 2.2): ``omega_2`` rule :func:`omega_rule` (``n_w = tau``;
-    an integer pair selects the graded rule
-    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule`) x ``h`` lattice
-    (:func:`h_lattice`, spacing ``dh sqrt(V)``: the density of ``h`` is the attention image
-    blurred on the scale sqrt(V), so the rule scales with it; ``far_spacing(dh) sqrt(V)`` at the
-    omega_2 nodes where the sign of h is resolved, blended by :func:`near_weight`) x fibre
-    lattice (spacing ``dz``); exponentials in float32 (:func:`_exp_shifted`) unless ``single``
-    is false.
-    ``workers > 1`` spreads the omega_2 nodes over processes."""
-    require(0 < q2 < 1, "q2", "in (0, 1)", q2)
+def branch_stats(q: float, *, c: float = 1.0, beta: float = 1.0, n_w: float = 0.2, dh: float = 1.5,
+                 dz: float = 0.15, workers: int = 1, single: bool = True, layers: int = 2,
+                 dz2: float | None = None, radius: float | None = None,
+                 kappa: float = OMEGA_KAPPA, wcut: float = OMEGA_WCUT,
+                 blend: bool = True) -> dict:
+    """Statistics on the last layer's SE branch ``Q = diag(0, .., 0, q)`` (THEORY 2.2), ``V = 1 -
+    q``: ``mu_l = E ||Cov[z_l|y, omega_L] - I||_F^2`` of each unlearned layer (``mu1`` ..),
+    ``K_L = E sum_m g_Lm^2``, ``trcov_L = E tr Cov[z_L|.]``, ``psi = E log Z_out`` (THEORY 2.1
+    free entropy; Z_out the density of the pair {h, -h} given omega_L, as in
+    :mod:`aim_sym.numerics.smi`), the Nishimori residual ``K_L - (2 mass - trcov_L/V)/V``, the
+    outer ``mass`` (should be 1) and ``cut`` (bounds on what the dropped omega nodes and the
+    lattice's radius carry).  Rules: ``omega_L`` by :func:`omega_rule` (``n_w = tau``, sinh
+    scale ``kappa``), nodes of weight < ``wcut`` dropped;
+    ``h`` by :func:`h_lattice`, spacing ``dh sqrt(V)`` (the density of ``h`` is the attention
+    image blurred on the scale sqrt(V)), and with ``blend`` ``far_spacing(dh) sqrt(V)`` at the
+    omega nodes where the sign of h is resolved, blended by :func:`near_weight`; the fibre by
+    :func:`fibre_lattice` (``dz``, ``dz2``, ``radius``); exponentials in float32
+    (:func:`_exp_shifted`) unless ``single`` is false.  ``workers > 1`` spreads the omega nodes
+    over forked processes."""
+    require(0 < q < 1, f"q{layers}", "in (0, 1)", q)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
-    require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q2))", dh)
-    v2 = 1.0 - q2
-    lat = trapezoid_lattice(float(dz), float(c), float(beta))
-    if isinstance(n_w, float):
-        O0, O1, W = omega_rule(n_w, float(q2))
-    else:
-        O0, O1, W = graded_omega_rule(tuple(n_w), q2)
-    # omega_2 nodes of weight < OMEGA_WCUT are dropped; per unit weight the integrands are
-    # bounded (mass 1, K2 <= 2/V by Nishimori, mu1 <= 2 (R^2 - 1)^2 on the radius-R lattice),
-    # so the cut is bounded by these times the dropped weight (returned as ``cut``); the prior
-    # mass exp(-R^2/2) outside the fibre lattice is counted the same way
-    keep = W >= OMEGA_WCUT
-    w_cut = float(W[~keep].sum()) + math.exp(-0.5 * lattice_radius(float(dz)) ** 2)
-    key = (float(dz), float(c), float(beta))
-    sv = math.sqrt(v2)
+    require(0.1 <= dh <= 4.0, "dh", f"in [0.1, 4] (units of sqrt(1 - q{layers}))", dh)
+    require(radius is None or 3.0 <= radius <= 9.0, "radius", "in [3, 9]", radius)
+    require(0 <= wcut <= 1e-6, "wcut", "in [0, 1e-6]", wcut)
+    v = 1.0 - q
+    key = (float(dz), float(c), float(beta), None if radius is None else float(radius),
+           None if dz2 is None else float(dz2), layers)
+    lat = fibre_lattice(*key)
+    O0, O1, W = omega_rule(float(n_w), float(q), kappa)
+    keep = W >= wcut
+    w_cut = float(W[~keep].sum())
+    sv = math.sqrt(v)
     # each node's h rule: spacing dh (weight chi) and far_spacing(dh) (weight 1 - chi)
-    chi = near_weight(np.hypot(O0, O1) / sv) if far_spacing(dh) > dh else np.ones_like(O0)
+    chi = (near_weight(np.hypot(O0, O1) / sv) if blend and far_spacing(dh) > dh
+           else np.ones_like(O0))
     jobs = []
     for a, b, w, x in zip(O0[keep], O1[keep], W[keep], chi[keep], strict=True):
         for spacing, part in ((dh, x), (far_spacing(dh), 1.0 - x)):
             if part > 0:
-                jobs.append((float(a), float(b), float(w * part), v2, float(c),
+                jobs.append((float(a), float(b), float(w * part), v, float(c),
                              float(spacing * sv), key, bool(single)))
     # largest h boxes first (load balance over the pool)
-    jobs.sort(key=lambda j: -abs(j[0] - j[1]))
-    res = map_jobs(_omega_task, jobs, workers)
-    mass, mu1, K2, trcov2, psi = np.sum([r[0] for r in res], axis=0)
+    jobs.sort(key=lambda j: -(abs(j[0]) + abs(j[1])))
+    res = map_jobs(omega_task, jobs, workers)
+    mass, *mus, K, trcov, psi = np.sum([r[0] for r in res], axis=0)
     npts = int(sum(r[1] for r in res))
-    r2 = lattice_radius(float(dz)) ** 2
-    cut = dict(mass=w_cut, K2=2.0 * w_cut / v2, mu1=2.0 * (r2 - 1) ** 2 * w_cut,
+    # per unit outer weight the integrands are bounded (mass 1, K_L <= 2/V by Nishimori,
+    # mu_l <= 2 (R^2 - 1)^2 on the radius-R lattice): the dropped omega weight and the prior
+    # mass outside the lattice ball are bounded by these times their weight
+    mu_bound = 2.0 * (lat["radius"] ** 2 - 1) ** 2
+    cut = dict(mass=w_cut, K=2.0 * w_cut / v, mu=mu_bound * w_cut, radius_tail=lat["tail"],
+               mu_tail=mu_bound * lat["tail"], K_tail=2.0 * lat["tail"] / v,
                omega_nodes=int((~keep).sum()))
-    return dict(mass=mass, mu1=mu1, K2=K2, trcov2=trcov2, psi=psi,
-                nishimori=K2 - (2 * mass - trcov2 / v2) / v2, omega_weight=float(W.sum()),
-                outer_points=npts, nodes=lat["n"], pairs=npts * lat["n"], cut=cut)
+    return {"mass": float(mass), **{f"mu{l + 1}": float(m) for l, m in enumerate(mus)},
+            f"K{layers}": float(K), f"trcov{layers}": float(trcov), "psi": float(psi),
+            "nishimori": float(K - (2 * mass - trcov / v) / v), "cross": 0.0,
+            "omega_weight": float(W.sum()), "outer_points": npts, "nodes": lat["n"],
+            "pairs": npts * lat["n"], "cut": cut}
 
 
 # ----------------------------------------------------------------------------- threshold
@@ -553,7 +641,7 @@ def _bar(out, root, rel_slope):
         interp += ((abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)) * dq**2
                    + rel_slope * abs(s_mu * dq)) * a_f**2
     cut, q_f = out[1]["st"]["cut"], out[1]["q"]
-    cut_alpha = (cut["mu1"] + (1 - q_f) / q_f * cut["K2"]) * a_f**2
+    cut_alpha = (cut["mu"] + cut["mu_tail"] + (1 - q_f) / q_f * (cut["K"] + cut["K_tail"])) * a_f**2
     spread = abs(a_f - 1.0 / out[0]["mu"])
     f32 = 0.0 if _float64(out[1]["order"]) else FLOAT32_REL
     return spread + interp + a_f * (out[1]["nis"] + f32) + cut_alpha, interp, cut_alpha

@@ -46,6 +46,7 @@ from scipy import stats
 from scipy.stats import qmc
 
 from .records import Estimate, require, standard_error
+from .smi_fibre import gh_tensor
 
 LAYERS = (2, 3, 4)
 TOKENS = (2, 3)
@@ -196,17 +197,6 @@ def cut_bound(*, layers: int, tokens: int, skip: float, sigma: float) -> float:
     return float(low + high)
 
 
-def gh_inner(n: int, *, dims: int):
-    """Tensor probabilists' Gauss-Hermite rule for N(0, I_dims): nodes (N, dims), weights."""
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    w = w / w.sum()
-    grids = np.meshgrid(*([x] * dims), indexing="ij")
-    W = w
-    for _ in range(dims - 1):
-        W = np.multiply.outer(W, w)
-    return np.stack([g.ravel() for g in grids], 1), W.ravel()
-
-
 def sobol_inner(log2n: int, *, dims: int, seed, spread: float = 1.0):
     """Scrambled Sobol points (2^log2n) mapped to N(0, spread^2 I_dims), weighted for N(0, I):
     nodes and weights (equal for spread = 1)."""
@@ -302,7 +292,7 @@ def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, ou
     n0 = rules[0][0].shape[0]
     fine, coarse = [], None
     for n in orders:
-        nodes, w = gh_inner(n, dims=tokens * (layers - 1))
+        nodes, w = gh_tensor(n, tokens * (layers - 1))
         B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
         mom = outer_moments(B, Mz, h)
         fine.append(reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))

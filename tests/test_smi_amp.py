@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 from aim_sym.numerics import smi_amp
-from aim_sym.numerics.records import ConvergenceError, InputError
+from aim_sym.numerics.records import InputError
 
 V_MOD = np.array([[0.8, 0.15], [0.15, 0.5]])
 
@@ -180,33 +180,14 @@ def test_convergence_rule():
     assert not smi_amp.converged(drift)                     # moved 0.018 over the window
 
 
-def test_branch_k2_montecarlo_nishimori_and_fixed_point():
-    # the two forms of K2 agree (Nishimori) within 3 combined standard errors, and the fixed
-    # point returned solves q2 / (1 - q2) = alpha K2(q2) with an independent K2 estimate
-    k = smi_amp.branch_k2_montecarlo(0.5, samples=1500, seed=3)
-    assert abs(k["K2"] - k["K2_dg"]) < 3 * math.hypot(k["K2_err"], k["K2_dg_err"])
-    fp = smi_amp.branch_fixed_point_montecarlo(alpha=0.4, bracket=(0.45, 0.53), samples=1500,
-                                               seed=4)
-    q = fp["value"]
-    assert 0.45 < q < 0.53 and fp["error"] < 0.03
-    chk = smi_amp.branch_k2_montecarlo(q, samples=1500, seed=5)
-    lhs, rhs = q / (1 - q), 0.4 * chk["K2_dg"]
-    # d(lhs)/dq = 1/(1-q)^2 ~ 4: the root's error maps to 4 x error on lhs
-    assert abs(lhs - rhs) < 3 * math.hypot(0.4 * chk["K2_dg_err"], 4 * fp["error"])
-    with pytest.raises(ConvergenceError):
-        smi_amp.branch_fixed_point_montecarlo(alpha=0.4, bracket=(0.1, 0.2), samples=300)
-    with pytest.raises(InputError):
-        smi_amp.branch_k2_montecarlo(1.0)
-
-
 # ----------------------------------------------------------------------------- agreement (slow)
-# The SE reference for the branch Q = diag(0, q2) is branch_fixed_point_montecarlo (Monte Carlo
-# K2 with this module's g_out; cross-checked in benchmarks/RESULTS.md against
-# numerics.smi.montecarlo_branch, an independent inner rule: K2(0.92) = 19.31 +- 0.03 vs
-# 19.29 +- 0.09). The former Gauss-Hermite branch quadrature of numerics.smi.fixed_point gave
-# K2 4-6% higher (q2 = 0.9417 at alpha = 0.6, 0.540 at 0.4); fixed_point now uses the lattice
-# rule of numerics.smi_sequential (K2(0.92) = 19.313, q2 = 0.92371 +- 0.00017 at alpha = 0.6),
-# which test_layer2_point_matches_montecarlo_se below checks against this reference.
+# The SE reference for the branch Q = diag(0, q2) is numerics.smi.layer2_point (lattice rule of
+# numerics.smi_sequential: K2(0.92) = 19.313, q2 = 0.92371 +- 0.00017 at alpha = 0.6), checked
+# by test_layer2_point_matches_montecarlo_se below against the seeded Monte Carlo K2 of
+# numerics.smi_oracles.montecarlo_branch (an independent inner rule; benchmarks/RESULTS.md:
+# K2(0.92) = 19.31 +- 0.03 with the GAMP g_out vs 19.29 +- 0.09). The former Gauss-Hermite
+# branch quadrature of numerics.smi.fixed_point gave K2 4-6% higher (q2 = 0.9417 at alpha =
+# 0.6, 0.540 at 0.4).
 #
 # ALLOWANCE (measured with benchmarks/smi_amp_finite_size.py, rng_seed 0, 60-70 iterations;
 # this test uses rng_seed 1): alpha = 0.6, AMP mean - SE (0.9235 +- 0.0007):
@@ -233,12 +214,13 @@ def test_amp_vs_branch_se_alpha_06():
         parts = list(ex.map(_amp_seeds, [[0, 1, 2], [3, 4, 5]]))
     finals = np.array([q for p in parts for q, _ in p])
     conv = [c for p in parts for _, c in p]
-    se = smi_amp.branch_fixed_point_montecarlo(alpha=0.6, bracket=(0.91, 0.935),
-                                               samples=12000, seed=1)
+    from aim_sym.numerics import smi
+
+    se = smi.layer2_point(alpha=0.6)
     q22 = finals[:, 1].mean()
     s22 = finals[:, 1].std(ddof=1) / math.sqrt(len(finals))
-    msg = (q22, s22, se["value"], se["error"], finals[:, 1].tolist())
-    assert abs(q22 - se["value"]) < 3 * math.hypot(s22, se["error"]) + ALLOW_D2000, msg
+    msg = (q22, s22, se["Q"][1], se["error"][1], finals[:, 1].tolist())
+    assert abs(q22 - se["Q"][1]) < 3 * math.hypot(s22, se["error"][1]) + ALLOW_D2000, msg
     assert finals[:, 0].max() < 0.01                      # layer 1 unlearned (SE: Q_11 = 0)
     assert np.mean(conv) >= 5 / 6                         # measured: 16/16 at D = 2000
 
@@ -263,14 +245,15 @@ def test_amp_vs_montecarlo_se_alpha_1():
 @pytest.mark.slow
 def test_layer2_point_matches_montecarlo_se():
     # two independent routes for the SE fixed point on the branch Q = diag(0, q2) at alpha = 0.6:
-    # the lattice quadrature (numerics.smi.layer2_point, ~20 s on 2 cores) and the Monte Carlo
-    # K2 with the GAMP g_out (branch_fixed_point_montecarlo)
-    from aim_sym.numerics import smi
+    # the lattice quadrature (numerics.smi.layer2_point, ~20 s on 2 cores) must solve
+    # q2 / (1 - q2) = alpha K2(q2) with the seeded Monte Carlo K2 of smi_oracles.montecarlo_branch
+    from aim_sym.numerics import smi, smi_oracles
 
     lat = smi.layer2_point(alpha=0.6)
-    mc = smi_amp.branch_fixed_point_montecarlo(alpha=0.6, bracket=(0.91, 0.935), samples=12000,
-                                               seed=2)
     q2, e2 = lat["Q"][1], lat["error"][1]
     assert e2 < 1e-3
-    assert abs(q2 - mc["value"]) < 3 * math.hypot(e2, mc["error"]), (q2, e2, mc)
+    K2 = smi_oracles.montecarlo_branch(q2, samples=6000, inner=800, seed=2)["K2"]
+    lhs, rhs = q2 / (1 - q2), 0.6 * K2.value
+    # d(lhs)/dq2 = 1 / (1 - q2)^2: the root's bar maps onto lhs with that factor
+    assert abs(lhs - rhs) < 3 * math.hypot(0.6 * K2.error, e2 / (1 - q2) ** 2), (q2, e2, K2)
     assert abs(q2 - 0.9417) > 10 * e2          # the former Gauss-Hermite rule's value is excluded

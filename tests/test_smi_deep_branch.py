@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from aim_sym.numerics import smi_deep_branch as db
 from aim_sym.numerics import smi_fibre
+from aim_sym.numerics import smi_sequential as seq
 from aim_sym.numerics.records import ConvergenceError, InputError
 
 # Q = 0 stability coefficients of numerics.smi_weak (radial x angle outer rule x 16 scrambled
@@ -62,7 +63,7 @@ def test_h_lattice_covers_the_attention_image():
     rng = np.random.default_rng(0)
     o = np.array([0.7, -1.3])
     v, dh = 0.05, 0.3 * math.sqrt(0.05)
-    H0, H1, _ = db.h_lattice_l3(o[0], o[1], v, 1.0, dh)
+    H0, H1, _ = seq.h_lattice(o[0], o[1], v, 1.0, dh, layers=3)
     z = rng.standard_normal((4, 4000))
     (a, b, c, d), _ = db.inverse_map(*z, 1.0, 1.0)
     Mi = np.stack([np.stack([a, b], -1), np.stack([c, d], -1)], -2)
@@ -191,23 +192,21 @@ def test_cli_l3_reports_sequential_unless_disabled(monkeypatch):
 def test_node_chunks_and_float32_agree_with_the_plain_kernel(monkeypatch):
     # a root-like q3 (V = 0.02) on a small anisotropic lattice: node chunks with their own
     # shifts reproduce the one-chunk sums; float32 exponentials stay within FLOAT32_REL
-    from aim_sym.numerics import smi_sequential
-
     v = 0.02
-    lat = db.fibre_lattice(0.9, 1.0, 1.0, 4.0, 0.45)
-    H0, H1, _ = db.h_lattice_l3(0.3, -0.5, v, 1.0, 2.8 * math.sqrt(v))
+    lat = seq.fibre_lattice(0.9, 1.0, 1.0, 4.0, 0.45, 3)
+    H0, H1, _ = seq.h_lattice(0.3, -0.5, v, 1.0, 2.8 * math.sqrt(v), layers=3)
     sel = slice(0, None, max(1, H0.size // 40))
     h0, h1 = H0[sel], H1[sel]
     o0, o1 = np.full_like(h0, 0.3), np.full_like(h0, -0.5)
-    monkeypatch.setattr(db, "_CHUNK", 1 << 22)
-    one = db.fibre_moments(h0, h1, o0, o1, v, lat)
-    monkeypatch.setattr(db, "_CHUNK", 700)
-    assert len(db._node_chunks(lat, 700)) > 3
-    many = db.fibre_moments(h0, h1, o0, o1, v, lat)
-    f32 = db.fibre_moments(h0, h1, o0, o1, v, lat, single=True)
+    monkeypatch.setattr(seq, "_CHUNK", 1 << 22)
+    one = seq.fibre_moments(h0, h1, o0, o1, v, lat)
+    monkeypatch.setattr(seq, "_CHUNK", 700)
+    assert len(seq.node_chunks(lat, 700)) > 3
+    many = seq.fibre_moments(h0, h1, o0, o1, v, lat)
+    f32 = seq.fibre_moments(h0, h1, o0, o1, v, lat, single=True)
     scale = 1 + np.abs(one)
     assert np.abs(many - one).max(initial=0) < 1e-11 * scale.max()
-    assert np.all(np.abs(f32 - one) <= 10 * smi_sequential.FLOAT32_REL * scale)
+    assert np.all(np.abs(f32 - one) <= 10 * seq.FLOAT32_REL * scale)
 
 
 def test_anisotropic_lattice_and_workers():
@@ -234,7 +233,7 @@ def _synthetic_point(shift):
         x = math.log1p(-q3)
         d = shift if order[0] < 0.45 else 0.0
         st = dict(K3=1.0, nishimori=1e-6, mass=1.0, pairs=1, seconds=0.0, q3=q3,
-                  cut=dict(mu=0.0, mu_tail=1e-6, K3=0.0, K3_tail=0.0))
+                  cut=dict(mu=0.0, mu_tail=1e-6, K=0.0, K_tail=0.0))
         st["r"] = [0.8 * (xs[l] + d - x) + 0.3 * (xs[l] + d - x) ** 2 for l in (1, 2)]
         for l in (1, 2):
             st[f"mu{l}"] = 1.0 / (0.98 + 0.15 * (l - 1)) + 0.2 * (x - xs[l] - d)

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 from aim_sym.numerics import smi, smi_fibre, smi_oracles
-from scipy.stats import multivariate_normal
 
 
 @pytest.mark.parametrize("c, beta", [(1.0, 1.0), (0.1, 2.5), (3.0, 0.4)])
@@ -74,40 +73,16 @@ def test_gauss_hermite_rules():
     assert abs(got / (2 * math.pi * 1.5**2) - 1) < 1e-10
 
 
-def test_fibre_importance_weights_are_target_over_proposal():
-    """The sampler's weights are p(y) / q(y) up to one constant per outer point, with p the
-    fibre posterior density (THEORY 2.3) and q the stated mixture, both computed here directly."""
-    rng = np.random.default_rng(5)
-    q1, q2, c, beta = 0.3, 0.9, 0.8, 1.0
-    v1, v2 = 1 - q1, 1 - q2
-    z = rng.standard_normal((3, 2))
-    om1 = q1 * z + math.sqrt(q1 * v1) * rng.standard_normal((3, 2))
-    om2 = math.sqrt(q2) * rng.standard_normal((3, 2))
-    t = om2 + math.sqrt(v2) * rng.standard_normal((3, 2))
-    h = np.stack(smi_fibre.attention_image(z[:, 0], z[:, 1], t[:, 0], t[:, 1], c, beta), 1)
-    y, u, w, th, wt = smi_oracles.fibre_importance(np.random.default_rng(6), z, h, om1, v1, om2,
-                                                   v2, 40, c, beta)
-    S, _ = smi_fibre.laplace_proposal(z, h, v1, v2, c, beta)
-    for n in range(3):
-        Ai, det = smi_fibre.attention_inverse(y[n, :, 0], y[n, :, 1], c, beta)
-        zu, zw = smi_fibre.fibre_point(Ai, h[n, 0], h[n, 1])
-        assert np.allclose(zu, u[n]) and np.allclose(zw, w[n])
-        z2 = np.stack([zu, zw], 1)
-        p = multivariate_normal(om1[n], v1 * np.eye(2)).pdf(y[n]) / det * sum(
-            multivariate_normal(om2[n], v2 * np.eye(2)).pdf(s * z2) for s in (1, -1))
-        q = 0.3 * multivariate_normal(om1[n], v1 * np.eye(2)).pdf(y[n]) + sum(
-            0.35 * multivariate_normal(s * z[n], S[n]).pdf(y[n]) for s in (1, -1))
-        ratio = wt[n] / (p / q)
-        assert np.ptp(ratio) < 1e-9 * ratio.mean()
-        xx = (zu * om2[n, 0] + zw * om2[n, 1]) / v2
-        assert np.allclose(th[n], np.tanh(xx), rtol=1e-13)
-
-
 def test_montecarlo_oracles_share_the_sampler_and_agree():
     """At q1 = 0 both oracles estimate K2 on the same branch with independent draws: they must
-    agree within their standard errors (4 SE); the public alias still resolves."""
+    agree within their standard errors (4 SE); the public alias still resolves; at L = 2 and 3 the
+    columns of the depth-general sampler obey the Nishimori identity within 4 SE."""
     assert smi.montecarlo_branch is smi_oracles.montecarlo_branch
     a = smi_oracles.montecarlo_branch(0.8, samples=400, inner=200, seed=1)["K2"]
     b = smi_oracles.montecarlo_stats(0.0, 0.8, samples=400, inner=200, seed=2)["K2"]
     assert abs(a.value - b.value) < 4 * math.hypot(a.error, b.error)
     assert a.error < 0.1 * a.value
+    for layers in (2, 3):
+        mc = smi_oracles.montecarlo_branch(0.6, layers=layers, samples=300, inner=200, seed=3)
+        assert abs(mc["nishimori"].value) < 4 * mc["nishimori"].error
+        assert mc[f"K{layers}"].value > 0 and abs(mc["K1"].value) < 4 * mc["K1"].error

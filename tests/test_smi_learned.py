@@ -29,7 +29,7 @@ def test_fibre_reduces_to_layer2_lattice_at_q1_zero():
     m = sl.fibre_moments(p["h0"], p["h1"], p["a0"], p["a1"], p["o0"], p["o1"], v1=1.0,
                          v2=0.05, lat=sl.disc_lattice(0.2))
     c00, _, c11, m0, m1, n2, logZ = ss.fibre_moments(p["h0"], p["h1"], p["o0"], p["o1"], 0.05,
-                                                     ss.trapezoid_lattice(0.2, 1.0, 1.0))
+                                                     ss.fibre_lattice(0.2, 1.0, 1.0))
     assert np.allclose(m["logZ"][0], logZ, rtol=0, atol=1e-12)
     assert np.allclose(m["s1"][0], c00 + c11 + 2, rtol=1e-12)
     assert np.allclose(m["m2"][0], np.stack([m0, m1]), rtol=1e-10, atol=1e-12)

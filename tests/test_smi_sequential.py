@@ -13,7 +13,7 @@ def test_fibre_lattice_against_trapezoid_refs():
     # references: an independent trapezoid on [-9, 9]^2 with steps 0.004 / 0.002 (test_smi)
     h, om = (np.array([r[k] for r in FIBRE_REFS]) for k in range(2))
     ref = np.array([r[3] for r in FIBRE_REFS])
-    lat = seq.trapezoid_lattice(0.09, 1.0, 1.0)
+    lat = seq.fibre_lattice(0.09, 1.0, 1.0)
     c00, c01, c11, *_ = seq.fibre_moments(h[:, 0], h[:, 1], om[:, 0], om[:, 1], 0.025, lat)
     rel = np.abs(c00**2 + 2 * c01**2 + c11**2 - ref) / ref
     assert rel.max() < 1e-9          # measured 9e-11 (the Laplace-mixture rule: 1e-3 .. 1e-2)
@@ -26,7 +26,7 @@ def test_fibre_lattice_geometric_convergence():
     out = {}
     for dz in (0.15, 0.12, 0.09):
         out[dz] = np.array(seq.fibre_moments(h[:, 0], h[:, 1], om[:, 0], om[:, 1], 0.03,
-                                             seq.trapezoid_lattice(dz, 1.0, 1.0))[:6])
+                                             seq.fibre_lattice(dz, 1.0, 1.0))[:6])
     e1 = np.abs(out[0.15] - out[0.09]).max()
     e2 = np.abs(out[0.12] - out[0.09]).max()
     assert e2 < 1e-5 and e2 < 0.2 * e1
@@ -38,8 +38,8 @@ def test_h_lattice_mass_and_nishimori(omega):
     # identity E|g|^2 = (2 - E tr Cov[z_2|.]/V)/V pointwise in omega; (0.2, -0.1): the box
     # overlaps its mirror image (multiplicity 1 nodes)
     v2 = 1 - 0.974376
-    lat = seq.trapezoid_lattice(0.2, 1.0, 1.0)
-    acc, _ = seq._omega_task((omega[0], omega[1], 1.0, v2, 1.0, 0.2, lat, False))
+    lat = seq.fibre_lattice(0.2, 1.0, 1.0)
+    acc, _ = seq.omega_task((omega[0], omega[1], 1.0, v2, 1.0, 0.2, lat, False))
     mass, mu1, K2, trcov2, _ = acc
     assert abs(mass - 1) < 1e-9
     assert abs(K2 - (2 * mass - trcov2 / v2) / v2) < 1e-8 * K2
@@ -64,7 +64,7 @@ def test_inputs():
     with pytest.raises(InputError, match="skip"):
         seq.sequential_threshold(skip=0.0)
     with pytest.raises(InputError, match="dz"):
-        seq.trapezoid_lattice(0.0, 1.0, 1.0)
+        seq.fibre_lattice(0.0, 1.0, 1.0)
 
 
 def _model_resid(calls, q_star, refined):
@@ -80,7 +80,7 @@ def _model_resid(calls, q_star, refined):
         r = 30.0 * x + 200.0 * x**2
         mu1 = 1.4 + 25.0 * x + 50.0 * x**2 + (0.0 if order in refined else 2e-4)
         return r, dict(mu1=mu1, K2=50.0, nishimori=0.0, mass=1.0, pairs=0,
-                       cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+                       cut=dict(mass=0.0, K=0.0, mu=0.0, K_tail=0.0, mu_tail=0.0))
     return fake
 
 
@@ -167,7 +167,7 @@ def test_omega_rule_even_moments():
 def test_fused_kernel_against_direct_sums():
     # the blocked kernel (clipped exponents, one-sign rows, fused passes) against the plain
     # per-point sums over the same lattice, at omega where one sign dominates and near 0
-    lat = seq.trapezoid_lattice(0.25, 1.0, 1.0)
+    lat = seq.fibre_lattice(0.25, 1.0, 1.0)
     z0, z1 = lat["z"]
     Ai = lat["Ai"]
     v2 = 0.03
@@ -249,7 +249,7 @@ def test_single_precision_exponentials_against_double():
     rng = np.random.default_rng(0)
     om = 0.9 * rng.standard_normal((600, 2))
     h = om * (1.5, 1.2) + 0.2 * rng.standard_normal((600, 2))
-    lat = seq.trapezoid_lattice(0.2, 1.0, 1.0)
+    lat = seq.fibre_lattice(0.2, 1.0, 1.0)
     args = (h[:, 0], h[:, 1], om[:, 0], om[:, 1], 0.0264, lat)
     d, s = np.array(seq.fibre_moments(*args)), np.array(seq.fibre_moments(*args, single=True))
     scale = np.abs(d).max(1, keepdims=True)
@@ -276,7 +276,7 @@ def test_threshold_bar_above_target_at_the_top_is_reported(monkeypatch):
         k = seq.SEQ_LADDER.index(order) if order in seq.SEQ_LADDER else 0
         x = q - 0.974 - 1e-4 * (k % 2)
         return 30.0 * x, dict(mu1=1.4 + 25.0 * x + 1e-4 * (k % 2), K2=50.0, nishimori=0.0, mass=1.0, pairs=0,
-                              cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+                              cut=dict(mass=0.0, K=0.0, mu=0.0, K_tail=0.0, mu_tail=0.0))
 
     monkeypatch.setattr(seq, "_resid", fake)
     r = seq.sequential_threshold(workers=1, digits=6)
@@ -295,7 +295,7 @@ def test_threshold_rebrackets_when_the_scan_order_is_far_off(monkeypatch):
             calls.append((q, order))
             x = q - 0.953
             return 30.0 * x, dict(mu1=1.4 + 25.0 * x, K2=50.0, nishimori=0.0, mass=1.0,
-                                  pairs=0, cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+                                  pairs=0, cut=dict(mass=0.0, K=0.0, mu=0.0, K_tail=0.0, mu_tail=0.0))
         return model(q, c, beta, order, workers)
 
     monkeypatch.setattr(seq, "_resid", fake)
@@ -316,7 +316,7 @@ def test_threshold_recentres_an_order_whose_root_is_far(monkeypatch):
         x = q - 0.974 - (3e-3 if order == fine else 0.0)
         return 30.0 * x + 200.0 * x**2, dict(mu1=1.4 + 25.0 * x + 50.0 * x**2, K2=50.0,
                                              nishimori=0.0, mass=1.0, pairs=0,
-                                             cut=dict(mass=0.0, K2=0.0, mu1=0.0))
+                                             cut=dict(mass=0.0, K=0.0, mu=0.0, K_tail=0.0, mu_tail=0.0))
 
     monkeypatch.setattr(seq, "_resid", fake)
     r = seq.sequential_threshold(workers=1, digits=4)
