@@ -657,9 +657,17 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
     import os as _os
 
     _os.environ.setdefault("OMP_NUM_THREADS", "1")
-    model = check_model(kw)
+    model = check_model(kw, deep_aim=True)
     damping = _damping_option(damping)
     settings = dict(dim=dim, seeds=seeds, max_iter=max_iter, rng_seed=rng_seed)
+    if model == "aim" and kw.get("layers") == 2:
+        if alpha is None or alphas is not None or plot_path:
+            fail("--alpha", "one value for --model aim --layers 2 (no --alphas/--plot)",
+                 alpha or alphas)
+        _check_outputs(out_path, None)
+        aim_channels.deep_aim_amp(kw, alpha=alpha, damping=damping, out_path=out_path,
+                                  **settings)
+        return
     if model == "smi":
         damping = 0.3 if damping == "auto" else damping
         if alpha is None or alphas is not None or plot_path:

@@ -315,6 +315,60 @@ def deep_aim_se_model(kw: dict):
     return das.DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta)
 
 
+#: D for the two-layer GAMP-RIE on the command line (every sample's g_out is a quadrature)
+DEEP_AMP_DIM = (10, 400)
+
+
+def deep_aim_amp(kw: dict, *, alpha: float, damping, out_path: str | None, dim: int, seeds: int,
+                 max_iter: int, rng_seed: int) -> None:
+    """``amp --model aim --layers 2``: finite-size GAMP-RIE of two tied attention layers
+    (numerics.deep_aim_amp; docs/deep_aim.md section 6): per layer the final error over seeds
+    (mean, stderr), the control-variate estimate (cv_mean, cv_stderr), failed seeds."""
+    import json
+
+    from .cli_common import progress_printer
+    from .numerics import deep_aim_amp as dam
+    from .numerics.records import atomic_write
+
+    alpha = _alpha(alpha)
+    model = deep_aim_se_model(kw)
+    lo, hi = DEEP_AMP_DIM
+    if not (lo <= dim <= hi):
+        fail("--dim", f"in [{lo}, {hi}] for --model aim --layers 2", dim)
+    if not (1 <= seeds <= 1000):
+        fail("--seeds", "in [1, 1000]", seeds)
+    if not (1 <= max_iter <= 1000):
+        fail("--max-iter", "in [1, 1000] for --model aim --layers 2", max_iter)
+    r = dam.run_deep_amp(alpha=alpha, rho1=model.rho1, rho2=model.rho2, skip=model.skip,
+                         beta=model.beta, dim=dim, seeds=seeds, max_iter=max_iter,
+                         damping=damping, rng_seed=rng_seed, tail=min(10, max_iter),
+                         progress=progress_printer)
+    out = {"model": "aim", "layers": 2, "skip": model.skip, "beta": model.beta,
+           "rho": [model.rho1, model.rho2], "alpha": alpha, "dim": dim, "seeds": seeds,
+           # over the seeds that did not diverge (failed_seeds lists the others)
+           **{f"{k}{l}": r[f"{k}_ok{l}"] for l in (1, 2)
+              for k in ("mean", "stderr", "tail_mean", "tail_stderr")},
+           **{f"{k}{l}": r[f"{k}{l}"] for l in (1, 2) for k in ("cv_mean", "cv_stderr")},
+           "failed_seeds": r["failed_seeds"], "reasons": r["reasons"],
+           "dampings": r["dampings"],
+           "time_s": r["time_s"],
+           "note": "the SE's mmse per layer: se --model aim --layers 2 (same options); at "
+                   "D <= 140 the AMP sits above it by a finite-size bias (docs/deep_aim.md, "
+                   "section 6)"}
+    if out_path:
+        try:
+            atomic_write(out_path, json.dumps(out, indent=2, default=float))
+        except OSError as e:
+            fail("--out", "a writable path", f"{out_path} ({e.strerror})")
+    def fmt(v):
+        return "n/a" if v is None else f"{v:.6g}"
+
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        f"layer {l}: final mmse {fmt(o[f'mean{l}'])} +- {fmt(o[f'stderr{l}'])} (control "
+        f"variate {fmt(o[f'cv_mean{l}'])} +- {fmt(o[f'cv_stderr{l}'])})" for l in (1, 2))
+        + f"\nfailed seeds (left out): {o['failed_seeds']}")
+
+
 def deep_aim_se(kw: dict, alpha: float) -> None:
     """``se --model aim --layers 2 --rho r1,r2 --skip c --alpha a``: the SE fixed points of two
     tied attention layers at finite width, T = 2 (THEORY 1.6), one per start (uninformed,

@@ -160,3 +160,22 @@ def test_a_diverging_seed_is_reported_not_hidden():
     assert r["dampings"][1] == 0.9 and len(r["attempts"][1]) == 4
     assert r["per_seed2"][1] > 10 and r["mean2"] > 10
     assert r["mean_ok2"] == r["per_seed2"][0] and r["stderr_ok2"] is None
+
+
+def test_cli_amp_layers_2():
+    """amp --model aim --layers 2: per-layer means over the seeds that did not diverge, failed
+    seeds listed; a D outside the served range exits 2 with one line."""
+    import json
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "aim_sym", "amp", "--model", "aim", "--layers", "2",
+            "--alpha", "0.1", "--rho", "0.5,0.5", "--skip", "1"]
+    p = subprocess.run(base + ["--dim", "16", "--seeds", "2", "--max-iter", "3", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    o = json.loads(p.stdout)
+    assert o["layers"] == 2 and o["dim"] == 16 and isinstance(o["failed_seeds"], list)
+    assert len(o["failed_seeds"]) == 2 or (o["mean1"] > 0 and o["mean2"] > 0)
+    p = subprocess.run(base + ["--dim", "5"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "--dim" in p.stderr and len(p.stderr.strip().splitlines()) == 1
