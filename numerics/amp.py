@@ -329,7 +329,7 @@ def damped_run(fns, data: dict, *, rho: float, damping, max_iter: int, tol: floa
     return dict(r, damping=d, attempts=attempts)
 
 
-def _seed_list(seeds) -> list[int]:
+def seeds_of(seeds) -> list[int]:
     if isinstance(seeds, (int, np.integer)):
         require(seeds >= 1, "seeds", "an integer >= 1 or a list of integers", seeds)
         return list(range(int(seeds)))
@@ -338,7 +338,7 @@ def _seed_list(seeds) -> list[int]:
     return out
 
 
-def _mean_se(vals) -> tuple[float | None, float | None]:
+def mean_stderr(vals) -> tuple[float | None, float | None]:
     """Mean and standard error of the per-seed errors; None where there is no value (no seed,
     or a non-finite error among them: no NaN is reported) or no spread (one seed)."""
     a = np.asarray(vals, dtype=float)
@@ -416,7 +416,7 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
             "an integer >= 1", max_iter)
     require(damping == "auto" or (isinstance(damping, (int, float)) and 0 <= damping < 1),
             "damping", "'auto' or in [0, 1)", damping)
-    seed_list = _seed_list(seeds)
+    seed_list = seeds_of(seeds)
     result: dict = {"channel": fns.name, "tokens": fns.tokens, "alpha": float(alpha),
                     "rho": float(rho), "dim": int(dim), "N": int(round(alpha * dim * dim)),
                     "rng_seed": int(rng_seed), "damping": damping, "variance": variance,
@@ -433,7 +433,7 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
 
     def summarise() -> dict:
         finals = [r["error"][-1] for r in runs]
-        m, s = _mean_se(finals)
+        m, s = mean_stderr(finals)
         res = dict(result, mean=m, stderr=s, per_seed=finals, seeds=list(done_seeds),
                    iterations=[r["iterations"] for r in runs],
                    converged=[r["converged"] for r in runs],
@@ -450,7 +450,7 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
             for key, name in (("bayes", "test_error"), ("plugin", "test_error_plugin")):
                 vals = [r["test"][key] for r in runs if r.get("test") is not None]
                 res[name + "_per_seed"] = vals
-                res[name], res[name + "_stderr"] = _mean_se(vals)
+                res[name], res[name + "_stderr"] = mean_stderr(vals)
                 if len(vals) == 1:  # one seed: the test samples' own standard error
                     res[name + "_stderr"] = runs[0]["test"][key + "_stderr"]
         if len(runs) > 1:

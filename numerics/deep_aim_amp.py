@@ -43,7 +43,7 @@ import numpy as np
 from . import amp, wishart
 from .deep_aim import output, statistics_from_output
 from .deep_aim_se import INNER_STEPS, DeepAimSE, _posterior, se_map, unwhiten_gradient, whiten
-from .records import require, standard_error
+from .records import require
 
 #: samples per chunk of the posterior quadrature (rows x ~3e3-2e4 inner nodes)
 CHUNK = 256
@@ -245,22 +245,6 @@ def _control_variate(y, x, mean_x: float) -> tuple[float | None, float | None]:
     return float(adj.mean()), float(math.sqrt(np.sum(res**2) / (y.size - 2) / y.size))
 
 
-def _seed_list(seeds) -> list[int]:
-    if isinstance(seeds, (int, np.integer)):
-        require(seeds >= 1, "seeds", "an integer >= 1 or a list of integers", seeds)
-        return list(range(int(seeds)))
-    out = [int(s) for s in seeds]
-    require(len(out) >= 1, "seeds", "non-empty", seeds)
-    return out
-
-
-def _mean_se(vals) -> tuple[float | None, float | None]:
-    a = np.asarray(vals, dtype=float)
-    if a.size == 0 or not np.all(np.isfinite(a)):
-        return None, None
-    return float(a.mean()), (standard_error(a) if a.size > 1 else None)
-
-
 def _mean_rows(rows: list[list[float]]) -> list[float]:
     """Per-iteration mean over runs (finished runs held at their last value)."""
     rows = [r for r in rows if r]
@@ -302,7 +286,7 @@ def run_deep_amp(*, alpha: float, rho1: float, rho2: float, skip: float, dim: in
             "an integer in [1, max_iter]", tail)
     require(model.skip >= 1, "skip", ">= 1 (the posterior quadrature of the SE for skip < 1 does "
             "not follow a narrow posterior)", skip)
-    seed_list = _seed_list(seeds)
+    seed_list = amp.seeds_of(seeds)
     t0 = time.perf_counter()
     runs = []
     for k, s in enumerate(seed_list):
@@ -329,14 +313,14 @@ def run_deep_amp(*, alpha: float, rho1: float, rho2: float, skip: float, dim: in
     res["failed_seeds"] = [s for s, good in zip(seed_list, ok) if not good]
     for i in (1, 2):
         finals = [r[f"error{i}"][-1] for r in runs]
-        res[f"mean_ok{i}"], res[f"stderr_ok{i}"] = _mean_se([f for f, g in zip(finals, ok) if g])
+        res[f"mean_ok{i}"], res[f"stderr_ok{i}"] = amp.mean_stderr([f for f, g in zip(finals, ok) if g])
         res[f"per_seed{i}"] = finals
         res[f"initial_per_seed{i}"] = [r[f"error{i}"][0] for r in runs]
-        res[f"mean{i}"], res[f"stderr{i}"] = _mean_se(finals)
+        res[f"mean{i}"], res[f"stderr{i}"] = amp.mean_stderr(finals)
         tails = [float(np.mean(r[f"error{i}"][1:][-tail:])) for r in runs]
         res[f"tail_per_seed{i}"] = tails
-        res[f"tail_mean{i}"], res[f"tail_stderr{i}"] = _mean_se(tails)
-        res[f"tail_mean_ok{i}"], res[f"tail_stderr_ok{i}"] = _mean_se(
+        res[f"tail_mean{i}"], res[f"tail_stderr{i}"] = amp.mean_stderr(tails)
+        res[f"tail_mean_ok{i}"], res[f"tail_stderr_ok{i}"] = amp.mean_stderr(
             [f for f, g in zip(tails, ok) if g])
         res[f"cv_mean{i}"], res[f"cv_stderr{i}"] = _control_variate(
             [f for f, g in zip(tails, ok) if g],

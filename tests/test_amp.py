@@ -275,10 +275,10 @@ def test_run_amp_one_seed_short_runs_report_no_nan(soft, max_iter):
 
 
 def test_mean_se_never_nan():
-    assert amp._mean_se([]) == (None, None)
-    assert amp._mean_se([0.5]) == (0.5, None)
-    assert amp._mean_se([0.5, float("nan")]) == (None, None)
-    m, s = amp._mean_se([0.4, 0.6])
+    assert amp.mean_stderr([]) == (None, None)
+    assert amp.mean_stderr([0.5]) == (0.5, None)
+    assert amp.mean_stderr([0.5, float("nan")]) == (None, None)
+    m, s = amp.mean_stderr([0.4, 0.6])
     assert m == pytest.approx(0.5) and s == pytest.approx(0.1)
 
 
