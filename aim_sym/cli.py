@@ -222,17 +222,15 @@ class _Deferred:
             sys.exit(2)
 
 
-def smi_depth_weak_cli(kw: dict, *, sequential_route: str, digits: int) -> None:
+def smi_depth_weak_cli(kw: dict, *, digits: int) -> None:
     """``threshold weak --model smi --layers 4`` or ``--tokens 3``: weak thresholds of every layer
     (numerics.smi_weak); the sequential ones are not computed there (said in the output)."""
     from .thresholds import smi_depth_weak
 
     if kw.get("channel") not in (None, "deep-attention"):
         fail("--channel", "deep-attention for --layers 4 or --tokens 3", kw["channel"])
-    for opt, value in (("sequential_route", sequential_route), ("digits", digits)):
-        if given(opt):
-            fail("--" + opt.replace("_", "-"), "omitted for --layers 4 or --tokens 3 (weak "
-                 "thresholds only)", value)
+    if given("digits"):
+        fail("--digits", "omitted for --layers 4 or --tokens 3 (weak thresholds only)", digits)
     for name in ("param", "rows", "seed"):
         if kw.get(name) not in (None, ()):
             fail("--" + name, "used only with a general SMI channel", kw[name])
@@ -468,25 +466,18 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
 @click.option("--certified", is_flag=True, help="aim: a guaranteed interval by ball "
               "arithmetic (python-flint)")
 @click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only")
-@click.option("--sequential-route", type=click.Choice(["lattice", "montecarlo"]),
-              default="lattice", show_default=True, help="smi --layers 3: the sequential "
-              "thresholds by the deterministic fibre lattice (error bar by refinement, ~10-20 "
-              "min on 2 cores) or by seeded Monte Carlo (standard error, ~11 min)")
 @click.option("--direct", is_flag=True, help="erm perfect: the direct (element-wise, "
               "Frobenius) parameterisation instead of the factorised one")
-def threshold(kind, small_width, digits, certified, no_sequential, sequential_route, direct,
-              **kw):
+def threshold(kind, small_width, digits, certified, no_sequential, direct, **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists); for
     --model erm the interpolation or perfect-recovery threshold (THEORY 3)."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     if model == "aim" and kw.get("layers") == 2:
-        aim_channels.deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
-                       direct)
+        aim_channels.deep_aim_weak(kw, kind, small_width, certified, no_sequential, direct)
         return
     if model == "erm":
         for opt, value in (("small_width", small_width), ("certified", certified),
-                           ("no_sequential", no_sequential),
-                           ("sequential_route", sequential_route)):
+                           ("no_sequential", no_sequential)):
             if given(opt):
                 fail("--" + opt.replace("_", "-"), "used only with --model aim or smi", value)
         if kind not in ("interpolation", "perfect"):
@@ -521,8 +512,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
         if small_width:
             fail("--small-width", "used only with --model aim", True)
         if general.wants_general(kw):
-            for opt, value in (("no_sequential", no_sequential),
-                               ("sequential_route", sequential_route), ("digits", digits)):
+            for opt, value in (("no_sequential", no_sequential), ("digits", digits)):
                 if given(opt):
                     fail("--" + opt.replace("_", "-"), "omitted for a general SMI channel (its "
                          "weak thresholds only)", value)
@@ -540,16 +530,14 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
             fail("--layers", "at most 3 with --tokens 3 (9 free coordinates: not supported)",
                  layers)
         if (layers, tokens) in ((4, 2), (2, 3), (3, 3)):
-            smi_depth_weak_cli(kw, sequential_route=sequential_route, digits=digits)
+            smi_depth_weak_cli(kw, digits=digits)
             return
         m = smi_model(kw)
         seq_digits = digits if given("digits") else 4
         if not 1 <= seq_digits <= 9:
             fail("--digits", "in 1..9 for --model smi (sequential threshold)", digits)
-        if m.layers != 3 and given("sequential_route"):
-            fail("--sequential-route", "used only with --layers 3", sequential_route)
         table = m.thresholds(digits=seq_digits, sequential=not no_sequential,
-                             route=sequential_route, progress=progress_printer)
+                             progress=progress_printer)
         res = [{"layer": r.details["layer"], "kind": r.details["kind"], "value": r.value,
                 "error": r.error, "method": r.method,
                 **{k: v for k, v in r.details.items() if k not in ("layer", "kind")}}
@@ -558,9 +546,8 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
         if m.layers == 3:
             note = "L = 3: weak thresholds of each layer at Q = 0"
             if not no_sequential:
-                how = ("deterministic fibre lattice, error bar by refinement"
-                       if sequential_route == "lattice" else "seeded Monte Carlo")
-                note += (f"; sequential: layers 1 and 2 once layer 3 is learned ({how}, --digits "
+                note += ("; sequential: layers 1 and 2 once layer 3 is learned (deterministic "
+                         "fibre lattice, error bar by refinement; --digits "
                          "does not apply); the smaller one ('first') is the next transition, the "
                          "other only an upper bound")
             out["note"] = note
@@ -568,8 +555,6 @@ def threshold(kind, small_width, digits, certified, no_sequential, sequential_ro
         return
     if no_sequential:
         fail("--no-sequential", "used only with --model smi", True)
-    if given("sequential_route"):
-        fail("--sequential-route", "used only with --model smi --layers 3", sequential_route)
     if kind == "weak" and not small_width:
         fail("--small-width", "given for a weak-recovery threshold of the AIM (at finite rho "
              "q > rho for every alpha > 0: no uninformative fixed point)", False)

@@ -8,8 +8,7 @@ from .cli_common import emit, fail, given, relabel
 from .domains import DomainError
 
 
-def deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_route,
-                   direct) -> None:
+def deep_aim_weak(kw, kind, small_width, certified, no_sequential, direct) -> None:
     """``threshold weak --model aim --layers 2 --small-width --skip c``: per-layer thresholds of
     two tied attention layers (T = 2, noiseless softmax; THEORY 1.6, docs/deep_aim.md)."""
     from .thresholds import deep_aim_small_width_weak
@@ -20,8 +19,7 @@ def deep_aim_weak(kw, kind, small_width, certified, no_sequential, sequential_ro
         fail("--small-width", "given with --model aim --layers 2 (per-layer thresholds in the "
              "small-width scaling)", False)
     for opt, value in (("certified", certified), ("no_sequential", no_sequential),
-                       ("sequential_route", sequential_route), ("direct", direct),
-                       ("digits", None)):
+                       ("direct", direct), ("digits", None)):
         if given(opt):
             fail("--" + opt.replace("_", "-"), "omitted for --model aim --layers 2", value)
     if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):

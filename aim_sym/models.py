@@ -42,7 +42,6 @@ from .results import Result, ResultTable
 Progress = Callable[[int, int, str], None] | None
 
 CURVE_METHODS = ("traced", "per-alpha")
-SEQUENTIAL_ROUTES = ("lattice", "montecarlo")
 _L3_SEQUENTIAL_KEYS = ("layer", "kind", "value", "error", "q3", "q3_error", "first", "method",
                        "seconds")
 
@@ -751,30 +750,26 @@ class SMI:
             raise DomainError(_channels.LAYERS_DOMAIN, self.layers, "layers",
                               allowed=f"{' or '.join(map(str, allowed))} for {what}")
 
-    def thresholds(self, *, digits: int = 4, sequential: bool = True, route: str = "lattice",
+    def thresholds(self, *, digits: int = 4, sequential: bool = True,
                    progress: Progress = None) -> ResultTable:
         """Weak-recovery thresholds of each layer at Q = 0 and (unless ``sequential=False``)
         the sequential ones (THEORY 2.2): one Result each, quantity "alpha_weak" or
         "alpha_sequential", details layer, kind, seconds (and q2, or q3 and ``first`` at L = 3).
-        ``digits``: accuracy of the L = 2 sequential threshold (1..9); ``route``: the L = 3
-        sequential route, "lattice" (deterministic) or "montecarlo"."""
+        ``digits``: accuracy of the L = 2 sequential threshold (1..9); at L = 3 the sequential
+        thresholds come from the deterministic fibre lattice (error bar by refinement)."""
         digits = SEQUENTIAL_DIGITS.check(digits)
-        _choice(route, "route", SEQUENTIAL_ROUTES)
         args = self._args()
         if self.layers == 3:
             from .numerics import smi_weak
 
             res = smi_weak.weak_thresholds(progress=progress, **args)
             if sequential:
-                from .numerics import smi_deep_branch
+                from .numerics import smi_sequential
 
-                fn = (smi_deep_branch.sequential_thresholds_l3_lattice if route == "lattice"
-                      else smi_deep_branch.sequential_thresholds_l3)
-                seq = fn(skip=args["skip"], beta=args["beta"], progress=progress)
+                seq = smi_sequential.sequential_thresholds(
+                    layers=3, skip=args["skip"], beta=args["beta"], progress=progress)
                 res += [{k: d[k] for k in _L3_SEQUENTIAL_KEYS} for d in seq]
         else:
-            if route != "lattice":
-                raise InputError(f"route must be omitted (it applies to layers = 3); got {route!r}")
             from .numerics import smi
 
             res = smi.weak_thresholds(progress=progress, sequential=sequential, digits=digits,

@@ -1,9 +1,10 @@
 """Sequential thresholds of deep tied attention with L = 3 (M = 2, P_l = 1): layers 1 and 2 on
-the SE branch where layer 3 is learned, Q = diag(0, 0, q3) (numerics/smi_deep_branch.py).
+the SE branch where layer 3 is learned, Q = diag(0, 0, q3) (numerics/smi_sequential.py:
+branch_point, sequential_thresholds; the Monte Carlo oracles in numerics/smi_oracles.py).
 
 Usage:
   python benchmarks/smi_deep_sequential.py thresholds [--skip 1] [--beta 1] [--samples 6000]
-         [--inner 1500] [--seed 0] [--out res.json]
+         [--inner 1500] [--seed 0] [--out res.json]   # the seeded Monte Carlo oracle
   python benchmarks/smi_deep_sequential.py check Q3 [--orders tau,dh,dz,R ...] [--samples N]
          [--inner N] [--seed 0]      # deterministic lattice (two orders or more) vs Monte Carlo
   python benchmarks/smi_deep_sequential.py lattice Q3 --orders tau,dh,dz1,dz2,R ... [--workers 2]
@@ -31,11 +32,11 @@ def _load() -> str:
 
 
 def thresholds(args) -> None:
-    from aim_sym.numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_oracles
 
     print(_load(), flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    res = db.sequential_thresholds_l3(
+    res = smi_oracles.montecarlo_sequential_thresholds(
         skip=args.skip, beta=args.beta, samples=args.samples, inner=args.inner, seed=args.seed,
         progress=lambda i, n, m: print(f"  [{time.process_time() - c0:7.1f} s cpu] {m}",
                                        flush=True))
@@ -53,21 +54,21 @@ def thresholds(args) -> None:
 
 
 def check(args) -> None:
-    from aim_sym.numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_oracles
+    from aim_sym.numerics import smi_sequential as ss
 
     print(_load(), flush=True)
     for o in args.orders:
         tau, dh, dz, R = (float(x) for x in o.split(","))
         c0 = time.process_time()
-        st = db.branch_stats_l3(args.q3, skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz,
-                                radius=R)
+        st = ss.branch_point(args.q3, (tau, dh, dz, dz, R), skip=args.skip, beta=args.beta)
         print(f"lattice {o}: mass {st['mass']:.7f} mu1 {st['mu1']:.6f} mu2 {st['mu2']:.6f} "
               f"K3 {st['K3']:.6f} trcov3 {st['trcov3']:.6f} psi {st['psi']:.6f} Nishimori "
               f"{st['nishimori']:+.2e}; {st['pairs']:.2e} pairs, "
               f"{time.process_time() - c0:.1f} s cpu", flush=True)
     c0 = time.process_time()
-    mc = db.montecarlo_branch_l3(args.q3, skip=args.skip, beta=args.beta, samples=args.samples,
-                                 inner=args.inner, seed=args.seed)
+    mc = smi_oracles.montecarlo_branch(args.q3, layers=3, skip=args.skip, beta=args.beta,
+                                       samples=args.samples, inner=args.inner, seed=args.seed)
     print("Monte Carlo: " + ", ".join(f"{k} {e.value:.5f} +- {e.error:.5f}"
                                       for k, e in mc.items())
           + f"; {time.process_time() - c0:.1f} s cpu")
@@ -79,16 +80,15 @@ def _order(text: str) -> tuple:
 
 
 def lattice(args) -> None:
-    from aim_sym.numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_sequential as ss
 
     print(_load(), flush=True)
     for o in args.orders:
         tau, dh, dz1, dz2, R = _order(o)
         t0 = time.perf_counter()
-        st = db.branch_stats_l3(args.q3, skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz1,
-                                dz2=dz2, radius=R, single=not args.double, workers=args.workers,
-                                wcut=args.wcut)
-        r = [st[f"mu{l}"] - (1 - args.q3) * st["K3"] / args.q3 for l in (1, 2)]
+        st = ss.branch_point(args.q3, (tau, dh, dz1, dz2, R), skip=args.skip, beta=args.beta,
+                             single=not args.double, workers=args.workers, wcut=args.wcut)
+        r = st["r"]
         print(f"lattice {o}: mass {st['mass']:.8f} mu1 {st['mu1']:.7f} mu2 {st['mu2']:.7f} "
               f"K3 {st['K3']:.6f} cut(mu) {st['cut']['mu'] + st['cut']['mu_tail']:.1e} "
               f"r1 {r[0]:+.7f} r2 {r[1]:+.7f} Nishimori/K3 "
@@ -98,7 +98,7 @@ def lattice(args) -> None:
 
 
 def lattice_thresholds(args) -> None:
-    from aim_sym.numerics import smi_deep_branch as db
+    from aim_sym.numerics import smi_sequential as ss
 
     print(_load(), flush=True)
     t0 = time.perf_counter()
@@ -107,8 +107,8 @@ def lattice_thresholds(args) -> None:
         kw["orders"] = tuple(_order(o) for o in args.orders)
     if args.scan:
         kw["scan"] = tuple(args.scan)
-    res = db.sequential_thresholds_l3_lattice(
-        skip=args.skip, beta=args.beta, workers=args.workers, single=not args.double,
+    res = ss.sequential_thresholds(
+        layers=3, skip=args.skip, beta=args.beta, workers=args.workers, single=not args.double,
         progress=lambda i, n, m: print(f"  [{time.perf_counter() - t0:7.1f} s] {m}",
                                        flush=True), **kw)
     for d in res:
@@ -123,13 +123,11 @@ def lattice_thresholds(args) -> None:
 
 
 def kernel_speed(args) -> None:
-    from aim_sym.numerics import smi_deep_branch as db
     from aim_sym.numerics import smi_sequential as ss
 
     print(_load(), flush=True)
     tau, dh, dz1, dz2, R = _order(args.order)
-    kw = dict(skip=args.skip, beta=args.beta, tau=tau, dh=dh, dz=dz1, dz2=dz2, radius=R,
-              wcut=1e-8)
+    kw = dict(skip=args.skip, beta=args.beta, wcut=1e-8)
     # the block sizes of the shared fibre-lattice kernel (numerics.smi_sequential)
     for name, block, chunk, single, workers in (
             ("blocks of 2^20 elements, float64, 1 process", 1 << 20, 1 << 30, False, 1),
@@ -138,7 +136,8 @@ def kernel_speed(args) -> None:
             ("blocks of 2^16 x 8192 nodes, float32, 2 processes", 1 << 16, 8192, True, 2)):
         ss._BLOCK, ss._CHUNK = block, chunk
         t = time.perf_counter()
-        st = db.branch_stats_l3(args.q3, single=single, workers=workers, **kw)
+        st = ss.branch_point(args.q3, (tau, dh, dz1, dz2, R), single=single, workers=workers,
+                             **kw)
         dt = time.perf_counter() - t
         print(f"{name}: {dt:.1f} s wall, {dt / st['pairs'] * 1e9:.1f} ns/pair; mu1 "
               f"{st['mu1']:.10f} K3 {st['K3']:.8f}; " + _load(), flush=True)

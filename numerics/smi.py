@@ -40,8 +40,8 @@ the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
 Imports (a DAG): :mod:`~aim_sym.numerics.smi_fibre` (checks, rules, compiled pieces, fibre
 geometry), :mod:`~aim_sym.numerics.smi_route_a` (route A sums) and
 :mod:`~aim_sym.numerics.smi_oracles` (the seeded Monte Carlo routes, re-exported here) are the
-base; the engines (:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``,
-``smi_deep_branch``) build on it; this module is the entry on top of them (and
+base; the engines (:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``)
+build on it; this module is the entry on top of them (and
 :mod:`~aim_sym.numerics.smi_amp`, whose GAMP runs report :func:`fixed_point`, sits above it).
 """
 
@@ -168,7 +168,8 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
                         error=e.error / e.value**2, method=e.method, seconds=dt))
     if sequential:
         t = time.perf_counter()
-        seq = smi_sequential.sequential_threshold(skip=skip, beta=beta, digits=digits)
+        seq = smi_sequential.sequential_thresholds(layers=2, skip=skip, beta=beta,
+                                                   digits=digits)[0]
         if progress:
             progress(2, 2, "sequential threshold")
         rec = dict(layer=1, kind="sequential", value=seq["value"], error=seq["error"],

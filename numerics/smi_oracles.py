@@ -7,7 +7,9 @@ benchmarks, never as an engine.
 * :func:`montecarlo_branch`: the last layer's branch ``Q = diag(0, .., 0, q)`` at any depth
   (mu_l, K_L, the sequential residuals; prior + sign-flipped Laplace mixture over the free rows);
 * :func:`montecarlo_stats` (``Q = diag(q1, q2)``: K1, K2, K12), the same sampler with a learned
-  free row.
+  free row;
+* :func:`montecarlo_sequential_thresholds`: the sequential thresholds on that branch (the
+  oracle of the lattice driver; no command or API route uses it).
 
 Fibre points: :func:`aim_sym.numerics.smi_fibre.fibre_point` at L = 2, the compiled fibre at
 any depth.
@@ -15,12 +17,14 @@ any depth.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import time
 
 import numpy as np
 
-from .records import Estimate, mean_estimate, require
+from .records import ConvergenceError, Estimate, mean_estimate, require, standard_error
 from .smi_fibre import (
     attention_inverse,
     attention_matrix,
@@ -308,3 +312,129 @@ def montecarlo_stats(q1: float, q2: float, *, skip: float = 1.0, beta: float = 1
     names = branch_names(2)
     meth = f"Monte Carlo, {samples} outer x {inner} inner (mixture proposal), seed {seed}"
     return {k: mean_estimate(adj[:, names.index(k)], meth) for k in ("K1", "K2", "K12")}
+
+
+def _fit_root(qs, R, Mu, deg: int, strict: bool = True):
+    """Root of the polynomial fit (degree ``deg``, in ``x = q - mean``) of ``R`` over ``qs``
+    nearest their centre, and ``1 / mu`` there from the same fit of ``Mu``.  ``strict``: the
+    root must lie within the points (else :class:`ConvergenceError`); otherwise the linear fit's
+    root stands in when the quadratic has no real root (jackknife replicates)."""
+    x0 = float(np.mean(qs))
+    x = np.asarray(qs) - x0
+    cr, cm = np.polyfit(x, R, deg), np.polyfit(x, Mu, deg)
+    roots = [z.real for z in np.roots(cr) if abs(z.imag) < 1e-12]
+    if strict:
+        roots = [z for z in roots if x[0] - 1e-9 <= z <= x[-1] + 1e-9]
+        if not roots:
+            raise ConvergenceError("no root of the fitted residual within the refinement points",
+                                   last_iterate=list(qs), residual=list(R))
+    if not roots:
+        return _fit_root(qs, R, Mu, 1, strict=False)
+    xr = min(roots, key=lambda z: abs(z))
+    return x0 + xr, 1.0 / float(np.polyval(cm, xr))
+
+
+MC_SEQ_SCAN = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.993, 0.996)
+
+
+def montecarlo_sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
+                                     samples: int = 6000, inner: int = 1500, seed: int = 0,
+                                     scan_samples: int = 2000, scan=MC_SEQ_SCAN,
+                                     groups: int = 20, progress=None) -> list[dict]:
+    """Seeded Monte Carlo oracle of the sequential thresholds of layers ``1 .. L-1`` on the
+    last layer's SE branch (THEORY 2.2), independent of the lattice driver
+    :func:`aim_sym.numerics.smi_sequential.sequential_thresholds`: root ``q*`` of ``r_l = mu_l -
+    (1 - q) K_L / q`` (:func:`branch_samples`), ``alpha_seq,l = 1 / mu_l(q*)``.
+
+    A scan of ``scan`` with ``scan_samples`` outer draws brackets each sign change; four points
+    spanning the bracket (widened by half its width on each side, moved by their spacing at most
+    3 times until the refined residual changes sign) are evaluated with ``samples`` x ``inner``
+    draws and common random numbers; ``r_l`` and ``mu_l`` are fitted by quadratics.  Error =
+    delete-a-group jackknife SE over ``groups`` groups of outer draws + ``|alpha(inner) -
+    alpha(inner / 2)|`` (ratio bias) + ``|quadratic - linear fit|``.  Returns records ``layer,
+    kind="sequential", value, error, q{L}, q{L}_error, nishimori, slope_r, first, method``."""
+    require(isinstance(samples, int) and samples >= 20 * groups, "samples",
+            f">= 20 x groups = {20 * groups}", samples)
+    require(isinstance(groups, int) and groups >= 5, "groups", "an integer >= 5", groups)
+    require(len(scan) >= 2 and all(0 < q < 1 for q in scan) and list(scan) == sorted(scan),
+            "scan", "increasing values in (0, 1)", scan)
+    names = branch_names(layers)
+    free = range(1, layers)
+    col_r = {l: names.index(f"resid{l}") for l in free}
+    col_k, col_n = names.index(f"K{layers}"), names.index("nishimori")
+    t0, c0 = time.perf_counter(), time.process_time()
+    tick = progress or (lambda *a: None)
+    draw = functools.partial(branch_samples, layers=layers, skip=skip, beta=beta)
+    rs = []
+    for i, q in enumerate(scan):
+        adj = draw(q, samples=scan_samples, inner=inner, seed=seed + 7919)
+        rs.append([adj[:, col_r[l]].mean() for l in free])
+        tick(i + 1, len(scan), f"sequential (Monte Carlo): scan q = {q}")
+    rs = np.array(rs)
+    brackets = {}
+    for l in free:
+        r = rs[:, l - 1]
+        idx = [i for i in range(len(scan) - 1) if r[i] < 0 <= r[i + 1]]
+        if not idx:
+            raise ConvergenceError(f"sequential threshold of layer {l} not bracketed in q",
+                                   last_iterate=list(scan), residual=list(r))
+        qa, qb = scan[idx[0]], scan[idx[0] + 1]
+        w = qb - qa
+        brackets[l] = [qa - 0.5 * w + 2 * w * k / 3 for k in range(4)]
+    vals, half = {}, {}
+
+    def ensure(q):
+        q = round(q, 12)
+        require(0 < q < 1, "scan", "brackets whose refinement points stay in (0, 1)", q)
+        if q not in vals:
+            vals[q], half[q] = (draw(q, samples=samples, inner=k, seed=seed)
+                                for k in (inner, max(20, inner // 2)))
+            tick(len(vals), 4 * len(free), f"sequential (Monte Carlo): q = {q:.5f}")
+        return q
+
+    for l in free:
+        qs = [ensure(q) for q in brackets[l]]
+        dq = qs[1] - qs[0]
+        for _ in range(3):
+            r = [vals[q][:, col_r[l]].mean() for q in qs]
+            if min(r) < 0 <= max(r):
+                break
+            qs = [ensure(q) for q in (qs[1:] + [qs[-1] + dq] if max(r) < 0
+                                      else [qs[0] - dq] + qs[:-1])]
+        brackets[l] = qs
+    gid = np.arange(samples) * groups // samples
+    out = []
+    for l in free:
+        qs = brackets[l]
+
+        def est(data, mask=None, deg=2, qs=qs, l=l):
+            sel = slice(None) if mask is None else mask
+            R = [data[q][sel, col_r[l]].mean() for q in qs]
+            Mu = [data[q][sel, l - 1].mean() for q in qs]
+            return _fit_root(qs, R, Mu, deg, strict=mask is None and deg == 2)
+
+        q_star, a = est(vals)
+        jk = np.array([est(vals, gid != g) for g in range(groups)])
+        se = np.sqrt((groups - 1) / groups * ((jk - jk.mean(0)) ** 2).sum(0))
+        q_h, a_h = est(half)
+        q_l, a_l = est(vals, deg=1)
+        slope = float(np.polyfit(qs, [vals[q][:, col_r[l]].mean() for q in qs], 1)[0])
+        near = vals[min(qs, key=lambda q: abs(q - q_star))]
+        K = near[:, col_k].mean()
+        out.append(dict(
+            layer=l, kind="sequential", value=float(a),
+            error=float(se[1] + abs(a - a_h) + abs(a - a_l)), **{
+                f"q{layers}": float(q_star),
+                f"q{layers}_error": float(se[0] + abs(q_star - q_h) + abs(q_star - q_l))},
+            stat_error=float(se[1]), bias=float(abs(a - a_h)), interpolation=float(abs(a - a_l)),
+            nishimori=(float(near[:, col_n].mean() / K), standard_error(near[:, col_n]) / K),
+            slope_r=slope, points=[float(q) for q in qs], seconds=time.perf_counter() - t0,
+            cpu_seconds=time.process_time() - c0,
+            method=(f"root in q of mu_{l} - (1-q) K{layers}/q on the layer-{layers} SE branch; "
+                    f"seeded Monte Carlo {samples} outer x {inner} inner at 4 points with "
+                    f"common random numbers, quadratic fit; error = jackknife SE ({groups} groups)"
+                    f" + |inner - inner/2| + |quadratic - linear|")))
+    first = min(out, key=lambda d: d["value"])
+    for d in out:
+        d["first"] = d is first
+    return out

@@ -1,9 +1,24 @@
 """Branch statistics of deep tied attention on the last layer's SE branch with one shared
 trapezoid fibre lattice, for every depth L (THEORY 2.2 sequential thresholds, 2.3 and 2.5
-fibre), and the sequential threshold of layer 1 at L = 2 (M = 2, P_l = 1).  The L = 3 driver
-(:mod:`aim_sym.numerics.smi_deep_branch`) calls the same kernel (:func:`branch_stats` with
-``layers=3``: lattice :func:`fibre_lattice` over the free rows, h rule :func:`h_lattice` on the
-box of the vertex maps, :func:`fibre_moments` in node chunks).  Below, L = 2.
+fibre), and the sequential thresholds on it (M = 2, P_l = 1): :func:`sequential_thresholds`
+for every unlearned layer at a fixed (coarse, refined) pair of orders (L = 2, 3), and its L = 2
+ladder :func:`sequential_threshold` (``digits``).  One kernel for every depth
+(:func:`branch_stats`: lattice :func:`fibre_lattice` over the free rows, h rule
+:func:`h_lattice` on the box of the vertex maps, :func:`fibre_moments` in node chunks).
+
+On the branch ``Q = diag(0, .., 0, q)``, ``M = A_{L-1} .. A_1`` is invariant under each free
+row's sign flip, so ``E z_l = 0``, the cross blocks of the posterior covariance vanish and each
+unlearned layer has the stability coefficient ``mu_l = E ||Cov[z_l | y, omega_L] - I||_F^2``;
+the sequential threshold of layer ``l`` is the root ``q*`` of ``r_l = mu_l - (1 - q) K_L / q``,
+``alpha_seq,l = 1 / mu_l(q*)``.  At L = 3 (4D fibre lattice) the roots sit at V = 0.022 and
+0.013; what made the lattice affordable there (benchmarks/RESULTS.md): an anisotropic lattice
+(``mu_l`` is set by the ``z_2`` spacing, ``K3`` more by the ``z_1`` one), blocks of 8 outer
+points x 8192 nodes, float32 exponentials, forked workers (7.9 ns per pair of wall time on 2
+cores) and dropping omega_3 nodes of weight < :data:`LATTICE_WCUT` (bounded in the bar).
+L = 3, c = 1: 0.9771 +- 0.0021 (layer 1, q3* = 0.97828) and 1.1358 +- 0.0044 (layer 2, an
+upper bound only), 0.1 combined SE from the seeded Monte Carlo oracle
+:func:`aim_sym.numerics.smi_oracles.montecarlo_sequential_thresholds` (0.979 +- 0.017, 1.134 +-
+0.014), 10 evaluations in 21 min on 2 cores.  Below, L = 2.
 
 At ``Q = diag(0, q2)`` the fibre integral over ``z_1'`` given ``(h, omega_2)`` is
 
@@ -39,6 +54,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from functools import lru_cache
 
 import numpy as np
@@ -675,7 +691,6 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     :class:`ConvergenceError` if the root is not bracketed.  ``workers``: processes over the
     omega_2 nodes (default ``min(2, cpu_count)``)."""
     import os
-    import time
 
     require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
     check_skip_floor(skip, "sequential")
@@ -769,3 +784,240 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                         "alpha(coarse)| + root interpolation + alpha x (relative Nishimori "
                         "residual + float32 exponentials' bound) + bounds on the omega_2 and "
                         "fibre-lattice cuts"))
+
+
+# ----------------------------------------------------------------------------- any depth
+# The fixed-pair driver: every unlearned layer l = 1 .. L-1 on the last layer's branch, one
+# (coarse, refined) pair of orders (tau, dh, dz1, dz2, R); the L = 2 ladder above is its option
+# with digits.  Defaults, L = 3 (tau, dh, dz1, dz2, R): omega_3 sinh-trapezoid step, h spacing /
+# sqrt(V), fibre lattice spacings in z_1 and z_2, lattice radius.  Chosen from the one-rule-at-a-
+# time errors measured at q3 = 0.98 (benchmarks/RESULTS.md): changes of r_1 from coarse to
+# refined, one rule at a time: dh 2.8 -> 2.2 1.5e-3, tau 0.5 -> 0.4 1e-4 to 1.6e-4, fibre
+# (0.6, 0.4) -> (0.5, 0.3) 1.6e-3; the refined fibre lattice is 6e-4 from the reference (0.5, 0.2)
+# + (0.4, 0.3), radius 6 vs 6.5: 1e-5.  Measured cost: 21 min on 2 cores (machine shared) for both layers.
+LATTICE_ORDERS = ((0.5, 2.8, 0.6, 0.4, 6.0), (0.4, 2.2, 0.5, 0.3, 6.0))
+LATTICE_SCAN = (0.975, 0.98, 0.985, 0.99)
+# omega_3 nodes below this weight are dropped at the roots: at q3 = 0.98, tau = 0.5 it removes
+# 18 of 99 nodes, which hold 47% of the h points and 5e-9 of the weight (bound on mu_l:
+# 2 (R^2 - 1)^2 x 5e-9 = 1.3e-5 at R = 6, in the bar)
+LATTICE_WCUT = 1e-8
+
+
+def _check_order(order) -> tuple:
+    """``(tau, dh, dz1, dz2, radius)`` as floats, each in its range (InputError otherwise)."""
+    require(isinstance(order, (tuple, list)) and len(order) == 5
+            and all(isinstance(x, (int, float)) and np.isfinite(x) for x in order), "orders",
+            "pairs of (tau, dh, dz1, dz2, radius)", order)
+    tau, dh, dz1, dz2, rad = (float(x) for x in order)
+    require(0.01 <= tau <= 1.0, "tau", "in [0.01, 1]", tau)
+    require(0.1 <= dh <= 4.0, "dh", "in [0.1, 4] (units of sqrt(1 - q))", dh)
+    require(0.05 <= dz1 <= 1.0 and 0.05 <= dz2 <= 1.0, "dz", "in [0.05, 1]", (dz1, dz2))
+    require(3.0 <= rad <= 9.0, "radius", "in [3, 9]", rad)
+    return tau, dh, dz1, dz2, rad
+
+
+def branch_point(q: float, order, *, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
+                 single: bool = False, workers: int = 1, wcut: float = OMEGA_WCUT) -> dict:
+    """:func:`branch_stats` at ``Q = diag(0, .., 0, q)`` for one order ``(tau, dh, dz1, dz2,
+    radius)`` (``dz1`` in ``z_1``, ``dz2`` in the later rows; omega_L sinh scale ``min(sqrt V,
+    sqrt q)``: the omega features have width sqrt(V) as q -> 1, the Gaussian itself sqrt(q) as
+    q -> 0; one h spacing at every omega node), with the residuals ``r_l = mu_l - (1 - q) K_L /
+    q`` of the unlearned layers, ``q``, ``order`` and ``seconds``."""
+    require(isinstance(skip, (int, float)) and np.isfinite(skip) and skip > 0, "skip",
+            "> 0 (det A = c (1 + c) must not vanish)", skip)
+    require(isinstance(beta, (int, float)) and np.isfinite(beta) and beta > 0, "beta", "> 0",
+            beta)
+    require(isinstance(q, (int, float)) and np.isfinite(q) and 0 < q < 1, f"q{layers}",
+            "in (0, 1)", q)
+    tau, dh, dz1, dz2, rad = _check_order(order)
+    t0 = time.perf_counter()
+    st = branch_stats(q, c=skip, beta=beta, n_w=tau, dh=dh, dz=dz1, workers=workers,
+                      single=single, layers=layers, dz2=dz2, radius=rad,
+                      kappa=min(1.0, math.sqrt(q / (1.0 - q))), wcut=wcut, blend=False)
+    st["r"] = [st[f"mu{l}"] - (1 - q) * st[f"K{layers}"] / q for l in range(1, layers)]
+    return st | dict(q=q, order=(tau, dh, dz1, dz2, rad), seconds=time.perf_counter() - t0)
+
+
+def _quad_root(pts, l: int, lo: float, hi: float):
+    """Root in ``x = log(1 - q)`` of the parabola through three ``(q, stats)`` points for
+    ``r_l``, within ``[lo, hi]`` (x values), with the parabolas' coefficients of ``r_l`` and
+    ``mu_l``; the linear interpolation between the bracket ends is returned for comparison."""
+    x = np.array([math.log1p(-q) for q, _ in pts])
+    x0 = float(x.mean())
+    R = [st["r"][l - 1] for _, st in pts]
+    Mu = [st[f"mu{l}"] for _, st in pts]
+    cr, cm = np.polyfit(x - x0, R, 2), np.polyfit(x - x0, Mu, 2)
+    a, b = sorted((lo, hi))
+    roots = [z.real + x0 for z in np.roots(cr) if abs(z.imag) < 1e-12
+             and a - 1e-12 <= z.real + x0 <= b + 1e-12]
+    if not roots:
+        raise ConvergenceError(f"no root of the layer-{l} residual parabola in the bracket",
+                               last_iterate=[q for q, _ in pts], residual=R)
+    xr = min(roots, key=lambda z: abs(z - 0.5 * (a + b)))
+    return xr, x0, cr, cm
+
+
+def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
+                           digits: int | None = None, orders=None, scan=LATTICE_SCAN,
+                           single: bool = True, split: bool = True, workers: int | None = None,
+                           progress=None) -> list[dict]:
+    """Sequential thresholds of every unlearned layer ``l = 1 .. L-1`` on the last layer's SE
+    branch (THEORY 2.2), ``layers`` 2 or 3, by the deterministic rule :func:`branch_point`
+    (anisotropic fibre lattice, float32 exponentials); its oracle is
+    :func:`aim_sym.numerics.smi_oracles.montecarlo_sequential_thresholds`.
+
+    At L = 2 without ``orders`` (or with ``digits``, default 4): the ladder of refinements
+    :func:`sequential_threshold` (its record with ``layer``, ``kind``, ``first``).  Otherwise
+    one (coarse, refined) pair ``orders`` of ``(tau, dh, dz1, dz2, radius)``, default
+    :data:`LATTICE_ORDERS` at L = 3 (calibrated there), as follows.
+
+    Root search in ``x = log(1 - q)`` (``r_l`` is close to linear in it): the coarse order
+    ``orders[0]`` on ``scan`` (extended by one scan step outwards, at most twice, until both
+    residuals change sign); per layer the parabola through the bracket and its nearer neighbour
+    gives the root ``x_l``; the coarse order is evaluated at ``x_l`` and shifted to its own root
+    to first order with the parabola's slopes (``x_c``), the refined order ``orders[1]`` is
+    evaluated at ``x_c`` and shifted likewise.  ``value = 1 / mu_l`` of the refined order;
+    ``error = |alpha_refined - alpha_coarse|`` (``split``: the order with the refined outer rules
+    ``tau, dh`` and the coarse fibre lattice is evaluated too, and the moduli of the two steps are
+    added, since the rules' errors may cancel) + interpolation (second-order remainder of both
+    shifts from the parabolas' curvatures + the slope uncertainty: parabola slope ratio
+    ``dmu/dr`` vs the bracket's secant, times the shifts) + ``alpha`` x (relative Nishimori
+    residual of the refined order + FLOAT32_REL if ``single``) + the cut bounds (omega_3 nodes
+    dropped, prior mass outside the lattice ball) x ``alpha^2``.  ``workers``: processes over the
+    omega_3 nodes (default ``min(2, cpu_count)``).  Returns records ``layer, kind="sequential",
+    value, error, q3, q3_error, orders, method, seconds, first`` (and the parts of the bar); the
+    smaller value is the next transition after layer 3 (the other is an upper bound only, module
+    docstring).  Raises :class:`ConvergenceError` when a root is not bracketed."""
+    import os
+
+    require(layers in (2, 3), "layers", "2 or 3 (fibre lattices of at most 4 dimensions)",
+            layers)
+    if layers == 2 and (orders is None or digits is not None):
+        require(orders is None, "orders", "omitted with digits (the L = 2 ladder)", orders)
+        r = sequential_threshold(skip=skip, beta=beta, digits=4 if digits is None else digits,
+                                 workers=workers, progress=progress)
+        return [dict(r, layer=1, kind="sequential", first=True)]
+    require(digits is None, "digits", "omitted for layers = 3 (a fixed pair of orders)", digits)
+    orders = LATTICE_ORDERS if orders is None else orders
+    require(isinstance(skip, (int, float)) and np.isfinite(skip) and skip > 0, "skip",
+            "> 0 (det A = c (1 + c) must not vanish)", skip)
+    check_skip_floor(skip, "sequential_l3" if layers == 3 else "sequential")
+    require(isinstance(orders, (tuple, list)) and len(orders) == 2, "orders",
+            "a pair (coarse, refined) of (tau, dh, dz1, dz2, radius)", orders)
+    orders = tuple(_check_order(o) for o in orders)
+    require(isinstance(scan, (tuple, list)) and len(scan) >= 3
+            and all(isinstance(q, (int, float)) and 0 < q < 1 for q in scan)
+            and list(scan) == sorted(set(scan)), "scan", "at least 3 increasing values in (0, 1)",
+            scan)
+    require(isinstance(single, bool), "single", "a bool", single)
+    require(isinstance(split, bool), "split", "a bool", split)
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
+    require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
+    t0 = time.perf_counter()
+    tick = progress or (lambda *a: None)
+    coarse, fine = orders
+    seen: dict = {}
+
+    def ev(q, order):
+        q = round(float(q), 12)
+        require(0 < q < 1, "scan", "brackets that stay in (0, 1)", q)
+        if (q, order) not in seen:
+            seen[(q, order)] = branch_point(q, order, layers=layers, skip=skip, beta=beta,
+                                            single=single, workers=workers, wcut=LATTICE_WCUT)
+            st = seen[(q, order)]
+            tick(len(seen), 2 * layers - 2 + len(scan),
+                 f"L = {layers} lattice: q{layers} = {q:.6f} order {list(order)}: r = ("
+                 + ", ".join(f"{r:+.4e}" for r in st["r"]) + f"), {st['seconds']:.0f} s")
+        return seen[(q, order)]
+
+    xs = [math.log1p(-q) for q in scan]
+    dx = float(np.mean(np.diff(xs)))                     # negative: x falls as q3 rises
+    grid = list(scan)
+    for q in grid:
+        ev(q, coarse)
+    brackets = {}
+    for l in range(1, layers):
+        for attempt in range(3):
+            pts = sorted((q, ev(q, coarse)) for q in grid)
+            r = [st["r"][l - 1] for _, st in pts]
+            idx = [i for i in range(len(pts) - 1) if r[i] * r[i + 1] <= 0]
+            if idx:
+                brackets[l] = idx[0]
+                break
+            if attempt == 2:
+                raise ConvergenceError(f"layer-{l} sequential root not bracketed by the lattice "
+                                       "scan", last_iterate=[q for q, _ in pts], residual=r)
+            # both residuals rise with q3 near the roots: all negative -> go up in q3
+            xn = math.log1p(-pts[-1][0]) + dx if r[-1] < 0 else math.log1p(-pts[0][0]) - dx
+            grid.append(-math.expm1(xn))
+    out = []
+    for l in range(1, layers):
+        pts = sorted((q, ev(q, coarse)) for q in grid)
+        i = brackets[l]
+        # the bracket and its nearer neighbour in |r_l|
+        nb = [j for j in (i - 1, i + 2) if 0 <= j < len(pts)]
+        j = min(nb, key=lambda j: abs(pts[j][1]["r"][l - 1]))
+        trio = sorted([pts[i], pts[i + 1], pts[j]])
+        xa, xb = math.log1p(-pts[i][0]), math.log1p(-pts[i + 1][0])
+        xr, x0, cr, cm = _quad_root(trio, l, xa, xb)
+        s_r = float(np.polyval(np.polyder(cr), xr - x0))
+        s_mu = float(np.polyval(np.polyder(cm), xr - x0))
+        ra, rb = pts[i][1]["r"][l - 1], pts[i + 1][1]["r"][l - 1]
+        ma, mb = pts[i][1][f"mu{l}"], pts[i + 1][1][f"mu{l}"]
+        rel_slope = abs((mb - ma) / (rb - ra) - s_mu / s_r) / abs(s_mu / s_r)
+        curv = abs(cm[0]) + abs(s_mu * cr[0] / s_r)
+
+        def shifted(order, x_at, l=l, s_r=s_r, s_mu=s_mu):
+            st = ev(-math.expm1(x_at), order)
+            x_o = x_at - st["r"][l - 1] / s_r
+            return dict(st=st, x=x_o, x_eval=x_at, mu=st[f"mu{l}"] + s_mu * (x_o - x_at),
+                        nis=abs(st["nishimori"]) / st[f"K{layers}"])
+
+        c = shifted(coarse, xr)
+        # split refinement: the outer rules (tau, dh) first, then the fibre lattice; the errors
+        # of the two may have opposite signs, so the bar adds the two steps' moduli
+        evs = [c] + [shifted(o, c["x"]) for o in ((fine[:2] + coarse[2:]) if split else (),
+                                                  fine) if o]
+        f = evs[-1]
+        a_f = 1.0 / f["mu"]
+        steps = [abs(1.0 / e1["mu"] - 1.0 / e0["mu"]) for e0, e1 in zip(evs[:-1], evs[1:])]
+        interp = sum((curv * (o["x"] - o["x_eval"]) ** 2
+                      + rel_slope * abs(s_mu * (o["x"] - o["x_eval"]))) for o in evs) * a_f**2
+        cut, q_f = f["st"]["cut"], -math.expm1(f["x"])
+        cut_alpha = (cut["mu"] + cut["mu_tail"]
+                     + (1 - q_f) / q_f * (cut["K"] + cut["K_tail"])) * a_f**2
+        f32 = a_f * FLOAT32_REL if single else 0.0
+        spread = sum(steps)
+        err = spread + interp + a_f * f["nis"] + f32 + cut_alpha
+        out.append(dict(
+            layer=l, kind="sequential", value=a_f, error=err, **{
+                f"q{layers}": q_f,
+                f"q{layers}_error": sum(abs(math.expm1(e1["x"]) - math.expm1(e0["x"]))
+                                        for e0, e1 in zip(evs[:-1], evs[1:]))
+                + (1 - q_f) * abs(cr[0] / s_r) * sum((o["x"] - o["x_eval"]) ** 2 for o in evs),
+                f"q{layers}_values": [-math.expm1(e["x"]) for e in evs]},
+            values=[1.0 / e["mu"] for e in evs],
+            spread=spread, steps=steps,
+            interpolation=interp, nishimori=f["nis"], float32=f32, cut=cut_alpha,
+            slope_r=s_r, slope_mu=s_mu, mass=f["st"]["mass"], pairs=int(f["st"]["pairs"]),
+            orders=[list(o) for o in orders],
+            scan=[(q, *st["r"], *(st[f"mu{k}"] for k in range(1, layers))) for q, st in pts],
+            seconds=0.0,
+            method=(f"root in q{layers} of mu_l - (1-q{layers}) K{layers}/q{layers} on the "
+                    f"layer-{layers} SE branch; deterministic: omega_{layers} sinh-trapezoid x h "
+                    f"lattice x {2 * layers - 2}D fibre trapezoid lattice (dz1 in z_1, dz2 in "
+                    "later rows), orders (tau, "
+                    f"dh/sqrt V, dz1, dz2, R) {[list(o) for o in orders]}"
+                    + (", float32 exponentials" if single else "")
+                    + "; error = |alpha(refined) - alpha(coarse)|"
+                    + (" (outer rules and fibre lattice refined in turn, moduli added)" if split
+                       else "") + " + root interpolation + alpha x "
+                    "(relative Nishimori residual + float32 bound) + cut bounds")))
+    secs = time.perf_counter() - t0
+    first = min(out, key=lambda d: d["value"])
+    for d in out:
+        d["seconds"] = secs
+        d["evaluations"] = len(seen)
+        d["first"] = d is first
+    return out

@@ -173,8 +173,6 @@ CASES = [
     ("smi-digits-10", ["threshold", "weak", "--model", "smi", "--digits", "10"], "--digits"),
     ("aim-no-sequential", ["threshold", "weak", "--small-width", "--no-sequential"],
      "--no-sequential"),
-    ("route-with-l2", ["threshold", "weak", "--model", "smi", "--layers", "2",
-                       "--sequential-route", "montecarlo"], "--sequential-route"),
     # amp
     ("amp-max-iter-zero", ["amp", "--alpha", "0.1", "--max-iter", "0"], "--max-iter"),
     ("amp-rng-seed-negative", ["amp", "--alpha", "0.1", "--rng-seed", "-1"], "--rng-seed"),

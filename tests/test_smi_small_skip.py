@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from aim_sym.numerics import smi, smi_deep_branch, smi_sequential, smi_weak
+from aim_sym.numerics import smi, smi_sequential, smi_weak
 from aim_sym.numerics.records import InputError
 from click.testing import CliRunner
 
@@ -90,8 +90,7 @@ def test_refusals_name_skip_and_the_range():
         (lambda: smi_weak.stability(layers=3, skip=0.3), "in [0.5, 4]"),
         (lambda: smi_weak.stability(layers=2, skip=0.05), "in [0.5, 4]"),
         (lambda: smi_weak.montecarlo_lambdas(layers=3, skip=0.3), "in [0.5, 4]"),
-        (lambda: smi_deep_branch.sequential_thresholds_l3_lattice(skip=0.5), ">= 1"),
-        (lambda: smi_deep_branch.sequential_thresholds_l3(skip=0.5), ">= 1"),
+        (lambda: smi_sequential.sequential_thresholds(layers=3, skip=0.5), ">= 1"),
     ]
     for call, allowed in cases:
         with pytest.raises(InputError, match="^skip must be ") as e:

@@ -189,7 +189,6 @@ def test_cli_refuses_unsupported_depths_tokens_and_options(run_cli):
     for args, opt in ((["--layers", "5"], "--layers"), (["--tokens", "4"], "--tokens"),
                       (["--layers", "4", "--tokens", "3"], "--layers"),
                       (["--layers", "4", "--digits", "3"], "--digits"),
-                      (["--layers", "4", "--sequential-route", "lattice"], "--sequential-route"),
                       (["--tokens", "3", "--skip", "0.5"], "--skip"),
                       (["--layers", "4", "--beta", "5"], "--beta")):
         rc, _, err = run_cli(["threshold", "weak", "--model", "smi", *args])
