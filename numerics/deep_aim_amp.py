@@ -18,7 +18,7 @@ index with a joint output function:
     R_l = S_hat_l + (2 / (D A_l)) sum_mu sum_ab g^l_mu,ab Z_mu,ab,
     S_hat_l, V_l <- amp.rie_step(R_l, delta = 1 / A_l, rho = rho_l)                    (-> mmse_l)
 
-The posterior is the SE's own quadrature (:func:`.deep_aim_se._posterior`: the inner trapezoid over
+The posterior is the SE's own quadrature (:func:`.deep_aim_se.posterior`: the inner trapezoid over
 H^1's seen part, H^2's fixed by the fibre), in the whitened coordinates of
 :func:`.deep_aim_se.whiten`. The Onsager/variance term A_l comes from the **posterior covariance**,
 not from the Nishimori identity: in whitened coordinates d g^l / d omega^l = (Cov_l[. | z] - V_l I)
@@ -42,7 +42,7 @@ import numpy as np
 
 from . import amp, wishart
 from .deep_aim import output, statistics_from_output
-from .deep_aim_se import INNER_STEPS, DeepAimSE, _posterior, se_map, unwhiten_gradient, whiten
+from .deep_aim_se import INNER_STEPS, DeepAimSE, posterior, se_map, unwhiten_gradient, whiten
 from .records import require
 
 #: samples per chunk of the posterior quadrature (rows x ~3e3-2e4 inner nodes)
@@ -81,7 +81,7 @@ def g_out(model: DeepAimSE, *, z1, z2, omega1, omega2, v1: float, v2: float,
     """Per sample: g^l_ab = d log Z_out / d omega^l_ab (shape (N, 3), pairs (11, 12, 22)),
     ``div_l`` = sum_ab (1 + delta_ab) d g^l_ab / d omega^l_ab = (tr Cov_l - 2 V_l) / V_l^2 (the
     posterior-covariance form, module docstring) and ``log_z_out``, by the SE's posterior
-    quadrature (:func:`.deep_aim_se._posterior`, inner step ``h_in``)."""
+    quadrature (:func:`.deep_aim_se.posterior`, inner step ``h_in``)."""
     require(math.isfinite(v1) and v1 > 0, "V1", "a finite number > 0", v1)
     require(math.isfinite(v2) and v2 > 0, "V2", "a finite number > 0", v2)
     z1, z2 = np.asarray(z1, float), np.asarray(z2, float)
@@ -92,7 +92,7 @@ def g_out(model: DeepAimSE, *, z1, z2, omega1, omega2, v1: float, v2: float,
     for s in range(0, n, chunk):
         sl = slice(s, s + chunk)
         with np.errstate(over="ignore", invalid="ignore"):
-            p = _posterior(model, z1[sl], z2[sl], a[sl, 0], a[sl, 1], b[sl, 0], b[sl, 1], v1, v2,
+            p = posterior(model, z1[sl], z2[sl], a[sl, 0], a[sl, 1], b[sl, 0], b[sl, 1], v1, v2,
                            h_in)
         g1[sl], g2[sl] = p["d_xi"] / v1, p["d_x"] / v2
         div1[sl] = (p["tr_cov_xi"] - 2.0 * v1) / (v1 * v1)

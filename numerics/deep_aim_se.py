@@ -171,7 +171,7 @@ def _nodes(model: DeepAimSE, a1, a2, v1: float, v2: float, h_in: float):
     return xi1, xi2, logw, mu, kappa
 
 
-def _posterior(model: DeepAimSE, z1, z2, a1, a2, b1, b2, v1: float, v2: float, h_in: float):
+def posterior(model: DeepAimSE, z1, z2, a1, a2, b1, b2, v1: float, v2: float, h_in: float):
     """log Z_out and the posterior means E[xi - a | z], E[x* - b | z] for rows of outer points."""
     xi1, xi2, logw, mu, kappa = _nodes(model, a1, a2, v1, v2, h_in)
     a1, a2 = np.asarray(a1, float)[:, None], np.asarray(a2, float)[:, None]
@@ -214,7 +214,7 @@ def z_out(z1, z2, *, model: DeepAimSE, a, b, v1: float, v2: float,
     a = np.broadcast_to(np.asarray(a, float), (n, 2))
     b = np.broadcast_to(np.asarray(b, float), (n, 2))
     z1, z2 = np.broadcast_to(z1, (n,)), np.broadcast_to(z2, (n,))
-    p = _posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in)
+    p = posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in)
     return {"z_out": np.exp(p["log_z_out"]), "log_z_out": p["log_z_out"],
             "g1": p["d_xi"] / v1, "g2": p["d_x"] / v2}
 
@@ -288,7 +288,7 @@ def _output_sums(model: DeepAimSE, q1: float, q2: float, h_in: float, normals: n
             a, b, e1, e2 = _outer_points(model, q1, q2, normals[k, st:st + chunk], estimator)
             z1, z2 = statistics(a[:, 0] + e1[:, 0], a[:, 1] + e1[:, 1], b[:, 0] + e2[:, 0],
                                 b[:, 1] + e2[:, 1], skip=model.skip, beta=model.beta)
-            p = _posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in)
+            p = posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in)
             ms = [np.sum(p["d_xi"] ** 2), np.sum(p["d_x"] ** 2)]
             var = [np.sum(2.0 * v1 - p["tr_cov_xi"]), np.sum(2.0 * v2 - p["tr_cov_x"])]
             acc += [*(var if estimator == "variance" else ms), np.sum(e1 * p["d_xi"]),
