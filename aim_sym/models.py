@@ -679,11 +679,13 @@ def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None,
     details = {"q": bo["q"], "q_hat": bo["q_hat"], "phi": bo["phi"],
                **egens[[f is bo for f in fps].index(True)], "fixed_points": rows}
     return Result(quantity="mmse", value=bo["mmse"], error=bo["error"],
-                  method=f"fixed points with V >= {ps.V_MIN} (order-6 scan, Brent's method): "
-                  "output side by tensor Gauss-Hermite over omega (orders "
-                  f"{ps.SE_ORDERS[0]}, {ps.SE_ORDERS[1]}) of the Gaussian polytope engine + "
-                  "Wishart prior quadrature; error = the Newton step between the two orders + "
-                  "propagated bars", precision=16, parameters=m.parameters(alpha=alpha),
+                  method=f"fixed points with V >= {ps.V_MIN} (scan, Brent's method): output "
+                  "side over omega by the " + bo.get(
+                      "rule", f"Gauss-Hermite, orders {tuple(ps.SE_ORDERS)}")
+                  + f" rule (the face rule below V = {ps.V_GH})"
+                  " of the Gaussian polytope engine + Wishart prior "
+                  "quadrature; error = the Newton step between the two rules + propagated bars",
+                  precision=16, parameters=m.parameters(alpha=alpha),
                   details=details)
 
 

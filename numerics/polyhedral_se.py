@@ -17,6 +17,9 @@ The SE output expectation (THEORY 1.1)
 
 over omega ~ N(0, q C) is a tensor Gauss-Hermite rule in the K directions m = L omega the channel
 sees (L the basis of its half-space normals, m ~ N(0, q L C L^T)); two orders give the error.
+Below V_GH = 0.35 (V << q: the integrand varies on sqrt(V) across the faces, Gauss-Hermite
+converges slowly) the face rule (:func:`face_estimate`): a trapezoid rule in face coordinates
+graded to a spacing ~sqrt(V) across each face; two steps give the error.
 At q = 0 it is one evaluation at omega = 0, and the small-width weak-recovery threshold is
 alpha_bar_c = 1 / (2 E(0, 1)) (THEORY 1.2, 1.4).
 
@@ -38,6 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import brentq
+from scipy.special import ndtri
 
 from . import polytope as pt
 from . import wishart
@@ -45,7 +49,8 @@ from .records import ConvergenceError, Estimate, require
 
 __all__ = ["Term", "PolyhedralOutput", "OutputValues", "z_out", "output_moments",
            "output_estimate", "weak_threshold", "check_identities",
-           "GH_ORDERS", "FAST_RULE", "fixed_points", "SE_ORDERS", "V_MIN",
+           "GH_ORDERS", "FAST_RULE", "fixed_points", "SE_ORDERS", "V_MIN", "V_GH",
+           "face_frame", "face_moments", "face_estimate", "FACE_STEPS",
            "generalisation_error", "plugin_error", "plugin_estimate", "EGEN_ORDERS",
            "joint_bayes_error", "pair_probabilities", "likelihood_at_zero"]
 
@@ -236,15 +241,25 @@ def _nodes(ch: PolyhedralOutput, q: float, order: int) -> tuple[np.ndarray, np.n
     return omega, wt
 
 
-def output_moments(ch: PolyhedralOutput, *, q: float, V: float, order: int,
-                   rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> tuple[float, float, float, int]:
-    """(E(q, V), Psi_out(q, V), the polytope engine's error bar on E, nodes) at one
-    Gauss-Hermite order (module docstring; THEORY 1.1)."""
-    require(math.isfinite(q) and q >= 0, "q", "a finite real >= 0", q)
-    omega, wt = _nodes(ch, q, order)
+def _node_moments(ch: PolyhedralOutput, omega: np.ndarray, wt: np.ndarray, *, V: float,
+                  rule: pt.PolytopeRule, screen: bool = False) -> tuple[float, float, float]:
+    """sum over the nodes ``omega`` with weights ``wt`` of sum_y |dZ_y|_C^2 / Z_y and
+    sum_y Z_y log Z_y, and the engine's bar on the first. With ``screen``, a term whose Z_y is
+    below SCREEN times its bar (the engine's absolute accuracy, ~4e-15: far outside the polytope
+    its volume and face masses lose relative accuracy, and their ratio is garbage) counts 0,
+    with the Gaussian isoperimetric bound I(p)^2 / (V p), p = Z_y + bar, I = phi(Phi^-1) (a
+    [0, 1]-valued function of h ~ N(omega, V C) has |grad_omega E|_C^2 <= I(E)^2 / V) in the
+    bar."""
     out = z_out(ch, omega=omega, V=V, order=1, rule=rule)
     c = np.asarray(ch.weights, dtype=float)
     pos = out.Z > 1e-300
+    screened = 0.0
+    if screen:
+        bad = out.Z <= SCREEN * out.Z_error
+        p = np.minimum(np.where(bad, out.Z, 0.0) + out.Z_error, 0.5)
+        iso = np.exp(-0.5 * ndtri(p) ** 2) / math.sqrt(2 * math.pi)
+        screened = float(np.where(bad, iso ** 2 / (V * p), 0.0).sum(axis=0) @ wt)
+        pos = pos & ~bad
     Z = np.where(pos, out.Z, 1.0)
     nrm = np.einsum("ynk,k->yn", out.dZ ** 2, c)
     # the y-sum is the C-weighted Fisher information of y about omega, at most that of h:
@@ -257,7 +272,17 @@ def output_moments(ch: PolyhedralOutput, *, q: float, V: float, order: int,
         err_node = np.where(pos, 2 * np.einsum("ynk,ynk,k->yn", np.abs(out.dZ), out.dZ_error, c)
                             / Z + nrm * out.Z_error / Z ** 2, 0.0).sum(axis=0)
     err_node = np.minimum(np.nan_to_num(err_node, nan=cap, posinf=cap), cap)
-    return float(e_node @ wt), float(psi_node @ wt), float(err_node @ wt), len(wt)
+    return float(e_node @ wt), float(psi_node @ wt), float(err_node @ wt) + screened
+
+
+def output_moments(ch: PolyhedralOutput, *, q: float, V: float, order: int,
+                   rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> tuple[float, float, float, int]:
+    """(E(q, V), Psi_out(q, V), the polytope engine's error bar on E, nodes) at one
+    Gauss-Hermite order (module docstring; THEORY 1.1)."""
+    require(math.isfinite(q) and q >= 0, "q", "a finite real >= 0", q)
+    omega, wt = _nodes(ch, q, order)
+    e, psi, bar = _node_moments(ch, omega, wt, V=V, rule=rule)
+    return e, psi, bar, len(wt)
 
 
 def output_estimate(ch: PolyhedralOutput, *, q: float, V: float,
@@ -275,6 +300,129 @@ def output_estimate(ch: PolyhedralOutput, *, q: float, V: float,
     method = (f"tensor Gauss-Hermite over omega, orders {orders[0]} and {orders[1]} "
               f"({n1} nodes), polytope engine per node")
     return Estimate(e1, abs(e1 - e0) + b1, method), Estimate(p1, abs(p1 - p0), method)
+
+
+# ----------------------------------------------------------------------------- small V: face rule
+#: the face-aligned mapped trapezoid rule over omega (V < V_GH): on each face coordinate z_k
+#: (the face's normal scaled so that the face has width sqrt(V)) the nodes are
+#: z_k = c_k + sqrt(V) x(t), x(t) = t + beta (t - s tanh(t / s)), t on a uniform grid of step h:
+#: spacing h sqrt(V) across the face (|x| < s), h FACE_COARSE sqrt(q) far from it (beta from it)
+FACE_TRANSITION = 4.0
+FACE_COARSE = 1.0
+#: steps h of the face rule (coarse, fine): the error is their difference (docs/polyhedral.md)
+FACE_STEPS = (1.0, 0.8)
+#: the window |z_k| <= FACE_WINDOW sqrt(q) of each face coordinate (z_k ~ N(0, q))
+FACE_WINDOW = 6.0
+#: nodes whose weight is below FACE_PRUNE of the largest are dropped (their total weight times
+#: the bound n / V of the integrand is added to the error)
+FACE_PRUNE = 1e-15
+#: the face rule drops a term whose Z_y is below SCREEN times its error bar (see _node_moments)
+SCREEN = 1e3
+
+
+def face_frame(ch: PolyhedralOutput) -> tuple[np.ndarray, np.ndarray] | None:
+    """The face coordinates of a channel: F (K, n), whose rows are the distinct half-space
+    normals a / |a|_C of all its terms, and the offsets c (K,) of the faces along them (z = F h
+    crosses face k at z_k = c_k, with width sqrt(V) when h ~ N(omega, V C)). None unless there
+    are exactly K = len(basis) distinct normals, each with one offset (then every face is a
+    coordinate plane of z and Z_y depends on omega through z = F omega only)."""
+    K = len(ch.basis)
+    if K == 0:
+        return None
+    C = np.asarray(ch.weights, dtype=float)
+    normals: list[np.ndarray] = []
+    offsets: list[set] = []
+    for ts in ch.terms:
+        for t in ts:
+            for row, b in zip(t.A, t.b):
+                a = np.asarray(row, dtype=float)
+                s = math.sqrt(float(a * a @ C))
+                if s == 0:
+                    continue
+                a, b = a / s, b / s
+                j = int(np.flatnonzero(np.abs(a) > 1e-12)[0])
+                if a[j] < 0:
+                    a, b = -a, -b
+                for k, f in enumerate(normals):
+                    if np.max(np.abs(f - a)) < 1e-12:
+                        offsets[k].add(round(float(b), 12))
+                        break
+                else:
+                    normals.append(a)
+                    offsets.append({round(float(b), 12)})
+    if len(normals) != K or any(len(o) != 1 for o in offsets):
+        return None
+    F = np.array(normals)
+    if np.linalg.matrix_rank(F) != K:
+        return None
+    return F, np.array([o.pop() for o in offsets])
+
+
+def _face_nodes(ch: PolyhedralOutput, frame, q: float, V: float,
+                step: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """omega nodes (N, n), weights and the pruned weight of the face rule of step ``step``:
+    z ~ N(0, q R), R = F C F^T, on the tensor grid z_k = c_k + sqrt(V) x(t_k), t_k in step Z;
+    omega = C F^T R^-1 z (the conditional mean given z: F omega = z)."""
+    F, c = frame
+    C = np.diag(np.asarray(ch.weights, dtype=float))
+    R = F @ C @ F.T
+    sv, s = math.sqrt(V), FACE_TRANSITION
+    beta = max(FACE_COARSE * math.sqrt(q / V) - 1.0, 0.0)
+    lim = FACE_WINDOW * math.sqrt(q)
+    axes, wts = [], []
+    for k in range(len(c)):
+        # x(t) >= (1 + beta) t - beta s for t >= 0: these t cover the window on both sides
+        hi = ((lim - c[k]) / sv + beta * s) / (1 + beta)
+        lo = ((-lim - c[k]) / sv - beta * s) / (1 + beta)
+        t = step * np.arange(math.floor(lo / step), math.ceil(hi / step) + 1)
+        th = np.tanh(t / s)
+        axes.append(c[k] + sv * (t + beta * (t - s * th)))
+        wts.append(step * sv * (1.0 + beta * th * th))
+    grids = np.meshgrid(*axes, indexing="ij")
+    z = np.stack([g.ravel() for g in grids], axis=1)
+    w = np.ones(z.shape[0])
+    for g in np.meshgrid(*wts, indexing="ij"):
+        w = w * g.ravel()
+    cov = q * R
+    _, logdet = np.linalg.slogdet(2 * np.pi * cov)
+    w = w * np.exp(-0.5 * np.einsum("ni,ij,nj->n", z, np.linalg.inv(cov), z) - 0.5 * logdet)
+    keep = w > FACE_PRUNE * w.max()
+    omega = z[keep] @ np.linalg.solve(R, F @ C)
+    return omega, w[keep], float(w[~keep].sum())
+
+
+def face_moments(ch: PolyhedralOutput, *, q: float, V: float, step: float,
+                 rule: pt.PolytopeRule = FAST_RULE) -> tuple[float, float, float, float, int]:
+    """(E(q, V), Psi_out(q, V), bar on E, bar on Psi_out, nodes) on the face rule of step
+    ``step`` (q > 0): the bars add (pruned weight + the Gaussian mass outside the window) times
+    the integrands' bounds n / V and Y / e to the engine's bar."""
+    frame = face_frame(ch)
+    require(frame is not None, "channel", "one offset on each of K distinct face normals (the "
+            "face rule over omega)", ch.name)
+    require(math.isfinite(q) and q > 0, "q", "a finite real > 0", q)
+    require(math.isfinite(V) and V > 0, "V", "a finite real > 0", V)
+    omega, wt, pruned = _face_nodes(ch, frame, q, V, step)
+    e, psi, bar = _node_moments(ch, omega, wt, V=V, rule=rule, screen=True)
+    tail = len(frame[1]) * math.erfc(FACE_WINDOW / math.sqrt(2.0))
+    lost = pruned + tail
+    return e, psi, bar + lost * ch.dim / V, lost * len(ch.outcomes) / math.e, len(wt)
+
+
+def face_estimate(ch: PolyhedralOutput, *, q: float, V: float,
+                  steps: tuple[float, float] = FACE_STEPS,
+                  rule: pt.PolytopeRule = FAST_RULE) -> tuple[Estimate, Estimate]:
+    """E(q, V) and Psi_out(q, V) by the face rule (docs/polyhedral.md): the value of step
+    ``steps[1]``, error = |difference from step ``steps[0]``| + the bars. Serves V << q, where
+    tensor Gauss-Hermite over omega converges slowly (the integrand varies on sqrt(V) across the
+    faces)."""
+    require(len(steps) == 2 and 0 < steps[1] < steps[0] <= 2, "steps",
+            "two decreasing steps in (0, 2]", steps)
+    e1, p1, b1, c1, n1 = face_moments(ch, q=q, V=V, step=steps[1], rule=rule)
+    e0, p0, _, _, _ = face_moments(ch, q=q, V=V, step=steps[0], rule=rule)
+    method = (f"face-aligned graded trapezoid rule over omega, steps {steps[0]} and {steps[1]} "
+              f"({n1} nodes), polytope engine per node")
+    return (Estimate(e1, abs(e1 - e0) + b1, method),
+            Estimate(p1, abs(p1 - p0) + c1, method))
 
 
 def weak_threshold(ch: PolyhedralOutput, *, rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> Estimate:
@@ -345,19 +493,67 @@ def check_identities(ch: PolyhedralOutput, *, omega, V: float, step: float = 1e-
 # ----------------------------------------------------------------------------- SE fixed points
 #: Gauss-Hermite orders of the SE (root on the first, corrected and checked on the second)
 SE_ORDERS = (12, 16)
-#: the smallest error V the omega rule serves: below it V << q and Gauss-Hermite converges too
-#: slowly for its order difference to bound its error (measured, docs/polyhedral.md)
-V_MIN = 0.35
+#: the smallest V the Gauss-Hermite rule over omega serves: below it V << q and it converges too
+#: slowly for its order difference to bound its error (measured, docs/polyhedral.md); below it
+#: the SE uses the face rule (:func:`face_estimate`)
+V_GH = 0.35
+#: the smallest error V the SE serves (the face rule, measured down to it: docs/polyhedral.md)
+V_MIN = 0.05
 #: the scan of V for sign changes of the SE residual (Gauss-Hermite order 6)
 V_SCAN = (0.35, 0.45, 0.55, 0.7, 0.85, 1.0)
+#: the scan below V_GH (face rule of step FACE_SCAN_STEP), when the residual at V_GH is negative
+V_SCAN_LOW = (V_MIN, 0.1, 0.15, 0.2, 0.275, V_GH)
+FACE_SCAN_STEP = 1.4
 
 
-def _residual(ch, *, alpha: float, rho: float, V: float, order: int, rule) -> tuple:
+def _residual(ch, *, alpha: float, rho: float, V: float, rule, order: int | None = None,
+              step: float | None = None) -> tuple:
     """mmse(1 / q_hat) - V with q_hat = 2 alpha E(Q0 - V, V) (THEORY 1.1); also q_hat, Psi_out,
-    the engine's bar on E."""
-    E, psi, bar, _ = output_moments(ch, q=1.0 + rho - V, V=V, order=order, rule=rule)
+    the bar on E (the engine's; the face rule's adds its pruned weight). E by Gauss-Hermite of
+    ``order`` or by the face rule of ``step``."""
+    q = 1.0 + rho - V
+    if step is None:
+        E, psi, bar, _ = output_moments(ch, q=q, V=V, order=order, rule=rule)
+    else:
+        E, psi, bar, _, _ = face_moments(ch, q=q, V=V, step=step, rule=rule)
     q_hat = 2 * alpha * E
     return float(wishart.mmse(1.0 / q_hat, rho=rho)) - V, q_hat, psi, bar
+
+
+def _roots(ch, *, alpha: float, rho: float, grid, r_grid, coarse: dict, fine: dict, rule,
+           xtol: float, t0: float, label: str) -> list:
+    """Each sign change of ``r_grid`` on ``grid``: Brent's method on the ``coarse`` rule, one
+    Newton step on the ``fine`` rule; error = that step + the bars over |1 - slope|."""
+    Q0 = 1.0 + rho
+    out = []
+    for (a, ra), (b, rb) in zip(zip(grid, r_grid), zip(grid[1:], r_grid[1:])):
+        if ra * rb > 0:
+            continue
+        dr = (rb - ra) / (b - a)  # d residual / dV = slope - 1 (coarse)
+
+        def f(v):
+            return _residual(ch, alpha=alpha, rho=rho, V=v, rule=rule, **coarse)[0]
+
+        fa, fb = f(a), f(b)
+        if fa * fb > 0:
+            raise ConvergenceError(f"the SE bracket [{a}, {b}] of the scan is lost on the "
+                                   f"{label}", last_iterate=(a, b), residual=(fa, fb))
+        v0 = brentq(f, a, b, xtol=xtol, rtol=1e-12)
+        r1, q_hat, psi, bar = _residual(ch, alpha=alpha, rho=rho, V=v0, rule=rule, **fine)
+        v1 = v0 - r1 / dr
+        E = q_hat / (2 * alpha)
+        dE = 1e-6 * E
+        dmmse = abs(float(wishart.mmse(1.0 / (2 * alpha * (E + dE)), rho=rho))
+                    - float(wishart.mmse(1.0 / q_hat, rho=rho))) / dE
+        prior = wishart.mmse_estimate(1.0 / q_hat, rho=rho).error
+        err = abs(v1 - v0) + (dmmse * bar + prior) / abs(dr) + xtol
+        q = Q0 - v1
+        I_S = float(wishart.mutual_information(1.0 / q_hat, rho=rho))
+        phi = -q * q_hat / 4 + q_hat * Q0 / 4 - I_S + alpha * psi
+        out.append({"q": q, "q_hat": q_hat, "mmse": v1, "error": err, "phi": phi,
+                    "slope": dr + 1.0, "stable": bool(abs(dr + 1.0) < 1),
+                    "rule": label, "seconds": time.perf_counter() - t0})
+    return out
 
 
 def fixed_points(ch: PolyhedralOutput, *, alpha: float, rho: float,
@@ -365,47 +561,40 @@ def fixed_points(ch: PolyhedralOutput, *, alpha: float, rho: float,
     """The SE fixed points V = mmse(1 / (2 alpha E(Q0 - V, V))) with V in [V_MIN, 1] (THEORY
     1.1): sign changes on :data:`V_SCAN` (Gauss-Hermite order 6), Brent's method on
     ``orders[0]``, one Newton step on ``orders[1]``; error = that step + the engine's and the
-    prior's bars over |1 - slope|. Each: q, q_hat, mmse, error, phi, slope, stable, seconds.
-    A root below V_MIN raises ConvergenceError (the omega rule does not serve it)."""
+    prior's bars over |1 - slope|. When the residual at V_GH is negative (a fixed point below
+    it), the same on :data:`V_SCAN_LOW` with the face rule (scan step FACE_SCAN_STEP, Brent on
+    FACE_STEPS[0], Newton on FACE_STEPS[1]). Each: q, q_hat, mmse, error, phi, slope, stable,
+    orders, rule, seconds. A root below V_MIN (or below V_GH for a channel without a face
+    frame, :func:`face_frame`) raises ConvergenceError."""
     require(math.isfinite(alpha) and alpha > 0, "alpha", "a finite real > 0", alpha)
     require(math.isfinite(rho) and rho > 0, "rho", "a finite real > 0", rho)
     t0 = time.perf_counter()
-    Q0 = 1.0 + rho
     r_scan = [_residual(ch, alpha=alpha, rho=rho, V=v, order=6, rule=rule)[0] for v in V_SCAN]
-    if r_scan[0] < 0:
-        raise ConvergenceError(
-            f"the SE residual is already negative at V = {V_MIN}: a fixed point lies below it, "
-            "where the Gauss-Hermite rule over omega does not serve (V << q)",
-            last_iterate=V_MIN, residual=r_scan[0])
     out = []
-    for (a, ra), (b, rb) in zip(zip(V_SCAN, r_scan), zip(V_SCAN[1:], r_scan[1:])):
-        if ra * rb > 0:
-            continue
-        dr = (rb - ra) / (b - a)  # d residual / dV = slope - 1 (coarse)
-
-        def f(v):
-            return _residual(ch, alpha=alpha, rho=rho, V=v, order=orders[0], rule=rule)[0]
-
-        fa, fb = f(a), f(b)
-        if fa * fb > 0:
-            raise ConvergenceError(f"the SE bracket [{a}, {b}] of order 6 is lost at order "
-                                   f"{orders[0]}", last_iterate=(a, b), residual=(fa, fb))
-        v0 = brentq(f, a, b, xtol=1e-9, rtol=1e-12)
-        r1, q_hat, psi, bar = _residual(ch, alpha=alpha, rho=rho, V=v0, order=orders[1],
-                                        rule=rule)
-        v1 = v0 - r1 / dr
-        E = q_hat / (2 * alpha)
-        dE = 1e-6 * E
-        dmmse = abs(float(wishart.mmse(1.0 / (2 * alpha * (E + dE)), rho=rho))
-                    - float(wishart.mmse(1.0 / q_hat, rho=rho))) / dE
-        prior = wishart.mmse_estimate(1.0 / q_hat, rho=rho).error
-        err = abs(v1 - v0) + (dmmse * bar + prior) / abs(dr) + 1e-9
-        q = Q0 - v1
-        I_S = float(wishart.mutual_information(1.0 / q_hat, rho=rho))
-        phi = -q * q_hat / 4 + q_hat * Q0 / 4 - I_S + alpha * psi
-        out.append({"q": q, "q_hat": q_hat, "mmse": v1, "error": err, "phi": phi,
-                    "slope": dr + 1.0, "stable": bool(abs(dr + 1.0) < 1),
-                    "orders": list(orders), "seconds": time.perf_counter() - t0})
+    if r_scan[0] < 0:
+        if face_frame(ch) is None:
+            raise ConvergenceError(
+                f"the SE residual is already negative at V = {V_GH}: a fixed point lies below "
+                "it, where the Gauss-Hermite rule over omega does not serve (V << q) and this "
+                "channel's faces are not coordinate planes of K face normals (no face rule)",
+                last_iterate=V_GH, residual=r_scan[0])
+        r_low = [_residual(ch, alpha=alpha, rho=rho, V=V_SCAN_LOW[0], step=FACE_SCAN_STEP,
+                           rule=rule)[0]]
+        if r_low[0] < 0:
+            raise ConvergenceError(
+                f"the SE residual is already negative at V = {V_MIN}: a fixed point lies below "
+                "it, where the face rule over omega is not verified", last_iterate=V_MIN,
+                residual=r_low[0])
+        r_low += [_residual(ch, alpha=alpha, rho=rho, V=v, step=FACE_SCAN_STEP, rule=rule)[0]
+                  for v in V_SCAN_LOW[1:]]
+        out += _roots(ch, alpha=alpha, rho=rho, grid=V_SCAN_LOW, r_grid=r_low,
+                      coarse={"step": FACE_STEPS[0]}, fine={"step": FACE_STEPS[1]}, rule=rule,
+                      xtol=1e-7, t0=t0, label=f"face rule, steps {FACE_STEPS}")
+    out += _roots(ch, alpha=alpha, rho=rho, grid=V_SCAN, r_grid=r_scan,
+                  coarse={"order": orders[0]}, fine={"order": orders[1]}, rule=rule, xtol=1e-9,
+                  t0=t0, label=f"Gauss-Hermite, orders {tuple(orders)}")
+    for f in out:
+        f["orders"] = list(orders)
     if not out:
         raise ConvergenceError(f"no SE fixed point bracketed in V in [{V_MIN}, 1]",
                                last_iterate=list(V_SCAN), residual=r_scan)
@@ -431,18 +620,26 @@ def _readout(ch: PolyhedralOutput, readout) -> np.ndarray:
     return R
 
 
-def _bayes_node_sum(ch: PolyhedralOutput, R: np.ndarray, *, q: float, V: float, order: int,
-                    rule: pt.PolytopeRule) -> tuple[float, float, int]:
-    """E_omega [sum_y Z_y |r_y|^2 - |sum_y Z_y r_y|^2] on the Gauss-Hermite rule of ``order``,
-    the engine's bar on it (|d/dZ_y| x Z_error_y) and the number of nodes."""
-    omega, wt = _nodes(ch, q, order)
+def _bayes_node_sum(ch: PolyhedralOutput, R: np.ndarray, *, q: float, V: float,
+                    order: int | None = None, rule: pt.PolytopeRule,
+                    step: float | None = None) -> tuple[float, float, int]:
+    """E_omega [sum_y Z_y |r_y|^2 - |sum_y Z_y r_y|^2] on the Gauss-Hermite rule of ``order``
+    (or the face rule of ``step``: its pruned weight times max |r_y|^2 joins the bar), the
+    engine's bar on it (|d/dZ_y| x Z_error_y) and the number of nodes."""
+    lost = 0.0
+    if step is None:
+        omega, wt = _nodes(ch, q, order)
+    else:
+        omega, wt, pruned = _face_nodes(ch, face_frame(ch), q, V, step)
+        lost = (pruned + len(ch.basis) * math.erfc(FACE_WINDOW / math.sqrt(2.0))) * float(
+            np.max((R * R).sum(axis=1)))
     out = z_out(ch, omega=omega, V=V, order=0, rule=rule)
     Z, Ze = out.Z, out.Z_error  # (Y, N)
     norm2 = (R * R).sum(axis=1)
     yhat = Z.T @ R  # (N, dim): E[y | omega]
     node = Z.T @ norm2 - (yhat * yhat).sum(axis=1)
     bar = (np.abs(norm2[:, None] - 2.0 * R @ yhat.T) * Ze).sum(axis=0)
-    return float(node @ wt), float(bar @ wt), len(wt)
+    return float(node @ wt), float(bar @ wt) + lost, len(wt)
 
 
 def _marginal(A, b, cov, rule) -> tuple[float, float]:
@@ -612,7 +809,8 @@ def generalisation_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
     """e_gen = E||y||^2 - E_omega ||sum_y Z_y(omega) r_y||^2 (THEORY 1.5) of a polyhedral
     channel whose outcome y reads as the real vector ``readout[y]``, at (q, V): the SE's tensor
     Gauss-Hermite rule over omega (:func:`_nodes`), orders ``orders`` (error = their difference
-    + the engine's bar; at q = 0 one evaluation at omega = 0; None: :data:`EGEN_ORDERS`),
+    + the engine's bar; at q = 0 one evaluation at omega = 0; None: :data:`EGEN_ORDERS`; at
+    V < V_GH the face rule instead, steps FACE_STEPS, where the channel has a face frame),
     plus 2 |d e_gen / dV| V_error
     (slope by a central difference at Q0 fixed on order :data:`EGEN_SLOPE_ORDER`, doubled for
     its own error). extra: plugin, plugin_error (:func:`plugin_error`, plus 2 |d e_plugin / dV|
@@ -624,15 +822,21 @@ def generalisation_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
     require(len(orders) == 2 and 2 <= orders[0] < orders[1] <= 40, "orders",
             "two increasing integers in 2..40", orders)
     R = _readout(ch, readout)
-    b1, bar1, n1 = _bayes_node_sum(ch, R, q=q, V=V, order=orders[1], rule=rule)
+    # below V_GH tensor Gauss-Hermite converges slowly: the face rule where the channel has one
+    face = q > 0 and V < V_GH and face_frame(ch) is not None
+    fine = {"step": FACE_STEPS[1]} if face else {"order": orders[1]}
+    coarse = {"step": FACE_STEPS[0]} if face else {"order": orders[0]}
+    slope_rule = coarse if face else {"order": EGEN_SLOPE_ORDER}
+    b1, bar1, n1 = _bayes_node_sum(ch, R, q=q, V=V, rule=rule, **fine)
     if q == 0:
         err = bar1
         method = "at q = 0 one evaluation at omega = 0"
     else:
-        b0, _, _ = _bayes_node_sum(ch, R, q=q, V=V, order=orders[0], rule=rule)
+        b0, _, _ = _bayes_node_sum(ch, R, q=q, V=V, rule=rule, **coarse)
         err = abs(b1 - b0) + bar1
-        method = (f"tensor Gauss-Hermite over omega, orders {orders[0]} and {orders[1]} "
-                  f"({n1} nodes)")
+        method = (f"face rule over omega, steps {FACE_STEPS[0]} and {FACE_STEPS[1]} ({n1} nodes)"
+                  if face else f"tensor Gauss-Hermite over omega, orders {orders[0]} and "
+                  f"{orders[1]} ({n1} nodes)")
     plug = plugin_estimate(ch, R, q=q, V=V, V_error=V_error, rule=plugin_rule)
     extra = {"plugin": plug.value, "plugin_error": plug.error, "nodes": n1,
              "plugin_slope_V": plug.extra["slope_V"]}
@@ -640,8 +844,8 @@ def generalisation_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
         # central differences at Q0 = q + V fixed (one-sided at q = 0)
         d = min(1e-3 * V, 0.5 * q) if q > 0 else 1e-3 * V
         up = min(d, q)
-        hi = _bayes_node_sum(ch, R, q=q - up, V=V + up, order=EGEN_SLOPE_ORDER, rule=rule)[0]
-        lo = _bayes_node_sum(ch, R, q=q + d, V=V - d, order=EGEN_SLOPE_ORDER, rule=rule)[0]
+        hi = _bayes_node_sum(ch, R, q=q - up, V=V + up, rule=rule, **slope_rule)[0]
+        lo = _bayes_node_sum(ch, R, q=q + d, V=V - d, rule=rule, **slope_rule)[0]
         slope = abs(hi - lo) / (up + d)
         err += 2 * slope * V_error
         extra["slope_V"] = slope

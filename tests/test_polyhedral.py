@@ -175,6 +175,26 @@ def test_output_expectation_against_monte_carlo_over_omega():
     assert se < 0.05 * E.value  # the comparison can fail
 
 
+def test_face_rule_at_small_V_against_monte_carlo_over_omega():
+    """V << q (q, V = 1.4, 0.1), where tensor Gauss-Hermite over omega converges slowly: the
+    face rule (face coordinates z = F omega with unit width per face; coarse steps here to stay
+    fast) against the mean of the same integrand at seeded omega ~ N(0, q C) drawn in R^3."""
+    ch = AIM(from_file(EXAMPLE, tokens=2)).polyhedral
+    F, c = ps.face_frame(ch)
+    assert np.allclose(np.diag(F @ np.diag(W) @ F.T), 1) and np.allclose(sorted(c), [0, 0, 0.5])
+    q, Vv = 1.4, 0.1
+    E, psi = ps.face_estimate(ch, q=q, V=Vv, steps=(1.5, 1.25))
+    assert 0 < E.error < 0.05 * E.value and psi.error < 0.01
+    omega = np.sqrt(q * W) * np.random.default_rng(7).standard_normal((3000, 3))
+    out = ps.z_out(ch, omega=omega, V=Vv, order=1, rule=ps.FAST_RULE)
+    ok = out.Z > 1e3 * out.Z_error  # far outside, Z loses relative accuracy
+    e_node = np.where(ok, np.einsum("ynk,k->yn", out.dZ ** 2, W) / np.where(ok, out.Z, 1.0),
+                      0.0).sum(axis=0)
+    mc, se = e_node.mean(), e_node.std(ddof=1) / np.sqrt(len(e_node))
+    assert abs(E.value - mc) < 4 * se + E.error
+    assert se < 0.04 * E.value  # the comparison can fail
+
+
 def test_three_token_orthant_of_off_diagonals_is_seven_pi_over_twelve():
     """T = 3, y = 1 iff h12, h13, h23 > 0 (three independent entries): Z_1 = 1/8 at omega = 0,
     dZ_1/domega_ab = phi(0)/4 on those entries, E = 3/(32 pi) (8 + 8/7) = 6/(7 pi), hence
@@ -259,6 +279,40 @@ def test_se_fixed_point_against_the_sinh_trapezoid_rule(run_cli):
     slope = o["fixed_points"][0]["slope"]
     assert abs(residual) / abs(1 - slope) <= o["error"] and o["error"] < 1e-5
     assert o["fixed_points"][0]["bayes_optimal"] and o["fixed_points"][0]["stable"]
+
+
+@pytest.mark.slow
+def test_se_fixed_point_below_v_gh_against_monte_carlo_over_omega():
+    """alpha = 1.5, rho = 0.5: the fixed point lies below V_GH = 0.35, where the SE uses the face
+    rule (scan, Brent on step 1.0, Newton on 0.8; a few minutes). The SE map at its V with E by
+    seeded Monte Carlo over omega ~ N(0, q C) in R^3 (the engine per sample, 20000 samples)
+    vanishes within the fixed point's error plus 4 standard errors, propagated."""
+    from aim_sym.numerics import wishart
+
+    ch = AIM(from_file(EXAMPLE, tokens=2)).polyhedral
+    alpha, rho = 1.5, 0.5
+    (fp,) = ps.fixed_points(ch, alpha=alpha, rho=rho)
+    Vv = fp["mmse"]
+    assert ps.V_MIN < Vv < ps.V_GH and fp["rule"].startswith("face") and fp["stable"]
+    assert fp["error"] < 1e-3
+    rng = np.random.default_rng(17)
+    vals = []
+    for _ in range(10):
+        omega = np.sqrt((1 + rho - Vv) * W) * rng.standard_normal((2000, 3))
+        out = ps.z_out(ch, omega=omega, V=Vv, order=1, rule=ps.FAST_RULE)
+        ok = out.Z > 1e3 * out.Z_error
+        vals.append(np.where(ok, np.einsum("ynk,k->yn", out.dZ ** 2, W)
+                             / np.where(ok, out.Z, 1.0), 0.0).sum(axis=0))
+    e = np.concatenate(vals)
+    E, se = e.mean(), e.std(ddof=1) / np.sqrt(len(e))
+
+    def res(x):
+        return float(wishart.mmse(1.0 / (2 * alpha * x), rho=rho)) - Vv
+
+    band = max(abs(res(E + 4 * se) - res(E)), abs(res(E - 4 * se) - res(E)))
+    slope = fp["slope"]
+    assert abs(res(E)) / abs(1 - slope) <= fp["error"] + band / abs(1 - slope)
+    assert se < 0.02 * E  # the comparison can fail
 
 
 def test_state_evolution_refuses_a_tolerance_it_cannot_honour():
