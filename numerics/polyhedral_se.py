@@ -703,25 +703,23 @@ def pair_probabilities(ch: PolyhedralOutput, *, q: float, V: float, second: str,
             memo[key] = (1.0, 0.0) if not t.A else _marginal(t.A, t.b, cov, rule)
         return memo[key]
 
-    P = np.zeros(Y)
-    Pe = np.zeros(Y)
-    for y, ts in enumerate(ch.terms):
-        for t in ts:
-            m, e = marg(t, cov_u, "u")
-            P[y] += t.weight * m
-            Pe[y] += abs(t.weight) * e
+    def probabilities(cov, tag):
+        """P(y) = sum_k w_k P(A_k x <= b_k) per output and its error, x ~ N(0, cov)."""
+        P, Pe = np.zeros(Y), np.zeros(Y)
+        for y, ts in enumerate(ch.terms):
+            for t in ts:
+                m, e = marg(t, cov, tag)
+                P[y] += t.weight * m
+                Pe[y] += abs(t.weight) * e
+        return P, Pe
+
+    P, Pe = probabilities(cov_u, "u")
     if second == "omega" and q == 0:
         P2, P2e = likelihood_at_zero(ch, rule=rule)
         M = np.outer(P, P2)
         Me = np.outer(Pe, np.abs(P2)) + np.outer(np.abs(P), P2e)
         return {"M": M, "M_error": Me, "P": P, "P_error": Pe, "P2": P2, "P2_error": P2e}
-    P2 = np.zeros(Y)
-    P2e = np.zeros(Y)
-    for y, ts in enumerate(ch.terms):
-        for t in ts:
-            m, e = marg(t, cov_s, "s")
-            P2[y] += t.weight * m
-            P2e[y] += abs(t.weight) * e
+    P2, P2e = probabilities(cov_s, "s")
     cov = np.block([[cov_u, q * C], [q * C, cov_s]])
     M = np.zeros((Y, Y))
     Me = np.zeros((Y, Y))
