@@ -13,9 +13,10 @@ with plain Monte Carlo of the same quantity.
    time per point.
 4. T = 2: the Bayes-optimal fixed point at 32 alphas in [0.01, 3] (rho = ``--rho``) on the
    wall-adapted rule, timed.
-5. T = 3 table: E_hat(r) on 9 Chebyshev nodes in s = 1 / sqrt(r) (``--table-nodes``; ~10
-   minutes once), then the tabulated SE at 32 alphas in [0.01, 3] (timed), with the direct
-   fixed-point search at alpha = 0.03 beside it.
+5. T = 3 table: E_hat(r) on 17 Chebyshev nodes in s = 1 / sqrt(r) (the shipped table, or
+   ``--table-nodes`` computed into the resumable ``--table-json``: ~15 minutes of CPU for 17),
+   then the tabulated SE at 32 alphas in [0.01, 3] (timed), E_hat between nodes against the
+   tensor rule, and the direct fixed-point search at alpha = 0.03.
 6. Large r: the leading law E_hat(r) = c0 / sqrt(r) + O(1 / r) against the T = 2 wall-adapted
    rule (r up to 1e6) and T = 3 seeded Monte Carlo (``--mc-large`` draws at r = 50, 500, 5000).
 
@@ -106,9 +107,38 @@ def curve_t2(rho: float) -> dict:
     return out
 
 
-def curve_t3_table(rho: float, nodes: int) -> dict:
+def table_nodes(nodes: int, path: str | None) -> list[list[float]]:
+    """The T = 3 table's node rows by ``hs.table_node`` (resumable: each row is written to the
+    JSON file ``path`` when done, rows already there are reused)."""
+    sk = 0.75 * (1 + np.cos(np.pi * np.arange(nodes - 1) / (nodes - 1)))
+    done = {}
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            done = json.load(fh)
+    rows = []
+    for k, s in enumerate(sk):
+        key = f"{nodes}:{k}"
+        if key not in done:
+            t0 = time.process_time()
+            done[key] = list(hs.table_node(T=3, r=float(1 / s ** 2)))
+            print(json.dumps({"node": k, "r": 1 / s ** 2, "row": done[key],
+                              "cpu_seconds": time.process_time() - t0}), flush=True)
+            if path:
+                with open(path, "w") as fh:
+                    json.dump(done, fh, indent=1)
+        rows.append(done[key])
+    return rows
+
+
+def curve_t3_table(rho: float, nodes: int, path: str | None) -> dict:
+    """The tabulated T = 3 curve at 32 alphas: the shipped table (``nodes`` = its size and no
+    ``path``) or one computed here; E_hat between nodes against the direct rules, and the
+    direct fixed-point search at alpha = 0.03."""
     t0 = time.perf_counter()
-    tab = hs.e_hat_table(T=3, nodes=nodes)
+    if nodes == len(hs.T3_TABLE_NODES) + 1 and path is None:
+        tab = hs.t3_table()
+    else:
+        tab = hs.e_hat_table(T=3, nodes=nodes, node_values=table_nodes(nodes, path))
     t_table = time.perf_counter() - t0
     t0 = time.perf_counter()
     rows = hs.se_curve_tabulated(rho=rho, alphas=np.geomspace(0.01, 3.0, 32), table=tab)
@@ -119,12 +149,20 @@ def curve_t3_table(rho: float, nodes: int) -> dict:
            "rows": [{k: r[k] for k in keys} for r in rows]}
     for r in out["rows"]:
         print(json.dumps(r, default=float), flush=True)
+    print(f"table {t_table:.2f} s, curve {t_curve:.2f} s, largest mmse bar "
+          f"{max(r['error'] for r in rows):.2g}", flush=True)
+    out["between_nodes"] = []
+    for r in (0.75, 1.4):
+        d = hs.output_e(T=3, q=r, V=1.0)
+        out["between_nodes"].append({"r": r, "table": float(tab["value"](r)),
+                                     "table_error": float(tab["error"](r)),
+                                     "direct": d.value, "direct_error": d.error})
+        print(json.dumps(out["between_nodes"][-1]), flush=True)
     direct = hs.se_fixed_points(T=3, alpha=0.03, rho=rho)
     tabbed = hs.se_curve_tabulated(rho=rho, alphas=[0.03], table=tab)[0]
     out["check_alpha_0.03"] = {"direct": direct[0]["mmse"], "direct_error": direct[0]["error"],
                                "table": tabbed["mmse"], "table_error": tabbed["error"]}
-    print(json.dumps(out["check_alpha_0.03"]), f"table {t_table:.0f} s, curve {t_curve:.1f} s",
-          flush=True)
+    print(json.dumps(out["check_alpha_0.03"]), flush=True)
     return out
 
 
@@ -167,7 +205,10 @@ def main() -> None:
     ap.add_argument("--rho", type=float, default=0.5)
     ap.add_argument("--mc", type=int, default=400_000)
     ap.add_argument("--mc-large", type=int, default=40_000)
-    ap.add_argument("--table-nodes", type=int, default=9)
+    ap.add_argument("--table-nodes", type=int, default=17)
+    ap.add_argument("--table-json", default=None,
+                    help="compute the T = 3 table's nodes here (resumable JSON) instead of "
+                    "using the shipped table")
     ap.add_argument("--out", default=None)
     ap.add_argument("--skip", default="",
                     help="comma list of sections to skip: "
@@ -186,7 +227,7 @@ def main() -> None:
     if "curve2" not in skip:
         res["curve_t2"] = curve_t2(a.rho)
     if "table3" not in skip:
-        res["curve_t3_table"] = curve_t3_table(a.rho, a.table_nodes)
+        res["curve_t3_table"] = curve_t3_table(a.rho, a.table_nodes, a.table_json)
     if "large" not in skip:
         res["large_r"] = large_r(a.mc_large)
     if a.out:

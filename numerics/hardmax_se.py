@@ -1183,17 +1183,85 @@ def _fixed_points_on_grid(T: int, alpha: float, rho: float, grid: list[float],
     return out
 
 
+#: trapezoid steps of the T = 3 table's chamber-rule nodes (:func:`table_node`): the value is
+#: the last, its bar the last difference with its geometric tail (:func:`_geometric_bar`); the
+#: first also runs with 1.5 times the sweep nodes for the sweep's error
+T3_TABLE_STEPS = (0.4, 0.3, 0.25)
+#: T = 3 table nodes with r at most this use the continued tensor Gauss-Hermite rule
+#: (:func:`_tensor_node`: cheaper and tighter there), the others the chamber rule
+T3_TABLE_TENSOR_MAX = 1.5
+#: the continued tensor rules of the table: k + shift, k + shift + 2, k + shift + 4 nodes per
+#: axis, k = :func:`rule_levels`' first (beyond :data:`MAX_RULE`: r <= 1.5 needs at most 17^5)
+T3_TABLE_TENSOR_SHIFT = 4
+
+
+def _tensor_node(r: float) -> tuple[float, float, float, float]:
+    """(E_hat, error, Psi_out, error) at r on the continued T = 3 tensor rules (the
+    :func:`output_e` bar: last difference with its geometric tail + orbit-mass gauge + the
+    sweep's error on the first of them)."""
+    k = rule_levels(3, r)[0] + T3_TABLE_TENSOR_SHIFT
+    levels = (k, k + 2, k + 4)
+    vals = [_outer_level(3, r, m, None) for m in levels]
+    e, p, dm = vals[-1]
+    bar, rho = _geometric_bar([v[0] for v in vals])
+    pbar, _ = _geometric_bar([v[1] for v in vals])
+    if not (math.isfinite(bar) and math.isfinite(pbar)):
+        raise ConvergenceError(f"the omega rules {levels} do not converge at r = {r:g}",
+                               last_iterate=e, residual=rho)
+    om, _, _ = omega_rule(T=3, r=r, n=k)
+    e_s, p_s, _ = _outer_level(3, r, k, int(1.5 * sweep_nodes(om, 3)))
+    return (e, bar + dm * max(abs(e), 6.0) + abs(e_s - vals[0][0]) + 1e-14 * abs(e),
+            p, pbar + dm * 3 * math.log(3) + abs(p_s - vals[0][1]) + 1e-14 * abs(p))
+
+
+def _chamber_node(r: float, steps: Sequence[float] = T3_TABLE_STEPS
+                  ) -> tuple[float, float, float, float]:
+    """(E_hat, error, Psi_out, error) at r on the T = 3 chamber rule of three trapezoid steps:
+    error = the last difference with its geometric tail + (|mass - 1| + max |sum_y Z - 1|) E +
+    the sweep's error (first step, 1.5 times the sweep nodes) + 1e-14 E."""
+    levels = [_t3_adapted_level(r, h) for h in steps]
+    e_s, p_s, _, _ = _t3_adapted_level(r, steps[0], sweep_factor=1.5)
+    e, p, mass, zdev = levels[-1]
+    bar, rho = _geometric_bar([v[0] for v in levels])
+    pbar, _ = _geometric_bar([v[1] for v in levels])
+    if not (math.isfinite(bar) and math.isfinite(pbar)):
+        raise ConvergenceError(f"the chamber rules {tuple(steps)} do not converge at r = {r:g}",
+                               last_iterate=e, residual=rho)
+    gauge = abs(mass - 1.0) + zdev
+    return (e, bar + gauge * abs(e) + abs(e_s - levels[0][0]) + 1e-14 * abs(e),
+            p, pbar + gauge * max(1.0, abs(p)) + abs(p_s - levels[0][1]) + 1e-14 * abs(p))
+
+
 def table_node(*, T: int, r: float) -> tuple[float, float, float, float]:
-    """(E_hat, error, Psi_out, error) at r for :func:`e_hat_table`: T = 3, the tensor rule
-    (:func:`output_e`) up to :func:`max_ratio` (its bars are smaller there), the wall-adapted
-    chamber rule beyond; T = 2, the wall-adapted rule."""
-    if T == 3 and r <= max_ratio(3):
-        e = output_e(T=3, q=r, V=1.0)
-    elif T == 3:
-        e = output_e_t3_adapted(q=r, V=1.0)
-    else:
-        e = output_e_t2_adapted(q=r, V=1.0)
+    """(E_hat, error, Psi_out, error) at r for :func:`e_hat_table`: T = 3, the continued
+    tensor rule (:func:`_tensor_node`, 5-40 s of CPU) up to :data:`T3_TABLE_TENSOR_MAX`, the
+    wall-adapted chamber rule at the steps :data:`T3_TABLE_STEPS` beyond (:func:`_chamber_node`,
+    about 70 s of CPU); T = 2, the wall-adapted rule."""
+    _check_tokens(T, SE_TOKENS)
+    require(np.isfinite(r) and r > 0, "r", "finite > 0", r)
+    if T == 3:
+        return _tensor_node(r) if r <= T3_TABLE_TENSOR_MAX else _chamber_node(r)
+    e = output_e_t2_adapted(q=r, V=1.0)
     return e.value, e.error, e.extra["psi_out"], e.extra["psi_out_error"]
+
+
+def _lagrange_abs_sum(x_nodes: np.ndarray, x: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """sum_k |l_k(x)| eps_k for the Lagrange basis l_k of the Chebyshev-Lobatto nodes
+    ``x_nodes`` (x_k = cos(pi k / (n - 1))): the largest change of the interpolant at x when
+    each node value moves by at most eps_k (barycentric weights (-1)^k, halved at the ends)."""
+    n = len(x_nodes)
+    w = (-1.0) ** np.arange(n)
+    w[0] *= 0.5
+    w[-1] *= 0.5
+    x = np.atleast_1d(np.asarray(x, dtype=float))
+    d = x[:, None] - x_nodes[None, :]
+    hit = np.isclose(d, 0.0, atol=1e-15)
+    d = np.where(hit, 1.0, d)
+    t = w[None, :] / d
+    lk = t / t.sum(axis=1, keepdims=True)
+    on = hit.any(axis=1)
+    lk[on] = hit[on].astype(float)
+    return np.abs(lk) @ eps
 
 
 def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
@@ -1206,8 +1274,9 @@ def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
     ``node_values`` (rows
     (E_hat, error, Psi_out, error) in node order k = 0.., s_k = s_max (1 + cos(pi k /
     (nodes - 1))) / 2). ``value(r)``, ``error(r)``, ``psi(r)``, ``psi_error(r)``: the
-    interpolants and their bars = node bars times the Lebesgue bound (2 / pi) log(nodes) + 1,
-    plus the difference from the interpolant through every other node."""
+    interpolants and their bars = the node bars propagated through the Lagrange basis at r
+    (sum_k |l_k| bar_k, at most the largest bar times the Lebesgue constant), plus the
+    difference from the interpolant through every other node."""
     _check_tokens(T, SE_TOKENS)
     require(isinstance(nodes, int) and nodes >= 5 and nodes % 2 == 1, "nodes",
             "an odd integer >= 5", nodes)
@@ -1225,7 +1294,6 @@ def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
     G_err = np.append(vals[:, 1] / sk[:-1], 1e-13)
     P = np.append(vals[:, 2], 0.0)
     P_err = np.append(vals[:, 3], 0.0)
-    lebesgue = 2 / np.pi * math.log(nodes) + 1
 
     def fit(xs, ys):
         return np.polynomial.chebyshev.Chebyshev.fit(xs, ys, len(xs) - 1, domain=[-1, 1])
@@ -1248,7 +1316,8 @@ def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
     def error(rr):
         check(rr)
         xx = xs_of(rr)
-        return (np.abs(g_fine(xx) - g_coarse(xx)) + G_err.max() * lebesgue) / np.sqrt(rr)
+        prop = _lagrange_abs_sum(x, np.ravel(xx), G_err).reshape(np.shape(xx))
+        return (np.abs(g_fine(xx) - g_coarse(xx)) + prop) / np.sqrt(rr)
 
     def psi(rr):
         check(rr)
@@ -1257,34 +1326,48 @@ def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
     def psi_error(rr):
         check(rr)
         xx = xs_of(rr)
-        return np.abs(p_fine(xx) - p_coarse(xx)) + P_err.max() * lebesgue
+        prop = _lagrange_abs_sum(x, np.ravel(xx), P_err).reshape(np.shape(xx))
+        return np.abs(p_fine(xx) - p_coarse(xx)) + prop
 
     return {"T": T, "value": value, "error": error, "psi": psi, "psi_error": psi_error,
             "s_nodes": sk, "r_nodes": 1 / sk[:-1] ** 2, "G_nodes": G, "node_values": vals,
             "s_max": s_max, "seconds": time.perf_counter() - t0}
 
 
-#: T = 3 table nodes for :func:`e_hat_table` (nodes = 9, s_max = 1.5): rows (E_hat, error,
-#: Psi_out, error) at r = 0.4444, 0.4803, 0.6100, 0.9299, 1.778, 4.665, 20.72, 306.8, computed once
-#: by :func:`table_node` (benchmarks/hardmax_se.py, section table3, about 10 minutes; nodes 4
-#: and 7 add the chamber rule's scale-1.5 run to their bars); tests/test_hardmax_se.py
-#: recomputes a node (slow) and checks the table against the direct rule (fast)
+#: T = 3 table nodes for :func:`e_hat_table` (nodes = 17, s_max = 1.5): rows (E_hat, error,
+#: Psi_out, error) at the 16 Chebyshev-Lobatto nodes s_k = 0.75 (1 + cos(pi k / 16)),
+#: r = 1 / s_k^2 = 0.4444, 0.4531, 0.4803, 0.5300, 0.6100, 0.7347, 0.9299, 1.245 (the continued
+#: tensor rule), 1.778, 2.744, 4.665, 9.001, 20.72, 62.59, 306.8, 4815 (the chamber rule at
+#: steps 0.4, 0.3, 0.25), computed once by :func:`table_node` (about 20 minutes of CPU;
+#: benchmarks/hardmax_se.py, section table3); the even rows are the 9-node table's nodes.
+#: tests/test_hardmax_se.py recomputes node 9 (slow) and checks the table against the direct
+#: rule between nodes (fast)
 T3_TABLE_NODES: tuple[tuple[float, float, float, float], ...] = (
-    (2.4562452014297325, 4.571493470726857e-08, -2.605017664315131, 1.7585815239991552e-06),
-    (2.4309846630143035, 8.040410243721213e-08, -2.5750508022099114, 2.7149428830138823e-06),
-    (2.3456722118902302, 8.911110196008799e-07, -2.4747409709106316, 1.9121193471978934e-06),
-    (2.1684154402255698, 6.937778245443346e-06, -2.2703179615829736, 5.4908844762096485e-06),
-    (1.8422905538029668, 0.00013874159381237338, -1.9057761358877336, 0.00012150696640023106),
-    (1.321439606218606, 2.5165682581418424e-05, -1.3465756512369822, 4.2952167882082115e-05),
-    (0.688587993892902, 1.0365176844010332e-05, -0.6929195876992797, 2.5751517001015856e-06),
-    (0.1845661135432463, 5.603642254142212e-06, -0.18471795156860074, 5.567025744585008e-06),
+    (2.4562452497634784, 3.4732448201445778e-09, -2.605017626980813, 9.340143982796837e-10),
+    (2.4500714899351825, 3.983949792225206e-09, -2.5976819402180498, 1.0200827662611033e-09),
+    (2.4309847481066824, 6.241030123840867e-09, -2.5750507365986444, 1.4415319530334904e-09),
+    (2.3972270361214587, 3.818231018649363e-09, -2.5351968168565855, 4.803566474737982e-10),
+    (2.3456720584687267, 1.286599570681756e-08, -2.474741030218184, 1.2220785746734452e-09),
+    (2.271579365357372, 6.431919222430154e-08, -2.3886735766624385, 6.258554816458897e-09),
+    (2.168416644322554, 1.625556835299156e-07, -2.270317691651069, 5.153887843060526e-09),
+    (2.028095942008538, 7.203926902858243e-07, -2.111814466045238, 3.57530825069333e-08),
+    (1.8422940536970256, 3.6284536311026766e-06, -1.9057792506084201, 3.247113641233403e-06),
+    (1.6057216600658193, 1.2161328827439378e-06, -1.648810893821513, 9.204523535949388e-07),
+    (1.321437517551282, 2.1275977531132906e-06, -1.3465740323543194, 1.6583652697588619e-06),
+    (1.005847398299891, 1.0714048721137814e-06, -1.0178076536136644, 9.794569069176658e-07),
+    (0.6885885188323905, 5.395955058576681e-07, -0.6929199735537265, 4.0709760511655563e-07),
+    (0.4048235774172402, 3.080735320104819e-07, -0.4059014475740419, 1.5645222107400515e-07),
+    (0.18456620684201383, 9.628396054962873e-08, -0.18471795194009671, 1.6539071238987235e-08),
+    (0.04671608370948148, 7.134642458686119e-08, -0.04672274945619238, 6.218993287242637e-08),
 )
 
 
 @lru_cache(maxsize=1)
 def t3_table() -> dict:
-    """The T = 3 :func:`e_hat_table` from the shipped :data:`T3_TABLE_NODES` (r >= 4/9)."""
-    return e_hat_table(T=3, nodes=9, s_max=1.5, node_values=T3_TABLE_NODES)
+    """The T = 3 :func:`e_hat_table` from the shipped :data:`T3_TABLE_NODES` (17 nodes,
+    r >= 4/9)."""
+    return e_hat_table(T=3, nodes=len(T3_TABLE_NODES) + 1, s_max=1.5,
+                       node_values=T3_TABLE_NODES)
 
 
 def se_curve_tabulated(*, rho: float, alphas: Sequence[float], table: dict,

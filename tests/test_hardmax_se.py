@@ -318,25 +318,60 @@ def test_cli_hardmax_t3_curve_rows(run_cli, tmp_path):
     assert rows[1]["method"].startswith("E_hat table")
 
 
+#: E_hat(r) at T = 3 between the table's nodes by the direct rule (r, E_hat, bar): the tensor
+#: Gauss-Hermite rule continued to k + 4, k + 6, k + 8 nodes per axis (hs._tensor_node: r = 0.75,
+#: (10, 12, 14); r = 1.4, (13, 15, 17)); recomputed by the slow test below
+T3_DIRECT = ((0.75, 2.2629470017352964, 7.7e-8), (1.4, 1.96824469370602, 8.4e-7))
+
+
+def test_lagrange_abs_sum_is_the_propagated_node_error():
+    n = 9
+    x = np.cos(np.pi * np.arange(n) / (n - 1))
+    xs = np.array([-1.0, -0.93, 0.1, x[3], 0.77, 1.0])
+    eps = RNG.random(n)
+    basis = np.array([np.polynomial.chebyshev.Chebyshev.fit(x, np.eye(n)[k], n - 1,
+                                                            domain=[-1, 1])(xs)
+                      for k in range(n)]).T
+    assert np.allclose(hs._lagrange_abs_sum(x, xs, eps), np.abs(basis) @ eps, atol=1e-13)
+    # at most the largest bar times the Lebesgue constant
+    fine = np.linspace(-1, 1, 2001)
+    assert hs._lagrange_abs_sum(x, fine, np.ones(n)).max() <= 2 / np.pi * math.log(n) + 1
+
+
 def test_t3_table_against_the_direct_rule():
-    """The shipped T = 3 table (T3_TABLE_NODES) between its nodes, against the tensor rule at
-    r = 0.75 and 1.4 (within the sum of both bars; the table's bar is not vacuous)."""
+    """The shipped 17-node T = 3 table (T3_TABLE_NODES) between its nodes against the continued
+    tensor rule (stored, T3_DIRECT), within the sum of both bars; the table's bar is not vacuous
+    and is the node bar at a node."""
     tab = hs.t3_table()
-    for r in (0.75, 1.4):
-        d = hs.output_e(T=3, q=r, V=1.0)
+    assert len(tab["r_nodes"]) == 16 == len(hs.T3_TABLE_NODES)
+    for r, E, bar in T3_DIRECT:
         v, e = float(tab["value"](r)), float(tab["error"](r))
-        assert abs(v - d.value) <= e + d.error, (r, v, d.value, e, d.error)
-        assert e < 3e-3 * v  # measured: 1.7e-3 relative at r = 0.75 (the 5-node difference)
+        assert abs(v - E) <= e + bar, (r, v, E, e, bar)
+        assert e < 5e-6 * v, (r, e)  # measured: 5.2e-7 and 4.0e-6 relative
+    for k in (3, 8, 13):
+        r = float(tab["r_nodes"][k])
+        assert abs(float(tab["value"](r)) - hs.T3_TABLE_NODES[k][0]) < 1e-12
+        assert float(tab["error"](r)) >= hs.T3_TABLE_NODES[k][1] * (1 - 1e-9)
+
+
+@pytest.mark.slow
+def test_t3_direct_values_recomputed():
+    """The stored direct values T3_DIRECT recomputed (~1 minute of CPU)."""
+    for r, E, bar in T3_DIRECT:
+        v, e, _, _ = hs._tensor_node(r)
+        assert abs(v - E) < 1e-12 * E and e <= bar * (1 + 1e-6)
 
 
 @pytest.mark.slow
 def test_t3_table_node_recomputed():
-    """Node 5 of the shipped table (r = 4.665, the chamber rule) recomputed (~2 min)."""
+    """Node 9 of the shipped table (r = 2.744, new in the 17-node set, the chamber rule at steps
+    0.4, 0.3, 0.25) recomputed (~1-2 minutes of CPU)."""
     tab = hs.t3_table()
-    r = float(tab["r_nodes"][5])
+    r = float(tab["r_nodes"][9])
     E, E_err, P, P_err = hs.table_node(T=3, r=r)
-    ref = hs.T3_TABLE_NODES[5]
-    assert abs(E - ref[0]) <= E_err + ref[1] and abs(P - ref[2]) <= P_err + ref[3]
+    ref = hs.T3_TABLE_NODES[9]
+    assert abs(E - ref[0]) <= 1e-12 * E and abs(P - ref[2]) <= 1e-12 * abs(P)
+    assert E_err <= ref[1] * (1 + 1e-9) and E_err < 2e-6
 
 
 # ----------------------------------------------------------------------------- large r
