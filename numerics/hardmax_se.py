@@ -480,8 +480,11 @@ def _outer_level(T: int, r: float, n: int, nodes: int | None) -> tuple[float, fl
 
 def _geometric_bar(values: Sequence[float]) -> tuple[float, float]:
     """Error bar of the last of three successive rules: d = |Q_n - Q_(n-2)| times
-    max(1, rho / (1 - rho)), rho = d / |Q_(n-2) - Q_(n-4)| (the geometric tail of the further
-    differences); inf when the differences do not shrink (rho >= 0.9)."""
+    max(2, rho / (1 - rho)), rho = d / |Q_(n-2) - Q_(n-4)| (the geometric tail of the further
+    differences); inf when the differences do not shrink (rho >= 0.9). The floor 2 (not 1):
+    the Gauss-Hermite differences can stall for a level before falling, and the bare last
+    difference then fell 5% short of the actual error (r = 0.444: 4.8e-8 against 4.6e-8;
+    r = 0.480: 8.5e-8 against 8.0e-8, measured against rules continued by 4-8 nodes)."""
     d_prev = abs(values[1] - values[0])
     d = abs(values[2] - values[1])
     tiny = 1e-12 * max(abs(v) for v in values)
@@ -490,7 +493,7 @@ def _geometric_bar(values: Sequence[float]) -> tuple[float, float]:
     rho = d / d_prev if d_prev > 0 else float("inf")
     if rho >= 0.9:
         return float("inf"), rho
-    return d * max(1.0, rho / (1.0 - rho)), rho
+    return d * max(2.0, rho / (1.0 - rho)), rho
 
 
 #: most Gauss-Hermite nodes per axis of the omega rule (T = 3: 15^5 = 759375 points)
