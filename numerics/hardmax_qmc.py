@@ -138,9 +138,9 @@ def moments(T: int, ys: Sequence[tuple[int, ...]], omega: np.ndarray, nodes: int
     if kernel == "recursion":
         if T <= 4:
             return outcomes_moments(ys, omega=omega, V=1.0, nodes=nodes)
-        from .hardmax_se import _moments_unit, sweep_nodes
+        from .hardmax_se import moments_unit, sweep_nodes
 
-        return _moments_unit([tuple(y) for y in ys], omega,
+        return moments_unit([tuple(y) for y in ys], omega,
                              sweep_nodes(omega, T) if nodes is None else nodes, TAIL_L)
     if nodes is None:
         nodes = winner_nodes(omega, T)
@@ -418,20 +418,20 @@ def generalisation_error_qmc(*, T: int, q: float, V: float, points: int = 2048,
     t_(J-1, 0.995) x the standard error over the scrambles + 1e-10 (the row probabilities'
     Gauss-Legendre rule: 4e-12 off egen.hardmax_q0(5) at q = 0). The same seed gives the same
     points at every (q, V)."""
-    from .hardmax_se import _row_basis, _row_probabilities
+    from .hardmax_se import argmax_row_basis, argmax_row_probabilities
 
     _check(T, points, scrambles)
     require(np.isfinite(q) and q >= 0, "q", "finite >= 0", q)
     require(np.isfinite(V) and V > 0, "V", "finite > 0", V)
     r = q / V
-    A = _row_basis(T)
+    A = argmax_row_basis(T)
     sd = np.sqrt(np.array([2.0] + [1.0] * (T - 1)))
     rng = np.random.default_rng(seed)
     vals = np.empty(scrambles)
     for j in range(scrambles):
         u = qmc.Sobol(d=A.shape[1], scramble=True, seed=rng).random_base2(int(math.log2(points)))
         mu = math.sqrt(r) * ndtri(np.clip(u, 1e-300, 1.0 - 1e-16)) @ A.T
-        P = _row_probabilities(mu, sd)
+        P = argmax_row_probabilities(mu, sd)
         vals[j] = T * (1.0 - float((P * P).sum(axis=1).mean()))
     k = coverage_factor(scrambles)
     return Estimate(float(vals.mean()), k * standard_error(vals) + 1e-10,

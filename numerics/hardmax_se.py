@@ -86,7 +86,7 @@ def _rows_matmul(X: np.ndarray, M: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- output side
-def _moments_unit(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
+def moments_unit(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
                   L: float) -> np.ndarray:
     """[P(y), E[(h_ab - w_ab) 1_y] for (a, b) in pairs] at V = 1 for the means w (N x n_pairs),
     for every y in ``ys``: an array (len(ys), N, 1 + n_pairs).
@@ -228,7 +228,7 @@ def _row_c_factor(kind: int, fc, dc, dens, ds, cdf, i2: int, i3: int, rows: int,
 
 def _moments_t3(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
                 L: float) -> np.ndarray:
-    """:func:`_moments_unit` at T = 3 with the integrals shared between outcomes.
+    """:func:`moments_unit` at T = 3 with the integrals shared between outcomes.
 
     With v1 the largest off-diagonal (it settles its rows a, b) and S = {v2, v3} the other two
     (the larger settles the third row c, the lower is free: Phi(s - w_v) in closed form),
@@ -374,7 +374,7 @@ def outcomes_moments(ys: Sequence[Sequence[int]], *, omega, V: float = 1.0,
         nodes = sweep_nodes(w, T, L=L)
     out = np.empty((len(ys), w.shape[0], 1 + n))
     for i in range(0, w.shape[0], CHUNK):
-        kernel = _moments_t3 if T == 3 and fast else _moments_unit
+        kernel = _moments_t3 if T == 3 and fast else moments_unit
         out[:, i:i + CHUNK] = kernel(ys, w[i:i + CHUNK], nodes, L)
     out[:, :, 1:] *= math.sqrt(V)
     return out
@@ -895,8 +895,8 @@ def output_e_sparse(*, T: int, q: float, V: float, level: int = 7) -> Estimate:
 
 
 # ----------------------------------------------------------------------------- e_gen
-def _row_probabilities(mu: np.ndarray, sd: np.ndarray, *, nodes: int = 96,
-                       L: float = 9.0) -> np.ndarray:
+def argmax_row_probabilities(mu: np.ndarray, sd: np.ndarray, *, nodes: int = 96,
+                             L: float = 9.0) -> np.ndarray:
     """P(argmax_b x_b = b) for independent x_b ~ N(mu_b, sd_b^2) (N x k arrays): the winner's
     density against the others' CDFs, Gauss-Legendre on its window +- L sd_b."""
     gx, gw = np.polynomial.legendre.leggauss(nodes)
@@ -913,7 +913,7 @@ def _row_probabilities(mu: np.ndarray, sd: np.ndarray, *, nodes: int = 96,
 
 
 @lru_cache(maxsize=8)
-def _row_basis(T: int) -> np.ndarray:
+def argmax_row_basis(T: int) -> np.ndarray:
     """Row 0's entries (diagonal first) modulo the row's shift: A with omega_row = sqrt(r) A z."""
     sd2 = np.array([2.0] + [1.0] * (T - 1))
     one = np.ones(T)
@@ -930,7 +930,7 @@ def _egen_level(T: int, r: float, h: float, z_max: float = 8.5) -> float:
     if r == 0:
         mu, wt = np.zeros((1, T)), np.ones(1)
     else:
-        A = _row_basis(T)
+        A = argmax_row_basis(T)
         k = int(math.ceil(z_max / h))
         z1 = h * np.arange(-k, k + 1)
         w1 = h * _npdf(z1)
@@ -943,7 +943,7 @@ def _egen_level(T: int, r: float, h: float, z_max: float = 8.5) -> float:
         mu, wt = math.sqrt(r) * Z[keep] @ A.T, wt[keep]
     acc = 0.0
     for i in range(0, mu.shape[0], 1 << 14):
-        P = _row_probabilities(mu[i:i + (1 << 14)], sd)
+        P = argmax_row_probabilities(mu[i:i + (1 << 14)], sd)
         acc += float(wt[i:i + (1 << 14)] @ (P * P).sum(axis=1))
     return float(T * (1.0 - acc))
 
