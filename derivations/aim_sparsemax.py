@@ -1,7 +1,8 @@
 """Equation sheet of the AIM with sparsemax attention at T = 2, the small-width threshold
 alpha_bar_c(beta) and the SE curves at rho = 0.5 (THEORY 1.1, 1.2, 1.4; docs/sparsemax.md).
 
-``python derivations/aim_sparsemax.py`` writes derivations/sheets/aim_sparsemax_T2.md;
+``python derivations/aim_sparsemax.py`` writes derivations/sheets/aim_sparsemax_T2.md and
+aim_sparsemax_T3.md (the T = 3 pieces);
 ``--figure PATH`` also prints the threshold table (mpmath at two precisions beside seeded Monte
 Carlo) and draws alpha_bar_c against beta with its two limits (docs/figures/sparsemax_threshold.png);
 ``--curves PATH`` prints and draws the SE curves mmse(alpha) at rho = 0.5 for beta in {0.5, 1, 2}
@@ -14,7 +15,7 @@ import time
 
 import sympy as sp
 
-from aim_sym import sparsemax
+from aim_sym import sparsemax, sparsemax_pieces
 from aim_sym.sheets import canonical_block
 
 BETAS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
@@ -51,7 +52,86 @@ def expressions() -> dict:
     return dict(sparsemax.equations())
 
 
-SHEETS = {"aim_sparsemax_T2.md": (sheet, expressions)}
+def sheet_t3() -> str:
+    """The T = 3 pieces: row formulas (verified by sympy), the piece classes, Z_out and g_out."""
+    T = 3
+    lines = [
+        "# AIM, sparsemax attention, T = 3",
+        "",
+        "Channel: $y_{a\\cdot} = \\mathrm{sparsemax}(\\beta h_{a\\cdot})$ row-wise, $v = \\beta "
+        "h_{a\\cdot}$, $y = (v - \\tau)_+$ with $\\sum_i y_i = 1$ (aim_sym/sparsemax_pieces.py). "
+        "On the piece where row $a$ has support $S$: $\\tau = (\\sum_{i \\in S} v_i - 1)/|S|$, "
+        "$y_i = v_i - \\tau$ on $S$, 0 off it; the piece is $\\{v_i > \\tau\\ (i \\in S),\\ v_j "
+        "\\le \\tau\\ (j \\notin S)\\}$ and $y$ reveals the $|S| - 1$ differences $v_i - v_k$ "
+        "($i, k \\in S$). Indices are 0-based; $h$ is symmetric, flat order "
+        "$h_{00}, h_{01}, h_{02}, h_{11}, h_{12}, h_{22}$, $h \\sim \\mathcal N(\\omega, V W)$, "
+        "$W = \\mathrm{diag}(1 + \\delta_{ab})$.",
+        "",
+        "## Row 0 on each support (rows 1, 2 by relabelling the tokens)",
+        "",
+    ]
+    for label, expr in sparsemax_pieces.equations(T):
+        lines.append(f"- {label}: $${sp.latex(expr)}$$")
+    checks = [(a, S, sparsemax_pieces.verify_row_piece(sparsemax_pieces.row_piece(T, a, S)))
+              for a in range(T) for S in sparsemax_pieces.supports(T)]
+    failed = [c for c in checks if c[2]]
+    lines += [
+        "",
+        f"Verified by sympy for all {len(checks)} (row, support) pairs: $\\sum y = 1$; $y = (v - "
+        "\\tau)_+$ on the piece (the projection's KKT conditions are the piece's conditions); $y$ "
+        "affine in $h$ and fixed by the observed differences. Failures: "
+        f"{len(failed)}.",
+        "",
+        "## Pieces of the channel (one support per row), up to relabelling the tokens",
+        "",
+        "$r$: rank of the stacked observed differences (the dimension of $y$ on the piece); "
+        "$m$: conditions $A h \\le b$; interior: decided by an exact rational linear programme "
+        "(empty pieces carry no probability).",
+        "",
+        "| supports (rows 0, 1, 2) | pieces in class | differences | r | m | interior |",
+        "|---|---|---|---|---|---|",
+    ]
+    n_all = n_empty = 0
+    for ss, size in sparsemax_pieces.orbits(T):
+        p = sparsemax_pieces.piece(T, ss)
+        inside = sparsemax_pieces.has_interior(T, ss)
+        n_all += size
+        n_empty += 0 if inside else size
+        lines.append(f"| {p.name} | {size} | {p.C.rows} | {p.rank} | {p.A.rows} | "
+                     f"{'yes' if inside else 'empty'} |")
+    lines += [
+        "",
+        f"{n_all} pieces in {len(sparsemax_pieces.orbits(T))} classes; {n_empty} are empty. Where "
+        "$r$ is below the number of differences (every row with full support: 6 differences of rank "
+        "5; the cycle {1,2} / {0,2} / {0,1}), $y$ satisfies a linear relation and lies on a "
+        "lower-dimensional set.",
+        "",
+        "## Z_out and g_out on a piece",
+        "",
+        "With $C_I$ an independent subset of the observed differences (rank $r$) and the conditions "
+        "$A h \\le b$:",
+        "",
+        "$$Z_{\\rm out}(y) = \\mathcal N(y_I; C_I \\omega, V C_I W C_I^T)\\, P(A h \\le b \\mid "
+        "C_I h = y_I),$$",
+        "$$g_{\\rm out} = (V W)^{-1} E[h - \\omega \\mid y], \\qquad \\partial_\\omega g_{\\rm "
+        "out} = (V W)^{-1} \\mathrm{Cov}[h \\mid y] (V W)^{-1} - (V W)^{-1},$$",
+        "",
+        "because $\\partial_\\omega \\log \\mathcal N(h; \\omega, V W) = (V W)^{-1}(h - \\omega)$ "
+        "and the piece does not depend on $\\omega$. The conditional polytope probability and the "
+        "moments of $h$ given $y$ are integrals (Gaussian polytope moments, "
+        "aim_sym.numerics.polytope); the rest is exact.",
+        "",
+    ]
+    return "\n".join(lines) + "\n" + canonical_block(expressions_t3())
+
+
+def expressions_t3() -> dict:
+    """The T = 3 sheet's named expressions: tau and y of row 0 on every support."""
+    return dict(sparsemax_pieces.equations(3))
+
+
+SHEETS = {"aim_sparsemax_T2.md": (sheet, expressions),
+          "aim_sparsemax_T3.md": (sheet_t3, expressions_t3)}
 
 
 def hardmax_T2() -> float:
