@@ -154,8 +154,8 @@ def aim_channel(kw: dict):
         fail("--param", "given only with --channel-file", kw["param"][0])
     name = kw.get("channel") or "hardmax"
     if name == "sparsemax":
-        fail("--channel", "sparsemax used with threshold weak --small-width or se (T = 2); "
-             "its other commands are not implemented yet", name)
+        fail("--channel", "sparsemax used with se, curve, check (T = 2), derive and threshold "
+             "weak --small-width; amp is not implemented for it", name)
     if name not in channels.BUILTIN:
         fail("--channel", "one of " + ", ".join(channels.BUILTIN), name)
     return channels.builtin(name, tokens=kw["tokens"], **values)
@@ -393,14 +393,18 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
     deep = model == "aim" and kw.get("layers") == 2
     hardmax3 = (model == "aim" and not deep and (kw.get("channel") or "hardmax") == "hardmax"
                 and kw["tokens"] >= 3 and not kw.get("channel_file"))
-    if deep or hardmax3:
-        what = "--model aim --layers 2" if deep else "--channel hardmax --tokens 3"
+    sparse = model == "aim" and not deep and kw.get("channel") == "sparsemax"
+    if deep or hardmax3 or sparse:
+        what = ("--model aim --layers 2" if deep else "--channel sparsemax" if sparse
+                else "--channel hardmax --tokens 3")
         for opt, value in (("tol", tol), ("method", method)):
             if given(opt):
                 fail("--" + opt, f"omitted for {what}", value)
         _check_outputs(out_path, plot_path)
         if deep:
             aim_channels.deep_aim_curve(kw, grid, out_path, plot_path)
+        elif sparse:
+            aim_channels.sparsemax_curve(kw, grid, out_path, plot_path)
         else:
             aim_channels.hardmax_curve(kw, grid, out_path, plot_path)
         return
@@ -603,6 +607,8 @@ def check(**kw):
                 fail("--" + name.replace("_", "-"), "omitted for check --channel hardmax "
                      "--tokens 3 or 4", kw[name])
         results = hardmax_se.run_checks(T=kw["tokens"])
+    elif model == "aim" and kw.get("channel") == "sparsemax":
+        results = aim_channels.sparsemax_check(kw)
     else:
         m = smi_model(kw) if model == "smi" else aim_model(kw)
         results = [dict(r) for r in m.check()]
@@ -746,6 +752,28 @@ def _derive_deep_aim(fmt: str, kw: dict) -> None:
         click.echo(strip_canonical(deep_aim_sheet()))
 
 
+def _derive_sparsemax(fmt: str, kw: dict) -> None:
+    """``derive --channel sparsemax --tokens 2|3``: the equation sheet (T = 2: closed forms per
+    piece; T = 3: the pieces, Z_out an integral on each)."""
+    from .sheets import strip_canonical
+    from .sparsemax_sheet import sparsemax_expressions, sparsemax_sheet
+
+    if kw["tokens"] not in (2, 3):
+        fail("--tokens", "2 or 3 for derive --channel sparsemax", kw["tokens"])
+    if fmt != "markdown":
+        fail("--format", "markdown for sparsemax (its sheet lists pieces)", fmt)
+    for name in ("beta", "rho", "delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for derive --channel sparsemax (the "
+                 "sheet is symbolic in beta)", kw[name])
+    if kw["as_json"]:
+        import sympy as sp
+
+        emit({k: sp.latex(v) for k, v in sparsemax_expressions(kw["tokens"]).items()}, True)
+    else:
+        click.echo(strip_canonical(sparsemax_sheet(kw["tokens"])))
+
+
 @cli.command()
 @model_options
 @click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "python"]),
@@ -765,6 +793,9 @@ def derive(fmt, **kw):
         return
     if model == "smi":
         click.echo(smi_model(kw).derive())
+        return
+    if kw.get("channel") == "sparsemax":
+        _derive_sparsemax(fmt, kw)
         return
     if kw.get("channel") == "hardmax" and kw.get("tokens") in (3, 4, 5):
         from .hardmax_sheet import hardmax_expressions, hardmax_sheet

@@ -124,11 +124,86 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
            "note": "free entropy not derived for sparsemax: with several fixed points the "
                    "Bayes-optimal one is not flagged"}
     if len(fps) == 1:
-        out.update({k: fps[0][k] for k in ("mmse", "error", "q", "q_hat")})
+        out.update({k: fps[0][k] for k in ("mmse", "error", "q", "q_hat", "e_gen", "e_gen_error",
+                                           "e_gen_plugin", "e_gen_plugin_error")})
     emit(out, kw["as_json"], lambda o: "\n".join(
         [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
         + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
-           f"stable = {f['stable']}" for f in fps]))
+           f"e_gen = {f['e_gen']:.10g} +- {f['e_gen_error']:.1e} (plug-in "
+           f"{f['e_gen_plugin']:.10g}), stable = {f['stable']}" for f in fps]))
+
+
+def _sparsemax_options(kw: dict, what: str) -> tuple[float, float]:
+    """(beta, rho) of a sparsemax command at T = 2, the options it does not take refused."""
+    from .channels import BETA_DOMAIN
+    from .domains import RHO
+
+    if kw["tokens"] != 2:
+        fail("--tokens", f"2 for {what} --channel sparsemax (T = 3: derive and threshold weak "
+             "--small-width)", kw["tokens"])
+    for name in ("delta_out", "epsilon"):
+        if kw.get(name) is not None:
+            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
+    try:
+        beta = BETA_DOMAIN.check(1.0 if kw.get("beta") is None else kw["beta"])
+        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
+    except DomainError as e:
+        raise relabel(e) from None
+    return beta, rho
+
+
+def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
+    """``curve --channel sparsemax --rho R --alphas a:b:n [--beta B]``: every SE fixed point at
+    each alpha (T = 2), with e_gen and the plug-in error (THEORY 1.1, 1.5; docs/sparsemax.md).
+    Where several fixed points share an alpha the row reports them all (the free entropy of
+    sparsemax is not derived, so the Bayes-optimal one is not flagged) and plots the
+    lowest-error one."""
+    from .cli_common import progress_printer
+    from .numerics import sparsemax as smx
+    from .sparsemax import compile_sparsemax
+
+    beta, rho = _sparsemax_options(kw, "curve")
+    alphas = [float(a) for a in grid]
+    if any(a <= 0 for a in alphas):
+        fail("--alphas", "a grid of alpha > 0 for channel sparsemax", alphas)
+    cs = compile_sparsemax("numpy")
+    rows = []
+    for k, a in enumerate(alphas):
+        progress_printer(k, len(alphas), f"alpha = {a:g}")
+        fps = smx.se_fixed_points(cs, alpha=a, rho=rho, beta=beta)
+        best = min(fps, key=lambda f: f["mmse"])
+        rows.append({"alpha": a, "mmse": best["mmse"], "mmse_error": best["error"],
+                     "q": best["q"], "e_gen": best["e_gen"], "e_gen_error": best["e_gen_error"],
+                     "e_gen_plugin": best["e_gen_plugin"],
+                     "e_gen_plugin_error": best["e_gen_plugin_error"], "fixed_points": len(fps),
+                     "all_mmse": ";".join(f"{f['mmse']:.10g}" for f in fps),
+                     "method": best["method"]})
+    if out_path:
+        from .tables import write_csv
+
+        write_csv(out_path, rows)
+    if plot_path:
+        from .plots import plot_curve
+
+        plot_curve(rows, ["mmse", "e_gen"], path=plot_path,
+                   title=f"AIM sparsemax, T=2, beta={beta:g}, rho={rho:g}")
+    emit({"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta, "rho": rho,
+          "rows": rows}, kw["as_json"], lambda o: "\n".join(
+        f"alpha={r['alpha']:.6g}: mmse = {r['mmse']:.10g} +- {r['mmse_error']:.1e}, e_gen = "
+        f"{r['e_gen']:.10g} +- {r['e_gen_error']:.1e} ({r['fixed_points']} fixed point(s))"
+        for r in o["rows"]))
+
+
+def sparsemax_check(kw: dict) -> list[dict]:
+    """``check --channel sparsemax [--beta B]``: the identity checks of the T = 2 channel."""
+    from .numerics import sparsemax as smx
+    from .sparsemax import compile_sparsemax
+
+    if kw.get("rho") is not None:
+        fail("--rho", "omitted for check --channel sparsemax (the checks are on the channel)",
+             kw["rho"])
+    beta, _ = _sparsemax_options(kw, "check")
+    return smx.run_checks(compile_sparsemax("numpy"), compile_sparsemax("mpmath"), beta=beta)
 
 
 #: q/V reached by the T = 4 and T = 5 curves (mmse >= Q0 / (1 + QMC_R_MAX)); their cost grows

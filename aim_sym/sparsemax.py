@@ -117,6 +117,28 @@ def derive() -> tuple[Derived, ...]:
     return tuple(out)
 
 
+m_row = sp.Symbol("m", real=True)       # mean of one row's d_a given omega
+
+
+@cache
+def row_output_moments() -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(y(m), E[y | m], E[y^2 | m]) of one row's y_aa = clip((1 + beta d) / 2, 0, 1) with
+    d ~ N(m, 3 V) (THEORY 1.5: the Bayes predictor and the posterior variance of a new sample's
+    output). Derived by sympy: with d = m + sqrt(3 V) z, y = c0 + c1 z on the window
+    a < z < b (a, b = (-+1/beta - m) / sqrt(3 V)) and y = 1 above it, so
+    E[y^k] = sum_j binom(k, j) c0^(k-j) c1^j int_a^b z^j phi(z) dz + P(z > b)."""
+    z, a, b = sp.symbols("z a b", real=True)
+    phi = sp.exp(-z**2 / 2) / sp.sqrt(2 * sp.pi)
+    moments = [sp.integrate(z**j * phi, (z, a, b)) for j in range(3)]
+    s = sp.sqrt(3 * V)
+    c0, c1 = (1 + beta * m_row) / 2, beta * s / 2
+    upper = (1 - sp.erf(b / sp.sqrt(2))) / 2
+    E = [sum(sp.binomial(k, j) * c0**(k - j) * c1**j * moments[j] for j in range(k + 1)) + upper
+         for k in (1, 2)]
+    lims = {a: (-1 / beta - m_row) / s, b: (1 / beta - m_row) / s}
+    return (y_of_d(m_row),) + tuple(e.subs(lims) for e in E)
+
+
 def y_of_d(d: sp.Expr) -> sp.Expr:
     """The diagonal output y_aa of one row as a function of d_a (sparsemax of two entries)."""
     return sp.Min(sp.Max((1 + beta * d) / 2, 0), 1)
@@ -142,6 +164,8 @@ class CompiledSparsemax:
     pieces: tuple[CompiledPiece, ...]
     weights: tuple[int, ...] = WEIGHTS
     backend: str = "numpy"
+    #: (m, V, beta) -> [y(m), E[y | m], E[y^2 | m]] of one row (:func:`row_output_moments`)
+    row_moments: object = None
 
 
 @cache
@@ -157,7 +181,8 @@ def compile_sparsemax(backend: str = "numpy") -> CompiledSparsemax:
             compile_expr(list(d.g), ARGS, backend=backend),
             compile_expr(d.dg.tolist(), ARGS, backend=backend),
         ))
-    return CompiledSparsemax(tuple(out), backend=backend)
+    moments = compile_expr(list(row_output_moments()), (m_row, V, beta), backend=backend)
+    return CompiledSparsemax(tuple(out), backend=backend, row_moments=moments)
 
 
 def equations() -> list[tuple[str, sp.Expr]]:
@@ -171,4 +196,5 @@ def equations() -> list[tuple[str, sp.Expr]]:
 
 
 __all__ = ["ARGS", "OMEGA", "WEIGHTS", "ROW_PIECES", "Piece", "Derived", "CompiledPiece",
-           "CompiledSparsemax", "pieces", "derive", "compile_sparsemax", "equations", "y_of_d"]
+           "CompiledSparsemax", "pieces", "derive", "compile_sparsemax", "equations", "y_of_d",
+           "row_output_moments"]

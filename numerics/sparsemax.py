@@ -375,6 +375,72 @@ def output_e_estimate(cs, *, q: float, V: float, beta: float, level: int = 0) ->
                     f"sinh-trapezoid over m (levels {level - 1}, {level}), Gauss-Legendre windows")
 
 
+#: Gauss-Legendre nodes per panel of the e_gen rule (fine, coarse) and the cut in sd of m
+EGEN_NODES, EGEN_CUT_SD = (12, 8), 9.0
+#: most panels of the e_gen rule (V down to ~1e-7 at q ~ 1)
+EGEN_MAX_PANELS = 200_000
+
+
+def _egen_rule(q: float, V: float, beta: float) -> tuple[np.ndarray, float]:
+    """Panel edges for m ~ N(0, 3 q): breakpoints at m = +-1/beta (the kinks of y(m)), panels
+    no wider than half the narrowest feature (sqrt(3 V): the smoothing by d | m; 2/beta: the
+    window), and the Gaussian mass beyond the cut."""
+    sd = math.sqrt(3.0 * q)
+    width = 0.5 * min(math.sqrt(3.0 * V), 2.0 / beta, sd)
+    lo, hi = -EGEN_CUT_SD * sd, EGEN_CUT_SD * sd
+    cuts = sorted({lo, hi, *(c for c in (-1.0 / beta, 1.0 / beta) if lo < c < hi)})
+    edges = [np.linspace(a, b, max(1, math.ceil((b - a) / width)) + 1) for a, b in
+             zip(cuts[:-1], cuts[1:])]
+    edges = np.unique(np.concatenate(edges))
+    require(len(edges) <= EGEN_MAX_PANELS, "V", f"large enough that e_gen needs at most "
+            f"{EGEN_MAX_PANELS} panels (sqrt(V) >~ 2e-5 sqrt(q))", V)
+    return edges, float(erfc(EGEN_CUT_SD / math.sqrt(2.0)))
+
+
+def _egen_at(cs, q: float, V: float, beta: float, nodes: int) -> tuple[float, float]:
+    """(e_gen, plug-in) by composite Gauss-Legendre over one row's m ~ N(0, 3 q)."""
+    if q == 0:
+        m, w = np.zeros(1), np.ones(1)
+    else:
+        edges, _ = _egen_rule(q, V, beta)
+        gx, gw = _gl(nodes)
+        half = np.diff(edges) / 2
+        mid = (edges[1:] + edges[:-1]) / 2
+        m = (mid[:, None] + half[:, None] * gx[None, :]).ravel()
+        w = (half[:, None] * gw[None, :]).ravel() * np.exp(-m * m / (6.0 * q)) / math.sqrt(
+            6.0 * math.pi * q)
+    y_mean, e1, e2 = (np.asarray(x, dtype=float) * np.ones_like(m)
+                      for x in cs.row_moments(m, V, beta))
+    var = np.maximum(e2 - e1 * e1, 0.0)
+    plug = np.maximum(e2 - 2 * y_mean * e1 + y_mean * y_mean, 0.0)
+    # y is 2 x 2 with y_ab = 1 - y_aa: each row contributes twice its diagonal entry's error
+    return 4.0 * float(w @ var), 4.0 * float(w @ plug)
+
+
+def generalisation_error(cs, *, q: float, V: float, beta: float) -> Estimate:
+    """Bayes-optimal e_gen = E_omega E_{h|omega} ||y(h) - E[y | omega]||_F^2 at the SE's (q, V)
+    (THEORY 1.5), with the plug-in error E ||y(h) - y(omega)||_F^2 in ``extra["plugin"]``.
+
+    Rows are independent given omega and y_ab = 1 - y_aa, so e_gen = 4 E_m Var[y_aa | m] with
+    m = omega_aa - omega_ab ~ N(0, 3 q) and d_a | m ~ N(m, 3 V); the row moments are the
+    compiled closed forms of :func:`aim_sym.sparsemax.row_output_moments`. The m-integral is
+    composite Gauss-Legendre with breakpoints at m = +-1/beta and panels no wider than half the
+    narrowest feature (:func:`_egen_rule`: a rule that cannot step over the features, unlike a
+    Gauss-Hermite rule in m at large beta); error = the difference of 12 and 8 nodes per panel
+    + the Gaussian mass beyond 9 sd (times the bound 4 on both integrands) + 1e-15 (rounding of
+    the closed forms, |y| <= 1)."""
+    require(np.isfinite(q) and q >= 0, "q", "finite >= 0", q)
+    _check(beta, V)
+    fine, fine_plug = _egen_at(cs, q, V, beta, EGEN_NODES[0])
+    coarse, coarse_plug = _egen_at(cs, q, V, beta, EGEN_NODES[1])
+    cut = 4.0 * _egen_rule(q, V, beta)[1] if q > 0 else 0.0
+    return Estimate(fine, abs(fine - coarse) + cut + 1e-15,
+                    f"closed-form row moments, composite Gauss-Legendre over m ({EGEN_NODES[0]} "
+                    f"and {EGEN_NODES[1]} nodes per panel, breakpoints at +-1/beta)",
+                    extra={"plugin": fine_plug,
+                           "plugin_error": abs(fine_plug - coarse_plug) + cut + 1e-15})
+
+
 def delta_of_mmse(v: float, *, rho: float) -> float:
     """The noise Delta of the Wishart denoising problem whose mmse is v in (0, 1) (THEORY 1.1:
     mmse(Delta) increases from 0 to 1)."""
@@ -480,4 +546,75 @@ def se_fixed_points(cs, *, alpha: float, rho: float, beta: float,
     if not out:
         raise ConvergenceError("no SE fixed point in the mmse grid", last_iterate=alpha,
                                residual=vals)
+    return [{**f, **egen_at_fixed_point(cs, mmse=f["mmse"], error=f["error"], rho=rho,
+                                        beta=beta)} for f in out]
+
+
+def egen_at_fixed_point(cs, *, mmse: float, error: float, rho: float, beta: float) -> dict:
+    """e_gen and the plug-in error (THEORY 1.5) at an SE fixed point V = mmse +- error, q = Q0 - V:
+    the rule's bar (:func:`generalisation_error`) plus the change over V +- error (both ends
+    evaluated, so the bar holds for a non-linear e_gen(V) too). At V = 0 (perfect recovery of a
+    noiseless channel) both are 0."""
+    Q0 = 1.0 + rho
+    keys = ("e_gen", "e_gen_error", "e_gen_plugin", "e_gen_plugin_error")
+    if mmse <= 0 and error <= 0:
+        return dict.fromkeys(keys, 0.0)
+    at = {}
+    for v in (mmse, mmse - error, mmse + error):
+        v = min(max(v, 0.0), Q0)
+        at[v] = ((0.0, 0.0, 0.0, 0.0) if v == 0 else
+                 (lambda e: (e.value, e.error, e.extra["plugin"], e.extra["plugin_error"]))(
+                     generalisation_error(cs, q=Q0 - v, V=v, beta=beta)))
+    mid = at[min(max(mmse, 0.0), Q0)]
+    spread = [max(abs(a[i] - mid[i]) + a[i + 1] for a in at.values()) for i in (0, 2)]
+    return {"e_gen": mid[0], "e_gen_error": mid[1] + spread[0],
+            "e_gen_plugin": mid[2], "e_gen_plugin_error": mid[3] + spread[1]}
+
+
+#: the omegas of the identity checks: every piece carries mass at each (tests/test_sparsemax.py)
+CHECK_OMEGAS = ((0.3, -0.2, 0.5), (1.2, 0.4, -0.9), (0.1, 0.0, 0.2))
+
+
+def run_checks(cs, cm, *, beta: float, V: float = 0.7) -> list[dict]:
+    """The identity checks of the T = 2 channel (THEORY 1.2), each a dict (name, passed, detail):
+    sum_y Z_out = 1 and Nishimori sum_y Z (g g^T + dg) = 0 at three omegas (double precision,
+    the rules of :func:`output_moments`), and every piece's g_out and dg_out against mpmath
+    finite differences of log Z_out and g_out at 40 digits (``cm``: the mpmath compilation)."""
+    _check(beta, V)
+    out = []
+    for omega in CHECK_OMEGAS:
+        o = output_moments(cs, omega=omega, V=V, beta=beta)
+        mass = abs(o["mass"] - 1)
+        nish = float(np.abs(o["ggT"] + o["dg"]).max())
+        out.append({"name": f"sum_y Z_out = 1 at omega = {omega}", "passed": bool(mass < 1e-12),
+                    "detail": f"|sum - 1| = {mass:.1e} (tolerance 1e-12)"})
+        out.append({"name": f"Nishimori sum_y Z (g g^T + dg) = 0 at omega = {omega}",
+                    "passed": bool(nish < 1e-11),
+                    "detail": f"max entry {nish:.1e} (tolerance 1e-11; entries of sum Z g g^T "
+                              f"up to {float(np.abs(o['ggT']).max()):.2f})"})
+    worst_g = worst_dg = mpmath.mpf(0)
+    with mpmath.workdps(40):
+        omega = [mpmath.mpf(s) for s in ("0.3", "-0.2", "0.5")]
+        rest = [mpmath.mpf(V), mpmath.mpf(beta)]
+        for p in cm.pieces:
+            x = [mpmath.mpf("0.13") if 0 in p.interior else 0,
+                 mpmath.mpf("-0.21") if 1 in p.interior else 0]
+            args = x + omega + rest
+            g, dg = p.g(*args), p.dg(*args)
+            for k in range(3):
+                def moved(t, j, f, a=args):
+                    b = list(a)
+                    b[2 + j] = t
+                    return f(*b)
+
+                fd = mpmath.diff(lambda t, k=k, p=p: moved(t, k, p.log_z), args[2 + k])
+                worst_g = max(worst_g, abs(fd - g[k]))
+                for j in range(3):
+                    fd = mpmath.diff(lambda t, k=k, j=j, p=p: moved(t, j, p.g)[k], args[2 + j])
+                    worst_dg = max(worst_dg, abs(fd - dg[k][j]))
+    for name, worst in (("g_out = d log Z_out / d omega", worst_g),
+                        ("dg_out = d g_out / d omega", worst_dg)):
+        out.append({"name": f"{name} (9 pieces, mpmath finite differences at 40 digits)",
+                    "passed": bool(worst < mpmath.mpf(10) ** -30),
+                    "detail": f"largest deviation {float(worst):.1e} (tolerance 1e-30)"})
     return out

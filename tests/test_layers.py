@@ -27,6 +27,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
                   "deep_aim_sheet"),
                  "sympy derivations and data; never runs a solver"),
     "compiled": (("codegen", "compiled", "lambdified", "amp_functions", "smi_compiled", "sparsemax",
+                  "sparsemax_sheet",
                   "deep_aim", "polyhedral", "sparsemax_pieces"),
                  "lambdify the derivations into callables for the numeric layer"),
     "api": (("", "results", "models", "thresholds", "checks", "sweep", "api", "erm",
