@@ -5,13 +5,15 @@ Usage: python benchmarks/smi_amp_vs_se.py [--alphas 0.4 1.0] [--dims 500] [--see
 
 Prints, per (alpha, D): GAMP final Q_11, Q_22 (mean +- standard error over seeds), the SE
 prediction of :func:`numerics.smi.fixed_point` (branch Q = diag(0, q2)) and, with --mc-se, the
-Monte Carlo state evolution :func:`numerics.smi_amp.se_montecarlo` (not restricted to that
+Monte Carlo state evolution ``se_montecarlo`` (tests/smi_mc_oracles.py) (not restricted to that
 branch), and the wall time. Sets OMP_NUM_THREADS=1 before importing numpy.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -19,7 +21,10 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from aim_sym.numerics.smi_amp import run_smi_amp, se_montecarlo  # noqa: E402
+from aim_sym.numerics.smi_amp import run_smi_amp  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
+from smi_mc_oracles import se_montecarlo  # noqa: E402
 
 
 def main(argv=None):

@@ -9,7 +9,7 @@ Routes per q2 (one process per job, OMP_NUM_THREADS=1):
                             the sequential threshold) at SEQ_ORDERS[0], SEQ_ORDERS[1] (the tensor
                             Gauss-Hermite and v2 mixture engines this script once compared were
                             retired on 2026-11-25; their rows in benchmarks/RESULTS.md are history);
-  mc_branch                : numerics.smi.montecarlo_branch (Monte Carlo outer and inner);
+  mc_branch                : montecarlo_branch of tests/smi_mc_oracles.py (Monte Carlo outer and inner);
   mc_gout                  : Monte Carlo outer, inner by the GAMP fibre rule numerics.smi_amp.gout
                             (both E[sum g^2] and E[-sum dg]; their agreement is Nishimori).
 The SE map is T(q2) = alpha K2 / (1 + alpha K2); a fixed point solves q2 / (1 - q2) = alpha K2.
@@ -19,6 +19,8 @@ Optionally also runs GAMP jobs (numerics.smi_amp.amp_run) at large D alongside.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -29,6 +31,9 @@ import multiprocessing as mp  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
+import smi_mc_oracles  # noqa: E402
 
 Q_GRID = (0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
           0.75, 0.8, 0.85, 0.88, 0.9, 0.91, 0.92, 0.93, 0.94, 0.95)
@@ -69,7 +74,7 @@ def _job(args):
         out = dict(K2=float(s["K2"]), mu1=float(s["mu1"]), nishimori=float(s["nishimori"]),
                    orders=list(o))
     elif kind == "mc_branch":
-        s = smi.montecarlo_branch(q2, **kw)
+        s = smi_mc_oracles.montecarlo_branch(q2, **kw)
         out = dict(K2=s["K2"].value, K2_err=s["K2"].error, mu1=s["mu1"].value)
     elif kind == "fixed_point":
         out = smi.fixed_point(alpha=q2)

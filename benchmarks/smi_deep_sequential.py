@@ -1,6 +1,6 @@
 """Sequential thresholds of deep tied attention with L = 3 (M = 2, P_l = 1): layers 1 and 2 on
 the SE branch where layer 3 is learned, Q = diag(0, 0, q3) (numerics/smi_sequential.py:
-branch_point, sequential_thresholds; the Monte Carlo oracles in numerics/smi_oracles.py).
+branch_point, sequential_thresholds; the Monte Carlo oracles in tests/smi_mc_oracles.py).
 
 Usage:
   python benchmarks/smi_deep_sequential.py thresholds [--skip 1] [--beta 1] [--samples 6000]
@@ -24,7 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
+import smi_mc_oracles  # noqa: E402
 
 
 def _load() -> str:
@@ -32,11 +37,10 @@ def _load() -> str:
 
 
 def thresholds(args) -> None:
-    from aim_sym.numerics import smi_oracles
 
     print(_load(), flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    res = smi_oracles.montecarlo_sequential_thresholds(
+    res = smi_mc_oracles.montecarlo_sequential_thresholds(
         skip=args.skip, beta=args.beta, samples=args.samples, inner=args.inner, seed=args.seed,
         progress=lambda i, n, m: print(f"  [{time.process_time() - c0:7.1f} s cpu] {m}",
                                        flush=True))
@@ -54,7 +58,6 @@ def thresholds(args) -> None:
 
 
 def check(args) -> None:
-    from aim_sym.numerics import smi_oracles
     from aim_sym.numerics import smi_sequential as ss
 
     print(_load(), flush=True)
@@ -67,7 +70,7 @@ def check(args) -> None:
               f"{st['nishimori']:+.2e}; {st['pairs']:.2e} pairs, "
               f"{time.process_time() - c0:.1f} s cpu", flush=True)
     c0 = time.process_time()
-    mc = smi_oracles.montecarlo_branch(args.q3, layers=3, skip=args.skip, beta=args.beta,
+    mc = smi_mc_oracles.montecarlo_branch(args.q3, layers=3, skip=args.skip, beta=args.beta,
                                        samples=args.samples, inner=args.inner, seed=args.seed)
     print("Monte Carlo: " + ", ".join(f"{k} {e.value:.5f} +- {e.error:.5f}"
                                       for k, e in mc.items())

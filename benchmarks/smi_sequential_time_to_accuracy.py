@@ -6,7 +6,7 @@ Engine: ``numerics.smi_sequential.sequential_threshold(digits=d, workers=W)``, w
 of the whole root search (bracket, root order, coarse and refined orders), the error bar its own
 (two-order spread + interpolation + Nishimori residual + cut bounds).
 
-Monte Carlo: ``numerics.smi.montecarlo_branch`` at the engine's q2* (seeded, 1/mu1 there, the
+Monte Carlo: ``montecarlo_branch`` (tests/smi_mc_oracles.py) at the engine's q2* (seeded, 1/mu1 there, the
 route that gave 0.695 +- 0.016 in benchmarks/RESULTS.md), timed at ``--mc-samples`` outer
 samples; the samples (and time) for a standard error eps follow the 1/sqrt(n) law
 n(eps) = n0 (se0/eps)^2 -- an extrapolation, stated as such; it ignores the O(1/inner) ratio
@@ -22,9 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
-from aim_sym.numerics import smi, smi_sequential
+from aim_sym.numerics import smi_sequential
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
+import smi_mc_oracles  # noqa: E402
 
 
 def _load() -> str:
@@ -50,7 +55,7 @@ def engine(digits: int, workers: int) -> dict:
 def montecarlo(q2: float, samples: int, inner: int, seed: int, targets) -> dict:
     load0 = _load()
     w = time.perf_counter()
-    mc = smi.montecarlo_branch(q2, samples=samples, inner=inner, seed=seed)
+    mc = smi_mc_oracles.montecarlo_branch(q2, samples=samples, inner=inner, seed=seed)
     wall = time.perf_counter() - w
     a = 1.0 / mc["mu1"].value
     se = mc["mu1"].error * a * a

@@ -3,7 +3,7 @@
 For each c: the earlier tensor Gauss-Hermite engine (numerics.smi._weak_stats, orders (72, 96)
 vs (96, 128): never sees the width-sqrt(c) feature where det A(z_1) -> c (1 + c)), the rotated
 rules now used by numerics.smi.stability_matrix (three refinements), and seeded Monte Carlo
-(numerics.smi.montecarlo_stability: inner importance sampling with a proposal resolving the
+(montecarlo_stability of tests/smi_mc_oracles.py: inner importance sampling with a proposal resolving the
 feature, control variates), as thresholds alpha_l = 1 / lambda_l with their bars, seconds per
 call, and the outer mass of each rule (exactly 1 for a correct rule).  The bound alpha_l >= 1/6
 (THEORY 2.2, M = 2) holds for the new values; the old ones break it at c <= 0.01.
@@ -12,9 +12,14 @@ Run: python benchmarks/smi_small_skip.py [--samples R] [--inner K] [--seed S]
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from aim_sym.numerics import smi
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
+import smi_mc_oracles  # noqa: E402
 
 SKIPS = (1.0, 0.5, 0.2, 0.1, 0.01, 1e-3, 1e-4)
 
@@ -36,7 +41,7 @@ def main():
         t = time.perf_counter()
         F = smi.stability_matrix(skip=c)
         dt = time.perf_counter() - t
-        mc = smi.montecarlo_stability(skip=c, samples=a.samples, inner=a.inner, seed=a.seed)
+        mc = smi_mc_oracles.montecarlo_stability(skip=c, samples=a.samples, inner=a.inner, seed=a.seed)
         for layer in (2, 1):
             k = f"lam{layer}"
             o = _thr(hi[k], abs(hi[k] - lo[k]))

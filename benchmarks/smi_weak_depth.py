@@ -9,7 +9,7 @@ importance sampling of the free rows from their prior, the half-split estimator
 
 A third route (``--third R``): h sampled from the model by R scrambled Sobol sets of 2^13 true z,
 iid prior samples of the free rows (2^15 per set, shared by its h) and the block U-statistic
-(numerics.smi_weak.model_sampled_lambdas); ``--inner-bias N`` measures the ratio bias of the Monte
+(model_sampled_lambdas of tests/smi_mc_oracles.py); ``--inner-bias N`` measures the ratio bias of the Monte
 Carlo route at ``--inner`` on N sampled h (montecarlo_inner_bias, paired, 2^15 samples per h).
 
 Run: python benchmarks/smi_weak_depth.py --case 4,2 [--log2n 15] [--replicates 8]
@@ -18,9 +18,14 @@ Run: python benchmarks/smi_weak_depth.py --case 4,2 [--log2n 15] [--replicates 8
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from aim_sym.numerics import smi_weak
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
+import smi_mc_oracles  # noqa: E402
 
 
 def main():
@@ -49,7 +54,7 @@ def main():
     mc = None
     if not a.no_mc:
         t = time.perf_counter()
-        mc = smi_weak.montecarlo_lambdas(layers=L, tokens=M, skip=a.skip, samples=a.samples,
+        mc = smi_mc_oracles.montecarlo_lambdas(layers=L, tokens=M, skip=a.skip, samples=a.samples,
                                          inner=a.inner, seed=a.seed)
         print(f"Monte Carlo: {a.samples} x {a.inner}, seed {a.seed}; "
               f"{time.perf_counter() - t:.1f} s")
@@ -67,7 +72,7 @@ def main():
         print(row)
     if a.third:
         t = time.perf_counter()
-        r = smi_weak.model_sampled_lambdas(layers=L, tokens=M, skip=a.skip, log2_outer=13,
+        r = smi_mc_oracles.model_sampled_lambdas(layers=L, tokens=M, skip=a.skip, log2_outer=13,
                                            log2_inner=15, block=4096, replicates=a.third,
                                            seed=a.seed)
         print(f"third route ({a.third} x 2^13 model-sampled h, 2^15 iid inner, blocks of 4096;"
@@ -79,7 +84,7 @@ def main():
     if a.inner_bias:
         half = a.inner // 2
         t = time.perf_counter()
-        r = smi_weak.montecarlo_inner_bias(layers=L, tokens=M, skip=a.skip,
+        r = smi_mc_oracles.montecarlo_inner_bias(layers=L, tokens=M, skip=a.skip,
                                            samples=a.inner_bias, log2n=15, chunks=(half,),
                                            seed=a.seed)
         print(f"ratio bias of the Monte Carlo route at inner {a.inner} ({a.inner_bias} h; "

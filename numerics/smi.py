@@ -31,18 +31,18 @@ The sequential threshold and the layer-2 branch (q2 >= 0.1) are computed by
 :mod:`aim_sym.numerics.smi_sequential` (trapezoid lattices for the fibre and for h, geometric
 convergence), for skip >= 0.5 (the validated floor,
 :data:`aim_sym.numerics.smi_fibre.SKIP_FLOORS`); below q2 = 0.1 the posterior is broad and route
-A (:mod:`aim_sym.numerics.smi_route_a`) serves.  Independent route: the seeded Monte Carlo
-:func:`aim_sym.numerics.smi_oracles.montecarlo_branch`.
+A (:mod:`aim_sym.numerics.smi_route_a`) serves.  Independent routes: the seeded Monte Carlo
+oracles of tests/smi_mc_oracles.py (``montecarlo_stability``, ``montecarlo_branch``).
 
 Overlaps are diagonal, ``Q = diag(q_1, q_2)`` (layer 1 = first attention layer, layer 2 = last):
 the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
 
 Imports (a DAG): :mod:`~aim_sym.numerics.smi_fibre` (checks, rules, compiled pieces, fibre
 geometry), :mod:`~aim_sym.numerics.smi_route_a` (route A sums) and
-:mod:`~aim_sym.numerics.smi_oracles` (the seeded Monte Carlo routes, re-exported here) are the
-base; the engines (:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``)
-build on it; this module is the entry on top of them (and
-:mod:`~aim_sym.numerics.smi_amp`, whose GAMP runs report :func:`fixed_point`, sits above it).
+:mod:`~aim_sym.numerics.smi_oracles` (the Monte Carlo cross-block check) are the base; the
+engines (:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``) build on
+it; this module is the entry on top of them (and :mod:`~aim_sym.numerics.smi_amp`, whose GAMP
+runs report :func:`fixed_point`, sits above it).
 """
 
 from __future__ import annotations
@@ -66,11 +66,7 @@ from .smi_fibre import (
     rotated_h_rule,
     rotated_z1_rule,
 )
-from .smi_oracles import (  # noqa: F401  (public aliases of the Monte Carlo oracles)
-    cross_block_montecarlo,
-    montecarlo_branch,
-    montecarlo_stability,
-)
+from .smi_oracles import cross_block_montecarlo
 from .smi_route_a import SIGMA_H
 from .smi_route_a import q0_sums as _weak_sums
 from .smi_route_a import stats as route_a_stats

@@ -21,8 +21,8 @@ moments E[z_m | y], Cov[z_m | y] (per token, P x P) are weighted sums over the s
     dg_m = V^{-1} Cov[z_m | y] V^{-1} - V^{-1}                   (= d g_m / d omega_m)
 
 Quadrature: when the layer-2 estimate becomes accurate (v_c small) the fibre posterior in z_1
-sharpens; ``order`` controls the rule, :func:`quadrature_report` measures the difference between
-two orders on the actual GAMP inputs, and the benchmark reports it.
+sharpens; ``order`` controls the rule; the tests measure the difference between two orders
+on the actual GAMP inputs, and the benchmark reports it.
 
 GAMP (Gaussian prior N(0, I_P) on each column W_i, design x_mu,i,m / sqrt(D)):
 
@@ -44,29 +44,28 @@ Initialisation: Q = 0 is a fixed point (sign symmetries W_l -> -W_l), so W_hat^0
 q0 W + sqrt(q0 (1 - q0)) G (G iid N(0, 1)), C^0 = (1 - q0) I, g^{-1} = 0: the Bayes-consistent
 estimate at overlap Q = q0 I (``init_overlap`` = q0, default 0.02, reported in the result).
 
-Measured (skip c = 1, beta = 1; benchmarks/smi_amp_finite_size.py, smi_branch_k2_routes.py,
-tables in benchmarks/RESULTS.md): below the sequential threshold (alpha = 0.4, 0.6) layer 1
-stays at Q_11 = 0 and Q_22 agrees with the SE on the branch Q = diag(0, q2) when the SE's
-K2(q2) = E sum_m g_2m^2 is computed by Monte Carlo with this module's g_out (the former
-``branch_fixed_point_montecarlo``; now the lattice :func:`aim_sym.numerics.smi.layer2_point`
-serves, checked against the independent inner rule of numerics.smi_oracles.montecarlo_branch): alpha = 0.6,
-SE 0.9235 +- 0.0007, AMP 0.9186 +- 0.0032 (D = 1000, 16 seeds) ... 0.9221 +- 0.0011
-(D = 8000, 6 seeds); alpha = 0.4, SE 0.489 +- 0.005, AMP 0.497 +- 0.009 (D = 4000) ...
-0.499 +- 0.009 (D = 16000). The former Gauss-Hermite branch rule of numerics.smi.fixed_point
-(0.540 and 0.9417) overestimated K2 by 4-6%, which the SE map's slope (0.78 at alpha = 0.4,
-0.84 at 0.6) turned into 0.05 and 0.018 in q2; fixed_point now uses the lattice rule
-(0.92371 +- 0.00017 at alpha = 0.6). Per instance the final Q_22 does not depend on the
-damping (0, 0.3, 0.6), on the Onsager form (``a_update``), on the initial overlap (0.02,
-0.3) or on the quadrature order (24, 40): the seed-to-seed scatter (sd 0.05 at D = 1000,
-0.02 at D = 16000, alpha = 0.4) is the instance's own finite-size fixed point, amplified by
-1/(1 - slope). Per iteration AMP follows the equally damped SE trajectory from the same
-initial overlap. :func:`converged` is the convergence rule used in the tables (every Q_ll
-within 0.01 over the last 10 iterations; tol-based stopping is not reached at finite D).
-At alpha = 1 (the parameter-counting point: 2 numbers per sample, 2 D unknowns) both layers
-are learned and the SE map is close to the identity along a curve in (Q_11, Q_22): the SE
-creeps towards Q = 1 (Q_11 = 0.829 after 150 iterations from Q = 0.02 I) and GAMP at D = 500
-is further along the same curve (Q_11 = 0.950 +- 0.010, Q_22 = 0.9996 after 150 iterations),
-so final values at alpha = 1 measure the speed along a marginal direction, not a fixed point.
+Measured (skip c = 1, beta = 1; benchmarks/smi_amp_finite_size.py, smi_branch_k2_routes.py, tables
+in benchmarks/RESULTS.md): below the sequential threshold (alpha = 0.4, 0.6) layer 1 stays at Q_11 =
+0 and Q_22 agrees with the SE on the branch Q = diag(0, q2) when the SE's K2(q2) = E sum_m g_2m^2 is
+computed by Monte Carlo with this module's g_out (the former ``branch_fixed_point_montecarlo``; now
+the lattice :func:`aim_sym.numerics.smi.layer2_point` serves, checked against the independent inner
+rule of ``montecarlo_branch`` in tests/smi_mc_oracles.py): alpha = 0.6, SE 0.9235 +- 0.0007, AMP
+0.9186 +- 0.0032 (D = 1000, 16 seeds) ... 0.9221 +- 0.0011 (D = 8000, 6 seeds); alpha = 0.4, SE
+0.489 +- 0.005, AMP 0.497 +- 0.009 (D = 4000) ... 0.499 +- 0.009 (D = 16000). The former
+Gauss-Hermite branch rule of numerics.smi.fixed_point (0.540 and 0.9417) overestimated K2 by 4-6%,
+which the SE map's slope (0.78 at alpha = 0.4, 0.84 at 0.6) turned into 0.05 and 0.018 in q2;
+fixed_point now uses the lattice rule (0.92371 +- 0.00017 at alpha = 0.6). Per instance the final
+Q_22 does not depend on the damping (0, 0.3, 0.6), on the Onsager form (``a_update``), on the
+initial overlap (0.02, 0.3) or on the quadrature order (24, 40): the seed-to-seed scatter (sd 0.05
+at D = 1000, 0.02 at D = 16000, alpha = 0.4) is the instance's own finite-size fixed point,
+amplified by 1/(1 - slope). Per iteration AMP follows the equally damped SE trajectory from the same
+initial overlap. :func:`converged` is the convergence rule used in the tables (every Q_ll within
+0.01 over the last 10 iterations; tol-based stopping is not reached at finite D). At alpha = 1 (the
+parameter-counting point: 2 numbers per sample, 2 D unknowns) both layers are learned and the SE map
+is close to the identity along a curve in (Q_11, Q_22): the SE creeps towards Q = 1 (Q_11 = 0.829
+after 150 iterations from Q = 0.02 I) and GAMP at D = 500 is further along the same curve (Q_11 =
+0.950 +- 0.010, Q_22 = 0.9996 after 150 iterations), so final values at alpha = 1 measure the speed
+along a marginal direction, not a fixed point.
 
 Overlaps: ``Q`` = |(W_hat W^T)_ll| / ||W_l||^2 (the teacher's own norm ||W_l||^2 / D = 1 +
 O(D^{-1/2}) divided out, so a perfectly learned layer reads 1 and seeds scatter less; the
@@ -460,47 +459,3 @@ def run_smi_amp(*, alpha, dim, seeds, layers=2, tokens=2, skip=1.0, beta=1.0, ma
                              tol=tol, adaptive=adaptive),
                seconds=time.perf_counter() - t0)
     return out
-
-
-def se_montecarlo(*, alpha, skip=1.0, beta=1.0, samples=2000, iters=40, init=(0.02, 0.02),
-                  order=24, seed=0, a_update="gg", progress=None) -> dict:
-    """State evolution of THEORY 2.1 with the expectation over (omega, y) by Monte Carlo (common
-    random numbers across iterations) and g_out by the same fibre quadrature as GAMP:
-    omega_m = Q^{1/2} xi_m, z_m = omega_m + (I - Q)^{1/2} eta_m, Q_hat = alpha E[sum_m g g^T]
-    (``a_update="dg"``: alpha E[-sum_m dg]), Q = Q_hat (I + Q_hat)^{-1}, full 2 x 2 Q.
-    Unlike :func:`aim_sym.numerics.smi.fixed_point` it is not restricted to the branch Q = diag(0, q2),
-    so it gives the SE prediction above the sequential threshold (layer 1 learned). Error bar:
-    the standard error of Q_hat over the samples, propagated to Q (diagonal only), at the last
-    iterate. Returns Q (2 x 2), Q_diag, Q_err, history."""
-    rng = np.random.default_rng(seed)
-    xi = rng.standard_normal((samples, 2, 2))
-    eta = rng.standard_normal((samples, 2, 2))
-    Q = np.diag(np.asarray(init, float))
-    hist = []
-    for it in range(iters):
-        w, U = np.linalg.eigh(Q)
-        sq = U @ np.diag(np.sqrt(np.clip(w, 0, None))) @ U.T
-        w2, U2 = np.linalg.eigh(np.eye(2) - Q)
-        sv = U2 @ np.diag(np.sqrt(np.clip(w2, 0, None))) @ U2.T
-        omega = np.einsum("pq,nqm->npm", sq, xi)
-        z = omega + np.einsum("pq,nqm->npm", sv, eta)
-        h, _ = forward(z, skip=skip, beta=beta)
-        V = np.eye(2) - Q
-        g, dg, _ = gout(h, omega, V, skip=skip, beta=beta, order=order)
-        if a_update == "gg":
-            terms = np.einsum("npm,nqm->npq", g, g)
-        else:
-            terms = -dg.sum(1)
-        Qh = alpha * terms.mean(0)
-        Qh = 0.5 * (Qh + Qh.T)
-        Q = Qh @ np.linalg.inv(np.eye(2) + Qh)
-        Q = 0.5 * (Q + Q.T)
-        dqh = alpha * standard_error(terms, axis=0)[[0, 1], [0, 1]]
-        qerr = dqh / (1 + np.diag(Qh)) ** 2
-        hist.append(dict(iter=it + 1, Q=Q.tolist(), Q_hat=Qh.tolist(), Q_err=qerr.tolist()))
-        if progress:
-            progress(it + 1, iters, f"Q = ({Q[0, 0]:.4f}, {Q[1, 1]:.4f})")
-    return dict(alpha=float(alpha), Q=Q.tolist(), Q_diag=[float(Q[0, 0]), float(Q[1, 1])],
-                Q_err=hist[-1]["Q_err"], history=hist,
-                settings=dict(samples=samples, iters=iters, init=list(init), order=order,
-                              seed=seed, a_update=a_update, skip=skip, beta=beta))

@@ -7,8 +7,8 @@
   map ``T_l(Q) = alpha K_l / (1 + alpha K_l)``) and adds ``phi`` and ``e_gen``.  An earlier rule
   here (Gauss-Hermite in omega_2, Laplace-mixture fibre) overestimated K2 by ~5% and was
   removed; benchmarks/RESULTS.md has the comparison.
-* :func:`montecarlo_stats`: plain Monte Carlo of ``K1, K2, K12`` (outer and inner sampled, no
-  quadrature, no symmetry reduction): the independent route the tests compare with.
+* ``montecarlo_stats`` (tests/smi_mc_oracles.py): plain Monte Carlo of ``K1, K2, K12`` (outer
+  and inner sampled, no quadrature, no symmetry reduction): the route the tests compare with.
 
 Small ``V`` (perfect recovery, :func:`recovery_kappa`): the posterior lives on the 2D fibre
 ``{A(z_1) z_2 = h}`` in 4D, so ``Cov -> D^{1/2} Pi D^{1/2}`` with ``Pi`` the tangent projector in

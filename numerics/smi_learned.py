@@ -45,8 +45,8 @@ import numpy as np
 
 from .records import ConvergenceError, require, standard_error
 from .smi_fibre import check_skip_floor, fibre_point, functions
+from .smi_sequential import TRAP_R  # the lattice radius (in u here): cut prior mass < 1e-12
 
-TRAP_R = 7.5          # lattice radius in u: cut prior mass exp(-R^2/2) < 1e-12
 _BLOCK = 1_500_000    # (outer x node) pairs per block
 FIELDS = ("K1", "K2", "K12", "N1", "N2", "psi")
 

@@ -17,7 +17,7 @@ points x 8192 nodes, float32 exponentials, forked workers (7.9 ns per pair of wa
 cores) and dropping omega_3 nodes of weight < :data:`LATTICE_WCUT` (bounded in the bar).
 L = 3, c = 1: 0.9771 +- 0.0021 (layer 1, q3* = 0.97828) and 1.1358 +- 0.0044 (layer 2, an
 upper bound only), 0.1 combined SE from the seeded Monte Carlo oracle
-:func:`aim_sym.numerics.smi_oracles.montecarlo_sequential_thresholds` (0.979 +- 0.017, 1.134 +-
+``montecarlo_sequential_thresholds`` of tests/smi_mc_oracles.py (0.979 +- 0.017, 1.134 +-
 0.014), 10 evaluations in 21 min on 2 cores.  Below, L = 2.
 
 At ``Q = diag(0, q2)`` the fibre integral over ``z_1'`` given ``(h, omega_2)`` is
@@ -864,7 +864,7 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
     """Sequential thresholds of every unlearned layer ``l = 1 .. L-1`` on the last layer's SE
     branch (THEORY 2.2), ``layers`` 2 or 3, by the deterministic rule :func:`branch_point`
     (anisotropic fibre lattice, float32 exponentials); its oracle is
-    :func:`aim_sym.numerics.smi_oracles.montecarlo_sequential_thresholds`.
+    ``montecarlo_sequential_thresholds`` of tests/smi_mc_oracles.py.
 
     At L = 2 without ``orders`` (or with ``digits``, default 4): the ladder of refinements
     :func:`sequential_threshold` (its record with ``layer``, ``kind``, ``first``).  Otherwise

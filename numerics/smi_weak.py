@@ -30,9 +30,10 @@ Rules:
 
 Every estimate also carries the change between two outer rules and |mass - 1| x value.
 
-Independent routes: :func:`montecarlo_lambdas` (plain Monte Carlo), :func:`model_sampled_lambdas`
-(h sampled from the model, iid inner blocks, U-statistic) and :func:`montecarlo_inner_bias` (the
-paired ratio bias of the Monte Carlo route); docs/smi_depth.md.
+Independent routes (seeded Monte Carlo test oracles in tests/smi_mc_oracles.py):
+``montecarlo_lambdas`` (plain Monte Carlo), ``model_sampled_lambdas`` (h sampled from the model,
+iid inner blocks, U-statistic) and ``montecarlo_inner_bias`` (the paired ratio bias of the Monte
+Carlo route); docs/smi_depth.md.
 """
 
 from __future__ import annotations
@@ -242,28 +243,33 @@ def outer_moments(B, Mz, h: np.ndarray, *, chunk: int = _CHUNK) -> np.ndarray:
     return out
 
 
-def reduce_lambdas(mom: np.ndarray, h: np.ndarray, wh: np.ndarray, *, layers: int) -> np.ndarray:
-    """From the outer-node moments: [mass, lambda_1 .. lambda_L, tr E C_1 .. tr E C_L]."""
-    m = h.shape[1]
-    pairs = _pairs(m)
+def node_covariances(mom: np.ndarray, h: np.ndarray, *, layers: int) -> np.ndarray:
+    """From outer-node moments (N, K): ``E[z_l z_l^T | h]`` as (N, L, Q) pair entries (a node
+    of zero mass gives zeros)."""
+    pairs = _pairs(h.shape[1])
     q = len(pairs)
-    fro = np.array([1.0 if a == b else 2.0 for a, b in pairs])
-    eye = np.array([1.0 if a == b else 0.0 for a, b in pairs])
     hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
     Z = mom[:, 0]
-    Zs = np.where(Z > 0, Z, 1.0)
-    W = wh * Z
+    Zs = np.where(Z > 0, Z, 1.0)[:, None]
+    C = [mom[:, 1 + q * l: 1 + q * (l + 1)] / Zs for l in range(layers - 1)]
+    base = 1 + q * (layers - 1)
+    C.append(np.stack([(mom[:, base + q * j: base + q * (j + 1)] * hh).sum(1)
+                       for j in range(q)], 1) / Zs)
+    return np.stack(C, 1)
+
+
+def reduce_lambdas(mom: np.ndarray, h: np.ndarray, wh: np.ndarray, *, layers: int) -> np.ndarray:
+    """From the outer-node moments: [mass, lambda_1 .. lambda_L, tr E C_1 .. tr E C_L]."""
+    pairs = _pairs(h.shape[1])
+    fro = np.array([1.0 if a == b else 2.0 for a, b in pairs])
+    eye = np.array([1.0 if a == b else 0.0 for a, b in pairs])
+    W = wh * mom[:, 0]
+    C = node_covariances(mom, h, layers=layers)
     out = [W.sum()]
     traces = []
     for l in range(layers):
-        if l < layers - 1:
-            C = mom[:, 1 + q * l: 1 + q * (l + 1)] / Zs[:, None]
-        else:
-            base = 1 + q * (layers - 1)
-            C = np.stack([(mom[:, base + q * j: base + q * (j + 1)] * hh).sum(1)
-                          for j in range(q)], 1) / Zs[:, None]
-        out.append(W @ (((C - eye) ** 2) @ fro))
-        traces.append(W @ (C @ eye))
+        out.append(W @ (((C[:, l] - eye) ** 2) @ fro))
+        traces.append(W @ (C[:, l] @ eye))
     return np.array(out + traces)
 
 
@@ -398,159 +404,4 @@ def weak_thresholds(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: fl
         out.append(dict(layer=l, kind="weak", value=float(1.0 / e.value),
                         error=float(e.error / e.value**2), lam=float(e.value),
                         lam_error=float(e.error), method=e.method, seconds=dt))
-    return out
-
-
-# ----------------------------------------------------------------------------- oracle
-def montecarlo_lambdas(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
-                       samples: int = 2000, inner: int = 4096, seed: int = 0,
-                       return_values: bool = False) -> dict:
-    """Independent route (plain Monte Carlo): true z ~ N(0, I), h = h^(L)(z); the posterior of
-    the free rows by self-normalised importance sampling from their prior (weights
-    N(Mat^{-1} h) / det Mat) with ``inner`` samples split in two independent halves a, b; the
-    estimator <C_a - I, C_b - I>_F has no variance bias (only the O(1/inner) ratio bias).
-    Returns, per layer, (mean, standard error) over the outer samples (and, with
-    ``return_values``, the per-sample values under ``"values"``).  The true z and the inner
-    samples come from separate streams, so runs with one seed and two ``inner`` share the true z
-    (paired differences measure the inner-sample bias)."""
-    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    rng_true, rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
-    m = tokens
-    vals = np.zeros((samples, layers))
-    eye = np.eye(m)
-    for s in range(samples):
-        z = rng_true.standard_normal((layers, m))
-        h = scores(z, skip=skip, beta=beta)
-        zf = rng.standard_normal((inner, layers - 1, m))
-        Mi, logdet = fibre_map(zf, skip=skip, beta=beta)
-        zL = Mi @ h
-        logw = -0.5 * (zL**2).sum(1) - logdet
-        rows = np.concatenate([zf, zL[:, None, :]], 1)        # (inner, L, M)
-        half = inner // 2
-        C = []
-        for part in (slice(0, half), slice(half, 2 * half)):
-            w = np.exp(logw[part] - logw[part].max())
-            w /= w.sum()
-            C.append(np.einsum("n,nla,nlb->lab", w, rows[part], rows[part]) - eye)
-        vals[s] = (C[0] * C[1]).sum((1, 2))
-    out = {f"lam{l + 1}": (float(v.mean()), standard_error(v)) for l, v in enumerate(vals.T)}
-    if return_values:
-        out["values"] = vals
-    return out
-
-
-def montecarlo_inner_bias(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
-                          samples: int = 200, log2n: int = 15, chunks=(256, 1024, 4096),
-                          seed: int = 0) -> dict:
-    """Ratio bias of the Monte Carlo route's half-split estimator, paired (docs/smi_depth.md).
-    Per true z (h sampled from the model) 2^``log2n`` prior samples of the free rows are cut
-    into blocks of k samples; the U-statistic mean over ordered block pairs j != i of
-    <C_i - I, C_j - I>_F has the expectation of :func:`montecarlo_lambdas` with halves of k
-    (``inner`` = 2 k).  Its difference to the same statistic with two blocks of 2^(log2n-1),
-    on the same samples, measures the bias at halves of k with little noise.  Returns
-    ``"lam{l}"``: {k: (mean difference, standard error)}, ``"ref"``: per layer (mean, SE) of the
-    two-block statistic, and ``"ess"``: the quantiles 0.1%, 1%, 10%, 50% of the effective sample
-    size of the first block of 1024 (or fewer)."""
-    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    require(isinstance(samples, (int, np.integer)) and samples >= 2, "samples", ">= 2", samples)
-    require(isinstance(log2n, (int, np.integer)) and 4 <= log2n <= 18, "log2n", "in [4, 18]",
-            log2n)
-    n = 1 << log2n
-    sizes = tuple(chunks) + (n // 2,)
-    require(all(isinstance(k, (int, np.integer)) and 1 <= k <= n // 2 and n % k == 0
-                and n // k >= 2 for k in sizes), "chunks",
-            "block sizes dividing 2^log2n, at most 2^(log2n-1)", chunks)
-    rng_true, rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
-    m = tokens
-    a, b = np.triu_indices(m)
-    fro = np.where(a == b, 1.0, 2.0)
-    eye = (a == b).astype(float)
-    vals = np.zeros((samples, len(sizes), layers))
-    ess = np.zeros(samples)
-    k0 = min(1024, n // 2)
-    for s in range(samples):
-        h = scores(rng_true.standard_normal((layers, m)), skip=skip, beta=beta)
-        zf = rng.standard_normal((n, layers - 1, m))
-        Mi, logdet = fibre_map(zf, skip=skip, beta=beta)
-        zL = Mi @ h
-        logw = -0.5 * (zL**2).sum(1) - logdet
-        w = np.exp(logw - logw.max())
-        rows = np.concatenate([zf, zL[:, None, :]], 1)
-        wf = w[:, None] * (rows[:, :, a] * rows[:, :, b]).reshape(n, -1)
-        for j, k in enumerate(sizes):
-            C = ((wf.reshape(-1, k, wf.shape[1]).sum(1) / w.reshape(-1, k).sum(1)[:, None])
-                 .reshape(-1, layers, len(fro)) - eye)
-            blocks = C.shape[0]
-            vals[s, j] = (((C.sum(0) ** 2) @ fro - ((C**2) @ fro).sum(0))
-                          / (blocks * (blocks - 1)))
-        ess[s] = w[:k0].sum() ** 2 / (w[:k0] ** 2).sum()
-    out = {}
-    for l in range(layers):
-        d = vals[:, :-1, l] - vals[:, -1:, l]
-        out[f"lam{l + 1}"] = {int(k): (float(d[:, j].mean()), standard_error(d[:, j]))
-                              for j, k in enumerate(sizes[:-1])}
-    out["ref"] = [(float(vals[:, -1, l].mean()), standard_error(vals[:, -1, l]))
-                  for l in range(layers)]
-    out["ess"] = [float(q) for q in np.quantile(ess, [0.001, 0.01, 0.1, 0.5])]
-    return out
-
-
-def _node_covariances(mom: np.ndarray, h: np.ndarray, *, layers: int) -> np.ndarray:
-    """From outer-node moments (N, K): ``E[z_l z_l^T | h] - I`` as (N, L, Q) pair entries."""
-    pairs = _pairs(h.shape[1])
-    q = len(pairs)
-    eye = np.array([1.0 if a == b else 0.0 for a, b in pairs])
-    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
-    Z = mom[:, :1]
-    C = [mom[:, 1 + q * l: 1 + q * (l + 1)] / Z for l in range(layers - 1)]
-    base = 1 + q * (layers - 1)
-    C.append(np.stack([(mom[:, base + q * j: base + q * (j + 1)] * hh).sum(1)
-                       for j in range(q)], 1) / Z)
-    return np.stack(C, 1) - eye
-
-
-def model_sampled_lambdas(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
-                          log2_outer: int = 11, log2_inner: int = 15, block: int = 4096,
-                          replicates: int = 16, seed: int = 0) -> dict:
-    """Third route (docs/smi_depth.md), independent of the quadrature's outer rule and of its
-    plain ratio: h sampled from the model by a scrambled Sobol set over the true z (2^log2_outer
-    per replicate, h = h^(L)(z)); per replicate one set of 2^log2_inner iid prior samples of the
-    free rows, cut into blocks of ``block``, shared by all h; ||C_l(h) - I||^2 by the U-statistic
-    over ordered block pairs (no variance bias, ratio bias of halves of ``block``, see
-    :func:`montecarlo_inner_bias`).  Returns ``"lam{l}"``: (mean over replicates, standard
-    error over replicates) and ``"per"``: the (replicates, L) replicate values."""
-    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    n = 1 << log2_inner
-    require(isinstance(block, (int, np.integer)) and n % block == 0 and n // block >= 2,
-            "block", "a divisor of 2^log2_inner, at most 2^(log2_inner-1)", block)
-    require(isinstance(replicates, (int, np.integer)) and replicates >= 2, "replicates", ">= 2",
-            replicates)
-    m = tokens
-    fro = np.array([1.0 if a == b else 2.0 for a, b in _pairs(m)])
-    per = np.zeros((replicates, layers))
-    for r, s in enumerate(np.random.SeedSequence(seed).spawn(replicates)):
-        s_out, s_in = s.spawn(2)
-        u = qmc.Sobol(d=layers * m, scramble=True, seed=np.random.default_rng(s_out)) \
-            .random_base2(log2_outer)
-        h = scores(stats.norm.ppf(u).reshape(-1, layers, m), skip=skip, beta=beta)
-        x = np.random.default_rng(s_in).standard_normal((n, (layers - 1) * m))
-        B, Mz = inner_moments(x, np.full(n, 1.0 / n), layers=layers, tokens=m, skip=skip,
-                              beta=beta)
-        pairs = _pairs(m)
-        hh_all = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
-        step = max(1, _CHUNK // n)
-        acc = np.zeros(layers)
-        for s0 in range(0, h.shape[0], step):
-            hh = hh_all[s0:s0 + step]
-            E = -0.5 * (hh @ B.T)
-            E = np.exp(E - E.max(1, keepdims=True))
-            Cs = np.stack([_node_covariances(E[:, j:j + block] @ Mz[j:j + block],
-                                             h[s0:s0 + step], layers=layers)
-                           for j in range(0, n, block)])              # (blocks, H, L, Q)
-            nb = Cs.shape[0]
-            U = ((Cs.sum(0) ** 2) @ fro - ((Cs**2) @ fro).sum(0)) / (nb * (nb - 1))
-            acc += U.sum(0)
-        per[r] = acc / h.shape[0]
-    out = {f"lam{l + 1}": (float(v.mean()), standard_error(v)) for l, v in enumerate(per.T)}
-    out["per"] = per
     return out

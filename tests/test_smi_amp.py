@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+import smi_mc_oracles
 from aim_sym.numerics import smi_amp
 from aim_sym.numerics.records import InputError
 
@@ -184,7 +185,7 @@ def test_convergence_rule():
 # The SE reference for the branch Q = diag(0, q2) is numerics.smi.layer2_point (lattice rule of
 # numerics.smi_sequential: K2(0.92) = 19.313, q2 = 0.92371 +- 0.00017 at alpha = 0.6), checked
 # by test_layer2_point_matches_montecarlo_se below against the seeded Monte Carlo K2 of
-# numerics.smi_oracles.montecarlo_branch (an independent inner rule; benchmarks/RESULTS.md:
+# montecarlo_branch of tests/smi_mc_oracles.py (an independent inner rule; benchmarks/RESULTS.md:
 # K2(0.92) = 19.31 +- 0.03 with the GAMP g_out vs 19.29 +- 0.09). The former Gauss-Hermite
 # branch quadrature of numerics.smi.fixed_point gave K2 4-6% higher (q2 = 0.9417 at alpha =
 # 0.6, 0.540 at 0.4).
@@ -236,7 +237,7 @@ def test_amp_vs_montecarlo_se_alpha_1():
     # 80, 0.95 after 150 at D = 500), so only Q_22 is compared quantitatively; for Q_11 the
     # test checks that layer 1 is learned.
     r = smi_amp.run_smi_amp(alpha=1.0, dim=500, seeds=3, max_iter=80, se=False)
-    mc = smi_amp.se_montecarlo(alpha=1.0, samples=1000, iters=30)
+    mc = smi_mc_oracles.se_montecarlo(alpha=1.0, samples=1000, iters=30)
     err = math.hypot(r["Q_stderr"][1], mc["Q_err"][1])
     assert abs(r["Q_mean"][1] - mc["Q_diag"][1]) < 3 * err + 0.01
     assert r["Q_mean"][0] > 0.5
@@ -246,13 +247,13 @@ def test_amp_vs_montecarlo_se_alpha_1():
 def test_layer2_point_matches_montecarlo_se():
     # two independent routes for the SE fixed point on the branch Q = diag(0, q2) at alpha = 0.6:
     # the lattice quadrature (numerics.smi.layer2_point, ~20 s on 2 cores) must solve
-    # q2 / (1 - q2) = alpha K2(q2) with the seeded Monte Carlo K2 of smi_oracles.montecarlo_branch
-    from aim_sym.numerics import smi, smi_oracles
+    # q2 / (1 - q2) = alpha K2(q2) with the seeded Monte Carlo K2 (smi_mc_oracles.montecarlo_branch)
+    from aim_sym.numerics import smi
 
     lat = smi.layer2_point(alpha=0.6)
     q2, e2 = lat["Q"][1], lat["error"][1]
     assert e2 < 1e-3
-    K2 = smi_oracles.montecarlo_branch(q2, samples=6000, inner=800, seed=2)["K2"]
+    K2 = smi_mc_oracles.montecarlo_branch(q2, samples=6000, inner=800, seed=2)["K2"]
     lhs, rhs = q2 / (1 - q2), 0.6 * K2.value
     # d(lhs)/dq2 = 1 / (1 - q2)^2: the root's bar maps onto lhs with that factor
     assert abs(lhs - rhs) < 3 * math.hypot(0.6 * K2.error, e2 / (1 - q2) ** 2), (q2, e2, K2)

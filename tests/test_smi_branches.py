@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 import pytest
-from aim_sym.numerics import smi, smi_fibre, smi_oracles
+import smi_mc_oracles
+from aim_sym.numerics import smi, smi_fibre
 from aim_sym.numerics import smi_branches as sb
 from aim_sym.numerics.records import ConvergenceError, InputError
 
@@ -14,7 +15,7 @@ Q_TEST = (0.3, 0.983)            # near the both-learned fixed point at alpha ~ 
 def test_off_diagonal_overlap_vanishes_montecarlo():
     # z_2 -> -z_2 leaves y unchanged and flips g_2 but not g_1: K12 = 0 (the plain Monte Carlo
     # route uses no symmetry reduction, so this is a real test)
-    mc = smi_oracles.montecarlo_stats(*Q_TEST, samples=600, inner=400, seed=4)
+    mc = smi_mc_oracles.montecarlo_stats(*Q_TEST, samples=600, inner=400, seed=4)
     assert abs(mc["K12"].value) < 4 * mc["K12"].error
 
 

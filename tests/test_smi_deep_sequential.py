@@ -1,12 +1,13 @@
 """L = 3 deep attention on the layer-3 branch: statistics and sequential thresholds by the
 depth-general driver (numerics/smi_sequential.py: branch_point, sequential_thresholds) and its
-Monte Carlo oracles (numerics/smi_oracles.py)."""
+Monte Carlo oracles (tests/smi_mc_oracles.py)."""
 
 import math
 
 import numpy as np
 import pytest
-from aim_sym.numerics import smi_fibre, smi_oracles
+import smi_mc_oracles
+from aim_sym.numerics import smi_fibre
 from aim_sym.numerics import smi_sequential as seq
 from aim_sym.numerics.records import ConvergenceError, InputError
 
@@ -40,23 +41,23 @@ def test_bad_input_raises():
         with pytest.raises(InputError, match="q3"):
             seq.branch_point(kw["q3"], ORDER)
         with pytest.raises(InputError, match="q3"):
-            smi_oracles.montecarlo_branch(kw["q3"], layers=3, samples=20, inner=40)
+            smi_mc_oracles.montecarlo_branch(kw["q3"], layers=3, samples=20, inner=40)
     with pytest.raises(InputError, match="skip"):
         seq.branch_point(0.5, ORDER, skip=0.0)
     with pytest.raises(InputError, match="beta"):
-        smi_oracles.montecarlo_branch(0.5, layers=3, beta=-1.0)
+        smi_mc_oracles.montecarlo_branch(0.5, layers=3, beta=-1.0)
     with pytest.raises(InputError, match="skip"):
-        smi_oracles.montecarlo_sequential_thresholds(skip=-1.0)
+        smi_mc_oracles.montecarlo_sequential_thresholds(skip=-1.0)
     with pytest.raises(InputError, match="dh"):
         seq.branch_point(0.5, (0.5, 10.0, 0.3, 0.3, 6.0))
     with pytest.raises(InputError, match="samples"):
-        smi_oracles.montecarlo_sequential_thresholds(samples=10)
+        smi_mc_oracles.montecarlo_sequential_thresholds(samples=10)
 
 
 def test_no_bracket_raises_convergence_error():
     # below q3 = 0.9 both residuals are negative (layer 3 not yet informative enough)
     with pytest.raises(ConvergenceError, match="not bracketed") as e:
-        smi_oracles.montecarlo_sequential_thresholds(samples=400, inner=40, scan_samples=40,
+        smi_mc_oracles.montecarlo_sequential_thresholds(samples=400, inner=40, scan_samples=40,
                                                      scan=(0.3, 0.5))
     assert e.value.residual is not None
 
@@ -75,13 +76,13 @@ def test_h_lattice_covers_the_attention_image():
 
 
 def test_monte_carlo_symmetry_and_nishimori():
-    mc = smi_oracles.montecarlo_branch(0.3, layers=3, samples=400, inner=300, seed=4)
+    mc = smi_mc_oracles.montecarlo_branch(0.3, layers=3, samples=400, inner=300, seed=4)
     # the cross block E ||E[z_1 z_2^T | .]||^2 vanishes by the sign symmetries (a squared
     # posterior moment from two independent halves: a nonzero block would show as > 0)
     assert abs(mc["cross"].value) < 3.5 * mc["cross"].error
     assert abs(mc["nishimori"].value) < 3.5 * mc["nishimori"].error
     # same teachers at every inner size (common random numbers): the estimates move little
-    mc2 = smi_oracles.montecarlo_branch(0.3, layers=3, samples=400, inner=150, seed=4)
+    mc2 = smi_mc_oracles.montecarlo_branch(0.3, layers=3, samples=400, inner=150, seed=4)
     assert abs(mc2["K3"].value - mc["K3"].value) < 2 * mc["K3"].error
 
 
@@ -113,7 +114,7 @@ def test_lattice_mass_nishimori_and_refinement(lattice_q03):
 @pytest.mark.slow
 def test_lattice_agrees_with_monte_carlo(lattice_q03):
     coarse, fine = lattice_q03
-    mc = smi_oracles.montecarlo_branch(0.3, layers=3, samples=4000, inner=1000, seed=11)
+    mc = smi_mc_oracles.montecarlo_branch(0.3, layers=3, samples=4000, inner=1000, seed=11)
     for k in ("mu1", "mu2", "K3"):
         err = abs(fine[k] - coarse[k])
         assert abs(fine[k] - mc[k].value) < 3 * (mc[k].error + err), k
@@ -134,13 +135,13 @@ def test_small_q3_limit_is_the_weak_recovery_coefficient():
 @pytest.mark.slow
 def test_sequential_roots_are_roots_for_another_seed():
     # the Monte Carlo oracle's roots are roots of another seed's residuals
-    res = smi_oracles.montecarlo_sequential_thresholds(samples=800, inner=600, scan_samples=800,
+    res = smi_mc_oracles.montecarlo_sequential_thresholds(samples=800, inner=600, scan_samples=800,
                                                        seed=2)
     assert [d["layer"] for d in res] == [1, 2]
     first = [d for d in res if d["first"]]
     assert len(first) == 1 and first[0]["layer"] == 1   # layer 1 is learned before layer 2
     for d in res:
-        mc = smi_oracles.montecarlo_branch(d["q3"], layers=3, samples=3000, inner=1000, seed=9)
+        mc = smi_mc_oracles.montecarlo_branch(d["q3"], layers=3, samples=3000, inner=1000, seed=9)
         r = mc[f"resid{d['layer']}"]
         assert abs(r.value) < 3 * (r.error + abs(d["slope_r"]) * d["q3_error"]), (d, r)
         assert abs(1 / mc[f"mu{d['layer']}"].value - d["value"]) < 3 * (

@@ -1,11 +1,12 @@
 """The shared SMI fibre kernel (numerics/smi_fibre.py, THEORY 2.3, 2.5) and the shared Monte Carlo
-sampler of the oracles (numerics/smi_oracles.py): identities each piece must satisfy."""
+sampler of the oracles (tests/smi_mc_oracles.py): identities each piece must satisfy."""
 
 import math
 
 import numpy as np
 import pytest
-from aim_sym.numerics import smi, smi_fibre, smi_oracles
+import smi_mc_oracles
+from aim_sym.numerics import smi_fibre
 
 
 @pytest.mark.parametrize("c, beta", [(1.0, 1.0), (0.1, 2.5), (3.0, 0.4)])
@@ -75,14 +76,13 @@ def test_gauss_hermite_rules():
 
 def test_montecarlo_oracles_share_the_sampler_and_agree():
     """At q1 = 0 both oracles estimate K2 on the same branch with independent draws: they must
-    agree within their standard errors (4 SE); the public alias still resolves; at L = 2 and 3 the
-    columns of the depth-general sampler obey the Nishimori identity within 4 SE."""
-    assert smi.montecarlo_branch is smi_oracles.montecarlo_branch
-    a = smi_oracles.montecarlo_branch(0.8, samples=400, inner=200, seed=1)["K2"]
-    b = smi_oracles.montecarlo_stats(0.0, 0.8, samples=400, inner=200, seed=2)["K2"]
+    agree within their standard errors (4 SE); at L = 2 and 3 the columns of the depth-general
+    sampler obey the Nishimori identity within 4 SE."""
+    a = smi_mc_oracles.montecarlo_branch(0.8, samples=400, inner=200, seed=1)["K2"]
+    b = smi_mc_oracles.montecarlo_stats(0.0, 0.8, samples=400, inner=200, seed=2)["K2"]
     assert abs(a.value - b.value) < 4 * math.hypot(a.error, b.error)
     assert a.error < 0.1 * a.value
     for layers in (2, 3):
-        mc = smi_oracles.montecarlo_branch(0.6, layers=layers, samples=300, inner=200, seed=3)
+        mc = smi_mc_oracles.montecarlo_branch(0.6, layers=layers, samples=300, inner=200, seed=3)
         assert abs(mc["nishimori"].value) < 4 * mc["nishimori"].error
         assert mc[f"K{layers}"].value > 0 and abs(mc["K1"].value) < 4 * mc["K1"].error

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 import pytest
+import smi_mc_oracles
 from aim_sym.numerics import smi_learned as sl
-from aim_sym.numerics import smi_oracles
 from aim_sym.numerics import smi_sequential as ss
 from aim_sym.numerics.records import InputError
 
@@ -61,7 +61,7 @@ def test_nishimori_and_k12_small_sample():
 
 def test_against_plain_montecarlo_small():
     st = sl.learned_stats(*Q_TEST, m=9, replicates=4, seed=1)
-    mc = smi_oracles.montecarlo_stats(*Q_TEST, samples=1000, inner=400, seed=3)
+    mc = smi_mc_oracles.montecarlo_stats(*Q_TEST, samples=1000, inner=400, seed=3)
     for k in ("K1", "K2"):
         tol = 4 * math.hypot(mc[k].error, st[k]["se"]) + st[k]["lattice"]
         assert abs(mc[k].value - st[k]["value"]) < tol
@@ -102,7 +102,7 @@ def test_branch_point_is_a_fixed_point_of_the_montecarlo_map():
     r = sl.solve_branch(alpha=0.85, init=(0.375, 0.9906))
     q = np.array(r["Q"])
     assert r["stable"] and q[0] > 0.2
-    mc = smi_oracles.montecarlo_stats(*q, samples=40000, inner=1000, seed=8)
+    mc = smi_mc_oracles.montecarlo_stats(*q, samples=40000, inner=1000, seed=8)
     for ll, k in enumerate(("K1", "K2")):
         qh = 0.85 * mc[k].value
         t = qh / (1 + qh)

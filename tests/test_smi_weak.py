@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import smi_mc_oracles
 from aim_sym.numerics import smi_fibre, smi_weak
 from aim_sym.numerics.records import InputError
 
@@ -93,7 +94,7 @@ def test_three_layer_defaults_cli_and_monte_carlo(run_cli):
         for layer, (v, e) in ref.items():
             assert abs(th[layer]["value"] - v) <= th[layer]["error"] + e
     assert th[1]["error"] < 0.01 and th[2]["error"] < 0.01 and th[3]["error"] < 1e-5
-    mc = smi_weak.montecarlo_lambdas(layers=3, samples=800, inner=4096, seed=3)
+    mc = smi_mc_oracles.montecarlo_lambdas(layers=3, samples=800, inner=4096, seed=3)
     for layer in (1, 2, 3):
         lam = 1.0 / th[layer]["value"]
         m, se = mc[f"lam{layer}"]
@@ -131,7 +132,7 @@ def test_three_tokens_identities_and_the_jensen_bound(three_tokens):
 
 def test_three_tokens_agree_with_monte_carlo(three_tokens):
     F = three_tokens
-    mc = smi_weak.montecarlo_lambdas(layers=2, tokens=3, samples=600, inner=2048, seed=11)
+    mc = smi_mc_oracles.montecarlo_lambdas(layers=2, tokens=3, samples=600, inner=2048, seed=11)
     for l in (1, 2):
         m, se = mc[f"lam{l}"]
         assert abs(m - F[f"lam{l}"].value) <= 3.5 * se + F[f"lam{l}"].error
@@ -164,7 +165,7 @@ def test_bad_input_is_refused(kw):
 @pytest.mark.slow
 def test_four_layers_agree_with_monte_carlo():
     F = smi_weak.stability(layers=4, tokens=2, rule="qmc", log2n=14, replicates=8)
-    mc = smi_weak.montecarlo_lambdas(layers=4, tokens=2, samples=4000, inner=2048, seed=5)
+    mc = smi_mc_oracles.montecarlo_lambdas(layers=4, tokens=2, samples=4000, inner=2048, seed=5)
     for l in range(1, 5):
         m, se = mc[f"lam{l}"]
         assert abs(m - F[f"lam{l}"].value) <= 3.5 * se + F[f"lam{l}"].error
@@ -198,9 +199,9 @@ def test_cli_refuses_unsupported_depths_tokens_and_options(run_cli):
 def test_inner_bias_check_shares_the_monte_carlo_samples():
     # with inner = 2^log2n and one seed, the two-block statistic is montecarlo_lambdas itself
     # (same true z, same inner samples): an identity of the paired bias check
-    r = smi_weak.montecarlo_inner_bias(layers=4, tokens=2, samples=60, log2n=12,
+    r = smi_mc_oracles.montecarlo_inner_bias(layers=4, tokens=2, samples=60, log2n=12,
                                        chunks=(256,), seed=2)
-    mc = smi_weak.montecarlo_lambdas(layers=4, tokens=2, samples=60, inner=1 << 12, seed=2)
+    mc = smi_mc_oracles.montecarlo_lambdas(layers=4, tokens=2, samples=60, inner=1 << 12, seed=2)
     for l in range(1, 5):
         assert abs(r["ref"][l - 1][0] - mc[f"lam{l}"][0]) < 1e-12
 
@@ -208,7 +209,7 @@ def test_inner_bias_check_shares_the_monte_carlo_samples():
 def test_monte_carlo_ratio_bias_is_negative_and_falls_with_the_block():
     # docs/smi_depth.md: layer 2 at L = 4, halves of 256 vs 2048 (1500 h: -9.8e-4 +- 1.3e-4
     # against halves of 16384); the bias falls like 1 / block
-    r = smi_weak.montecarlo_inner_bias(layers=4, tokens=2, samples=400, log2n=12,
+    r = smi_mc_oracles.montecarlo_inner_bias(layers=4, tokens=2, samples=400, log2n=12,
                                        chunks=(256, 1024), seed=3)
     d256, se256 = r["lam2"][256]
     d1024, _ = r["lam2"][1024]
@@ -219,7 +220,7 @@ def test_monte_carlo_ratio_bias_is_negative_and_falls_with_the_block():
 @pytest.mark.slow
 def test_monte_carlo_ratio_bias_at_inner_2048_is_resolved():
     # the doc's table (1500 h, 2^15 samples per h; ~2 min): inner 2048 biases layer 1 low
-    r = smi_weak.montecarlo_inner_bias(layers=4, tokens=2, samples=1500, log2n=15,
+    r = smi_mc_oracles.montecarlo_inner_bias(layers=4, tokens=2, samples=1500, log2n=15,
                                        chunks=(1024, 4096), seed=6)
     for l in (1, 2):
         d, se = r[f"lam{l}"][1024]
@@ -231,7 +232,7 @@ def test_monte_carlo_ratio_bias_at_inner_2048_is_resolved():
 
 def test_third_route_reproduces_two_layers():
     # model-sampled h x iid inner blocks (U-statistic) against numerics.smi at L = 2, M = 2
-    r = smi_weak.model_sampled_lambdas(layers=2, tokens=2, log2_outer=10, log2_inner=12,
+    r = smi_mc_oracles.model_sampled_lambdas(layers=2, tokens=2, log2_outer=10, log2_inner=12,
                                        block=512, replicates=8, seed=0)
     exact = {1: 1 / 6.15693654987, 2: 1 / 0.18547784061}
     for l in (1, 2):
@@ -247,7 +248,7 @@ def test_three_layers_at_large_skip_agree_with_the_third_route():
     # 5.6797 +- 5.6e-3 against this module's 0.020024, 0.024746, 5.6838; the retired Gauss-Hermite
     # engine (numerics/smi_deep.py) gave 0.018451, 0.024127, 5.6954 (5.4, 3.3, 2.8 SE off)
     F = smi_weak.stability(layers=3, skip=4.0, rule="qmc", log2n=13, replicates=8)
-    r = smi_weak.model_sampled_lambdas(layers=3, skip=4.0, log2_outer=12, log2_inner=14,
+    r = smi_mc_oracles.model_sampled_lambdas(layers=3, skip=4.0, log2_outer=12, log2_inner=14,
                                        block=4096, replicates=8, seed=2)
     for l in (1, 2, 3):
         m, se = r[f"lam{l}"]
@@ -260,7 +261,7 @@ def _tail_weighted_lambdas(*, skip, scale, log2_h, replicates, seed, log2_inner=
     (weights <= scale^2, bounded), so the large-|h| tail that carries lambda_1 is sampled more
     often than by plain Monte Carlo; per replicate iid prior samples of the free rows shared by
     all h, U-statistic over blocks (no variance bias).  Per-replicate values (replicates, 3)."""
-    fro = np.array([1.0, 2.0, 1.0])
+    fro, eye = np.array([1.0, 2.0, 1.0]), np.array([1.0, 0.0, 1.0])
     per = np.zeros((replicates, 3))
     for r, ss in enumerate(np.random.SeedSequence(seed).spawn(replicates)):
         rng = np.random.default_rng(ss)
@@ -275,8 +276,8 @@ def _tail_weighted_lambdas(*, skip, scale, log2_h, replicates, seed, log2_inner=
         for s0 in range(0, h.shape[0], 128):
             E = -0.5 * (hh[s0:s0 + 128] @ B.T)
             E = np.exp(E - E.max(1, keepdims=True))
-            Cs = np.stack([smi_weak._node_covariances(E[:, j:j + block] @ Mz[j:j + block],
-                                                      h[s0:s0 + 128], layers=3)
+            Cs = np.stack([smi_weak.node_covariances(E[:, j:j + block] @ Mz[j:j + block],
+                                                     h[s0:s0 + 128], layers=3) - eye
                            for j in range(0, n, block)])
             nb = Cs.shape[0]
             U = ((Cs.sum(0) ** 2) @ fro - ((Cs**2) @ fro).sum(0)) / (nb * (nb - 1))
