@@ -293,8 +293,9 @@ def _reference_panels(panels: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def s_of_m(cs, *, m0, m1, V: float, beta: float, nodes: int = 16,
-           tail_sd: float = TAIL_SD) -> tuple[np.ndarray, np.ndarray]:
-    """S(m) = sum_y Z g^T W g and sum_y Z at many means m = (m_0, m_1) of d at once (vectorised):
+           tail_sd: float = TAIL_SD, with_psi: bool = False):
+    """S(m) = sum_y Z g^T W g and sum_y Z at many means m = (m_0, m_1) of d at once (vectorised),
+    and with ``with_psi`` also sum_y Z log Z (Psi_out's integrand, THEORY 1.1; Z in the y-measure):
     the saturated pieces at a point, the one-interior pieces on each node's window
     |d_a - m_a| <= tail_sd sd (2 tail_sd panels of width <= sd, ``nodes`` each), the mid-mid piece
     by the conditional reduction of :func:`_interior_s_mp` (g^T W g = z^T C0^-1 z / V^2)."""
@@ -310,7 +311,7 @@ def s_of_m(cs, *, m0, m1, V: float, beta: float, nodes: int = 16,
         hi = np.minimum(b, ms[a] + tail_sd * sd)
         width = np.maximum(hi - lo, 0.0)
         win.append((lo[:, None] + width[:, None] * t, width[:, None] * wt))
-    S, mass = np.zeros(N), np.zeros(N)
+    S, mass, psi = np.zeros(N), np.zeros(N), np.zeros(N)
     zero = np.zeros(N)
     for p in cs.pieces:
         if len(p.interior) == 2:
@@ -319,6 +320,8 @@ def s_of_m(cs, *, m0, m1, V: float, beta: float, nodes: int = 16,
             z, g, _ = _eval_piece(p, zero, zero, (m0, zero, m1), V, beta, N)
             S += z * np.einsum("kn,k->n", g * g, WEIGHTS)
             mass += z
+            if with_psi:
+                psi += _z_log_z(p, z, (zero, zero, m0, zero, m1, V, beta))
             continue
         a = p.interior[0]
         x, w = win[a]
@@ -330,6 +333,9 @@ def s_of_m(cs, *, m0, m1, V: float, beta: float, nodes: int = 16,
         zw = (z * (w.ravel() * beta / 2)).reshape(x.shape)
         S += (zw * np.einsum("kn,k->n", g * g, WEIGHTS).reshape(x.shape)).sum(axis=1)
         mass += zw.sum(axis=1)
+        if with_psi:
+            zl = _z_log_z(p, z, (x0, x1, *om, V, beta)) / np.where(z > 0, z, 1.0)
+            psi += (zw * zl.reshape(x.shape)).sum(axis=1)
     # mid-mid: d_0 on its window, d_1 given d_0 in closed form
     x, w = win[0]
     z0 = x - m0[:, None]
@@ -343,7 +349,20 @@ def s_of_m(cs, *, m0, m1, V: float, beta: float, nodes: int = 16,
     dens = _npdf(z0 / sd) / sd * w
     S += (dens * (z0 * z0 / (3 * V) * P + u2)).sum(axis=1) / V
     mass += (dens * P).sum(axis=1)
-    return S, mass
+    if not with_psi:
+        return S, mass
+    # log Z = 2 log(2/beta) - log(2 pi sqrt(8) V) - z0^2 / (6 V) - u^2 / 2 on the mid-mid piece
+    # (u: d_1's standardised deviation given d_0; the closed form of aim_sym.sparsemax's piece)
+    const = 2 * math.log(2 / beta) - math.log(2 * math.pi * math.sqrt(8) * V)
+    psi += (dens * ((const - z0 * z0 / (6 * V)) * P - u2 / 2)).sum(axis=1)
+    return S, mass, psi
+
+
+def _z_log_z(p, z: np.ndarray, args: tuple) -> np.ndarray:
+    """Z log Z of one piece from its compiled log Z (0 where Z underflows)."""
+    with np.errstate(all="ignore"):
+        lz = np.broadcast_to(np.asarray(p.log_z(*args), dtype=float), z.shape)
+        return np.where((z > 0) & np.isfinite(lz), z * lz, 0.0)
 
 
 def _npdf(x):
@@ -351,28 +370,33 @@ def _npdf(x):
 
 
 def output_e(cs, *, q: float, V: float, beta: float, level: int = 0,
-             nodes: int = 12) -> tuple[float, float, float]:
-    """E(q, V) = E_omega sum_y Z g^T W g (THEORY 1.1), the largest |sum_y Z - 1| met and the
-    bound on the Gaussian mass cut off. The output side depends on omega only through
+             nodes: int = 12) -> tuple[float, float, float, float]:
+    """E(q, V) = E_omega sum_y Z g^T W g (THEORY 1.1), the largest |sum_y Z - 1| met, the
+    bound on the Gaussian mass cut off and Psi_out(q, V) = E_omega sum_y Z log Z (Z in the
+    y-measure). The output side depends on omega only through
     m = (omega_00 - omega_01, omega_11 - omega_01) ~ N(0, q C0): the sinh-mapped trapezoid rule
     of :func:`aim_sym.numerics.gauss.gaussian_grid` at ``level``, scale sqrt(3 V) (the width of
     the integrand's features, at m_a = +-1/beta)."""
     require(np.isfinite(q) and q >= 0, "q", "finite >= 0", q)
     if q == 0:
-        S, mass = s_of_m(cs, m0=0.0, m1=0.0, V=V, beta=beta, nodes=nodes)
-        return float(S[0]), float(abs(mass[0] - 1)), 0.0
+        S, mass, psi = s_of_m(cs, m0=0.0, m1=0.0, V=V, beta=beta, nodes=nodes, with_psi=True)
+        return float(S[0]), float(abs(mass[0] - 1)), 0.0, float(psi[0])
     m, w, pruned = gaussian_grid(q * np.array([[3.0, 1.0], [1.0, 3.0]]),
                                  np.full(2, math.sqrt(3 * V)), level)
-    S, mass = s_of_m(cs, m0=m[:, 0], m1=m[:, 1], V=V, beta=beta, nodes=nodes)
-    return float(w @ S), float(np.max(np.abs(mass - 1))), (TAIL_MASS + pruned) * float(S.max())
+    S, mass, psi = s_of_m(cs, m0=m[:, 0], m1=m[:, 1], V=V, beta=beta, nodes=nodes, with_psi=True)
+    return (float(w @ S), float(np.max(np.abs(mass - 1))), (TAIL_MASS + pruned) * float(S.max()),
+            float(w @ psi))
 
 
 def output_e_estimate(cs, *, q: float, V: float, beta: float, level: int = 0) -> Estimate:
-    """E(q, V) at ``level``; error = |E(level) - E(level - 1)| + |mass - 1| E + the cut."""
-    e0, _, _ = output_e(cs, q=q, V=V, beta=beta, level=level - 1)
-    e1, dm, tail = output_e(cs, q=q, V=V, beta=beta, level=level)
+    """E(q, V) at ``level``; error = |E(level) - E(level - 1)| + |mass - 1| E + the cut;
+    ``extra``: Psi_out and its error (the same two levels)."""
+    e0, _, _, p0 = output_e(cs, q=q, V=V, beta=beta, level=level - 1)
+    e1, dm, tail, p1 = output_e(cs, q=q, V=V, beta=beta, level=level)
     return Estimate(e1, abs(e1 - e0) + dm * e1 + tail,
-                    f"sinh-trapezoid over m (levels {level - 1}, {level}), Gauss-Legendre windows")
+                    f"sinh-trapezoid over m (levels {level - 1}, {level}), Gauss-Legendre windows",
+                    extra={"psi_out": p1, "psi_out_error": abs(p1 - p0) + dm * (1 + abs(p1))
+                           + tail})
 
 
 #: Gauss-Legendre nodes per panel of the e_gen rule (fine, coarse) and the cut in sd of m
@@ -475,8 +499,12 @@ def se_curve_traced(cs, *, rho: float, beta: float, mmses: Sequence[float],
         dmdd = (float(wishart.mmse(delta * 1.001, rho=rho))
                 - float(wishart.mmse(delta * 0.999, rho=rho))) / (0.002 * delta)
         err = alpha * (e.error / e.value + prior / max(dmdd * delta, 1e-300))
+        psi = e.extra["psi_out"]
+        phi = (-(Q0 - v) / (4 * delta) + Q0 / (4 * delta)
+               - float(wishart.mutual_information(delta, rho=rho)) + alpha * psi)
         rows.append({"alpha": alpha, "alpha_error": err, "mmse": v, "q": Q0 - v,
-                     "q_hat": 1.0 / delta, "E": e.value, "E_error": e.error,
+                     "q_hat": 1.0 / delta, "E": e.value, "E_error": e.error, "psi_out": psi,
+                     "psi_out_error": e.extra["psi_out_error"], "phi": phi,
                      "seconds": time.perf_counter() - t0})
     return rows
 
@@ -540,14 +568,39 @@ def se_fixed_points(cs, *, alpha: float, rho: float, beta: float,
         dv = 1e-4 * v
         slope = (alpha_of_mmse(cs, rho=rho, beta=beta, V=v + dv).value
                  - alpha_of_mmse(cs, rho=rho, beta=beta, V=v - dv).value) / (2 * dv)
+        Q0, q_hat = 1.0 + rho, e.extra["q_hat"]
+        phi = (-(Q0 - v) * q_hat / 4 + Q0 * q_hat / 4
+               - float(wishart.mutual_information(1 / q_hat, rho=rho)) + alpha * e.extra["psi_out"])
         out.append({"mmse": v, "error": xtol + e.error / max(abs(slope), 1e-12),
-                    "q": 1.0 + rho - v, "q_hat": e.extra["q_hat"], "stable": bool(slope < 0),
-                    "d_alpha_d_mmse": slope, "method": "root of alpha(V) - alpha (Brent)"})
+                    "q": 1.0 + rho - v, "q_hat": q_hat, "stable": bool(slope < 0),
+                    "d_alpha_d_mmse": slope, "phi": phi,
+                    "method": "root of alpha(V) - alpha (Brent)"})
     if not out:
         raise ConvergenceError("no SE fixed point in the mmse grid", last_iterate=alpha,
                                residual=vals)
-    return [{**f, **egen_at_fixed_point(cs, mmse=f["mmse"], error=f["error"], rho=rho,
-                                        beta=beta)} for f in out]
+    return flag_bayes_optimal([{**f, **egen_at_fixed_point(cs, mmse=f["mmse"], error=f["error"],
+                                                            rho=rho, beta=beta)} for f in out])
+
+
+def flag_bayes_optimal(fps: list[dict]) -> list[dict]:
+    """``bayes_optimal``: the stable fixed point of largest free entropy phi (THEORY 1.1).
+    Perfect recovery (mmse = 0, listed only for alpha >= alpha_PR) wins: for a noiseless channel
+    phi -> +infinity as V -> 0 exactly when alpha > alpha_PR (the output's log-density gains
+    (alpha r / 2) log(1/V), the prior loses (2 rho - rho^2)/4 log(1/V)). A point bracketed
+    below the traced grid has no phi: it is flagged only when it is the only stable one, and
+    otherwise none is."""
+    stable = [f for f in fps if f["stable"]]
+    pr = [f for f in stable if f["mmse"] == 0.0 and f["error"] == 0.0]
+    finite = [f for f in stable if f.get("phi") is not None]
+    if pr:
+        best = pr[0]
+    elif len(stable) == 1:
+        best = stable[0]
+    elif len(finite) == len(stable) and finite:
+        best = max(finite, key=lambda f: f["phi"])
+    else:
+        best = None
+    return [{**f, "bayes_optimal": f is best} for f in fps]
 
 
 def egen_at_fixed_point(cs, *, mmse: float, error: float, rho: float, beta: float) -> dict:

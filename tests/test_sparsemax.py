@@ -335,3 +335,28 @@ def test_cli_sparsemax_se_curve_check(run_cli, tmp_path):
     rc, out, err = run_cli(["check", "--channel", "sparsemax", "--beta", "3", "--json"])
     assert rc == 0, err
     assert json.loads(out)["passed"] and len(json.loads(out)["checks"]) == 8
+
+
+@pytest.mark.parametrize("q,beta", [(0.7, 1.0), pytest.param(1.2, 2.0, marks=pytest.mark.slow)])
+def test_free_entropy_is_stationary(cs, q, beta):
+    """dPhi/dq = 0 at q_hat = 2 alpha E (THEORY 1.1) means dPsi_out/dq = E / 2 along
+    V = Q0 - q: Psi_out (sum_y Z log Z, its own integrand) against E (the squared scores), by a
+    central difference of step 2e-4 (truncation ~1e-8 relative at these points)."""
+    Q0, h = 1.5, 2e-4
+
+    def est(x):
+        return sm.output_e_estimate(cs, q=x, V=Q0 - x, beta=beta, level=0)
+
+    e = est(q)
+    slope = (est(q + h).extra["psi_out"] - est(q - h).extra["psi_out"]) / (2 * h)
+    assert abs(slope - e.value / 2) < 1e-6 * e.value
+    assert e.extra["psi_out_error"] < 1e-8     # level 0 of the rule: its bar here is 4e-10
+
+
+@pytest.mark.slow
+def test_se_fixed_point_carries_phi_and_the_flag(cs):
+    (fp,) = sm.se_fixed_points(cs, alpha=0.3, rho=0.5, beta=1.0)
+    assert fp["bayes_optimal"] and fp["stable"]
+    # phi at the fixed point is the stationary value: the traced row at that mmse agrees
+    row = sm.se_curve_traced(cs, rho=0.5, beta=1.0, mmses=[fp["mmse"]])[0]
+    assert abs(row["phi"] - fp["phi"]) < 1e-6
