@@ -46,11 +46,15 @@ def deep_aim_weak(kw, kind, small_width, certified, no_sequential, direct) -> No
 
 
 def sparsemax_weak(kw: dict, digits: int, certified: bool) -> None:
-    """``threshold weak --channel sparsemax --small-width [--beta B]``: T = 2 (THEORY 1.4)."""
+    """``threshold weak --channel sparsemax --small-width [--beta B] [--tokens 2|3]``
+    (THEORY 1.4)."""
     from .thresholds import sparsemax_small_width_weak
 
-    if kw["tokens"] != 2:
-        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
+    if kw["tokens"] not in (2, 3):
+        fail("--tokens", "2 or 3 for sparsemax's threshold", kw["tokens"])
+    if kw["tokens"] == 3 and given("digits"):
+        fail("--digits", "omitted for sparsemax --tokens 3 (randomised QMC: about 4 digits, "
+             "printed to 8 with the bar)", digits)
     if kw.get("rho") is not None:
         fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
     if certified:
@@ -60,16 +64,18 @@ def sparsemax_weak(kw: dict, digits: int, certified: bool) -> None:
             fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
     beta = 1.0 if kw.get("beta") is None else kw["beta"]
     try:
-        r = sparsemax_small_width_weak(beta=beta, digits=digits if given("digits") else 15)
+        r = sparsemax_small_width_weak(beta=beta, digits=digits if given("digits") else 15,
+                                       tokens=kw["tokens"])
     except DomainError as e:
         raise relabel(e) from None
-    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta,
+    T = kw["tokens"]
+    out = {"model": "aim", "channel": "sparsemax", "tokens": T, "beta": beta,
            "threshold": r.quantity, "kind": r.details["kind"], "value": r.value,
            "error": r.error, "method": r.method,
            **{k: v for k, v in r.details.items() if k != "kind"}}
     emit(out, kw["as_json"], lambda o: (
-        f"alpha_bar_c (sparsemax, T=2, beta={beta:g}) = {o['value']}  (error {o['error']:.1e})\n"
-        f"limits: softmax (beta -> 0) 0.25, hardmax (beta -> inf) {o['hardmax']}\n"
+        f"alpha_bar_c (sparsemax, T={T}, beta={beta:g}) = {o['value']}  (error {o['error']:.1e})\n"
+        f"limits: softmax (beta -> 0) {o['softmax']}, hardmax (beta -> inf) {o['hardmax']}\n"
         f"method: {o['method']}"))
 
 
@@ -121,16 +127,20 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
     fps = smx.se_fixed_points(compile_sparsemax("numpy"), alpha=alpha, rho=rho, beta=beta)
     out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta, "rho": rho,
            "alpha": alpha, "fixed_points": fps,
-           "note": "free entropy not derived for sparsemax: with several fixed points the "
-                   "Bayes-optimal one is not flagged"}
-    if len(fps) == 1:
-        out.update({k: fps[0][k] for k in ("mmse", "error", "q", "q_hat", "e_gen", "e_gen_error",
-                                           "e_gen_plugin", "e_gen_plugin_error")})
+           "note": "e_gen: Bayes-optimal (THEORY 1.5), e_gen_plugin: the plug-in error; "
+                   "bayes_optimal: the stable fixed point of largest phi (perfect recovery when "
+                   "alpha >= alpha_PR)"}
+    best = next((f for f in fps if f["bayes_optimal"]), None)
+    if best is not None:
+        out.update({k: best.get(k) for k in ("mmse", "error", "q", "q_hat", "phi", "e_gen",
+                                             "e_gen_error", "e_gen_plugin",
+                                             "e_gen_plugin_error")})
     emit(out, kw["as_json"], lambda o: "\n".join(
         [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
         + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
            f"e_gen = {f['e_gen']:.10g} +- {f['e_gen_error']:.1e} (plug-in "
-           f"{f['e_gen_plugin']:.10g}), stable = {f['stable']}" for f in fps]))
+           f"{f['e_gen_plugin']:.10g}), stable = {f['stable']}"
+           + (", Bayes-optimal" if f["bayes_optimal"] else "") for f in fps]))
 
 
 def _sparsemax_options(kw: dict, what: str) -> tuple[float, float]:
@@ -155,9 +165,9 @@ def _sparsemax_options(kw: dict, what: str) -> tuple[float, float]:
 def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
     """``curve --channel sparsemax --rho R --alphas a:b:n [--beta B]``: every SE fixed point at
     each alpha (T = 2), with e_gen and the plug-in error (THEORY 1.1, 1.5; docs/sparsemax.md).
-    Where several fixed points share an alpha the row reports them all (the free entropy of
-    sparsemax is not derived, so the Bayes-optimal one is not flagged) and plots the
-    lowest-error one."""
+    Where several fixed points share an alpha the row is the Bayes-optimal one (largest phi;
+    ``bayes_optimal`` false where none can be flagged, then the lowest mmse) and ``all_mmse``
+    lists them all."""
     from .cli_common import progress_printer
     from .numerics import sparsemax as smx
     from .sparsemax import compile_sparsemax
@@ -171,11 +181,12 @@ def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None)
     for k, a in enumerate(alphas):
         progress_printer(k, len(alphas), f"alpha = {a:g}")
         fps = smx.se_fixed_points(cs, alpha=a, rho=rho, beta=beta)
-        best = min(fps, key=lambda f: f["mmse"])
+        best = next((f for f in fps if f["bayes_optimal"]), min(fps, key=lambda f: f["mmse"]))
         rows.append({"alpha": a, "mmse": best["mmse"], "mmse_error": best["error"],
                      "q": best["q"], "e_gen": best["e_gen"], "e_gen_error": best["e_gen_error"],
                      "e_gen_plugin": best["e_gen_plugin"],
-                     "e_gen_plugin_error": best["e_gen_plugin_error"], "fixed_points": len(fps),
+                     "e_gen_plugin_error": best["e_gen_plugin_error"], "phi": best.get("phi"),
+                     "bayes_optimal": best["bayes_optimal"], "fixed_points": len(fps),
                      "all_mmse": ";".join(f"{f['mmse']:.10g}" for f in fps),
                      "method": best["method"]})
     if out_path:

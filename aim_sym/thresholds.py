@@ -170,12 +170,16 @@ def _rounding(value: str) -> float:
     return 0.5 * 10.0 ** Decimal(value).normalize().as_tuple().exponent if value else 0.0
 
 
-def sparsemax_small_width_weak(*, beta: float = 1.0, digits: int = 15):
-    """alpha_bar_c of sparsemax attention at T = 2 and small width (THEORY 1.4; docs/sparsemax.md):
-    double precision for ``digits`` <= 15, else mpmath at two working precisions. The error adds
-    the rounding of the printed value. Returns a :class:`aim_sym.results.Result`
-    ("alpha_bar_c"); details: kind, S, softmax (1/4, the beta -> 0 limit), hardmax (the
-    beta -> infinity limit), seconds."""
+def sparsemax_small_width_weak(*, beta: float = 1.0, digits: int = 15, tokens: int = 2):
+    """alpha_bar_c of sparsemax attention at small width (THEORY 1.4; docs/sparsemax.md).
+
+    T = 2: double precision for ``digits`` <= 15, else mpmath at two working precisions. T = 3:
+    exact one-hot part plus randomised QMC with control variates (:mod:`aim_sym.numerics.
+    sparsemax_t3`), a statistical bar (3 standard errors + the rule difference; a rigorous
+    bound where saturation is too rare to sample), printed to 8 digits. The error adds the
+    rounding of the printed value. Returns a :class:`aim_sym.results.Result` ("alpha_bar_c");
+    details: kind, S, softmax (the beta -> 0 limit), hardmax (the beta -> infinity limit),
+    seconds."""
     from .channels import BETA_DOMAIN
     from .domains import THRESHOLD_DIGITS, DomainError
     from .numerics import sparsemax as smx
@@ -183,6 +187,24 @@ def sparsemax_small_width_weak(*, beta: float = 1.0, digits: int = 15):
     from .sparsemax import compile_sparsemax
 
     beta = BETA_DOMAIN.check(beta)
+    if tokens == 3:
+        import time
+
+        from .numerics import hardmax, sparsemax_t3
+
+        t0 = time.perf_counter()
+        est = sparsemax_t3.weak_threshold(beta=beta)
+        value = f"{est.value:.8g}"
+        return Result(quantity="alpha_bar_c", value=value,
+                      error=float(est.error) + _rounding(value),
+                      method=est.method + "; error adds the rounding of the printed value",
+                      precision=8,
+                      parameters={"model": "aim", "channel": "sparsemax", "tokens": 3,
+                                  "beta": beta},
+                      details={"kind": "weak (small width)", "S": est.extra.get("S"),
+                               "S_error": est.extra.get("S_error"),
+                               "seconds": time.perf_counter() - t0, "softmax": 0.1,
+                               "hardmax": float(hardmax.weak_threshold(3).value)})
     digits = THRESHOLD_DIGITS.check(digits)
     if digits > SPARSEMAX_DIGITS_MAX:
         raise DomainError(THRESHOLD_DIGITS, digits, "digits",

@@ -116,3 +116,20 @@ def test_two_tokens_reduce_to_the_clip_formula():
     inner = [a for a in clip_mid if a != 1][0].args
     formula = [a for a in inner if a != 0][0].subs({sparsemax.beta: smp.beta, d: h00 - h01})
     assert sp.simplify(mid - formula) == 0
+
+
+def test_numeric_t3_statistics_span_the_derived_ones():
+    """numerics/sparsemax_t3 builds its kept statistics from support masks by hand; on every
+    non-empty piece they span the same space as the sympy-derived observed differences (bit b of
+    row a's mask: token b in the support)."""
+    from aim_sym.numerics import sparsemax_t3
+
+    for p in smp.piece_arrays(3, beta_value=1.0):
+        if not smp.has_interior(3, p["supports"]):
+            continue
+        masks = tuple(sum(1 << i for i in S) for S in p["supports"])
+        C = sparsemax_t3.statistic_matrix(masks)
+        r = p["C"].shape[0]
+        assert C.shape[0] == r
+        if r:
+            assert np.linalg.matrix_rank(np.vstack([C, p["C"]])) == r
