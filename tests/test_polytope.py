@@ -358,3 +358,382 @@ def test_row_implied_along_an_edge_keeps_the_hessian():
                     - pt.gaussian_polytope(A=A, b=b, omega=om - h * e, cov=cov, order=1).g_out
                     )[0] / (2 * h) for e in np.eye(3)], axis=1)
     assert np.abs(fd - r3.dg_out[0]).max() < 1e-6
+
+
+# ----------------------------------------------------------------------------- far outside (issue 15)
+def _mode(a, R):
+    """The most likely point of N(0, R) on {x <= a} (active sets), for quadrature break points."""
+    m = len(a)
+    best, xb = np.inf, None
+    for k in range(m + 1):
+        for S in itertools.combinations(range(m), k):
+            S, T = list(S), [i for i in range(m) if i not in S]
+            x = np.zeros(m)
+            if S:
+                x[S] = a[S]
+                x[T] = R[np.ix_(T, S)] @ np.linalg.solve(R[np.ix_(S, S)], a[S])
+            if np.all(x <= a + 1e-9 * (1 + np.abs(a))):
+                q = x @ np.linalg.solve(R, x)
+                if q < best:
+                    best, xb = q, x
+    return xb
+
+
+def _mp_phi2_density(a, b, r):
+    s2 = 1 - r * r
+    return mpmath.exp(-(a * a - 2 * r * a * b + b * b) / (2 * s2)) / (2 * mpmath.pi * mpmath.sqrt(s2))
+
+
+def _mp_cdf_moments(a, R):
+    """X ~ N(0, R), unit variances, m = len(a) <= 3: F = P(X <= a), dF/da, d2F/da2 in mpmath
+    (Phi; mp_phi2; for m = 3 a quadrature of mp_phi2 split around the most likely point)."""
+    m = len(a)
+    A = [mpmath.mpf(float(x)) for x in a]
+    Rm = [[mpmath.mpf(float(x)) for x in row] for row in R]
+    if m == 1:
+        g = [mpmath.npdf(A[0])]
+        return mpmath.ncdf(A[0]), g, [[-A[0] * g[0]]]
+
+    def cond(i, j, k):
+        rij, rik = Rm[i][j], Rm[i][k]
+        sj, sk = mpmath.sqrt(1 - rij ** 2), mpmath.sqrt(1 - rik ** 2)
+        return rij, rik, sj, sk, (Rm[j][k] - rij * rik) / (sj * sk)
+
+    if m == 2:
+        r = Rm[0][1]
+        s = mpmath.sqrt(1 - r * r)
+        g = [mpmath.npdf(A[0]) * mpmath.ncdf((A[1] - r * A[0]) / s),
+             mpmath.npdf(A[1]) * mpmath.ncdf((A[0] - r * A[1]) / s)]
+        off = _mp_phi2_density(A[0], A[1], r)
+        return mp_phi2(A[0], A[1], r), g, [[-A[0] * g[0] - r * off, off],
+                                           [off, -A[1] * g[1] - r * off]]
+    if np.allclose(np.asarray(R, float), np.eye(3), atol=1e-14):  # independent: products
+        P = [mpmath.ncdf(x) for x in A]
+        p = [mpmath.npdf(x) for x in A]
+        F = P[0] * P[1] * P[2]
+        g = [p[i] * F / P[i] for i in range(3)]
+        H = [[(p[i] * p[j] * F / (P[i] * P[j]) if i != j else -A[i] * g[i]) for j in range(3)]
+             for i in range(3)]
+        return F, g, H
+    rij, rik, sj, sk, rho = cond(0, 1, 2)
+    x1 = min(float(_mode(np.asarray(a, float), np.asarray(R, float))[0]), float(a[0]))
+    w = max(1.0, float(np.linalg.norm(a)))
+    steps = [k * w for k in (-40, -20, -10, -5, -2, -1)] + [-20, -8, -4, -2, -1, -0.5, -0.2, -0.05,
+                                                            0, 0.05, 0.2, 0.5, 1, 2, 4, 8, 20]
+    pts = sorted({min(x1 + t / w, float(a[0])) for t in steps})
+    pts = [mpmath.mpf(p) for p in pts] + ([A[0]] if pts[-1] < float(a[0]) else [])
+    F = mpmath.quad(lambda x: mpmath.npdf(x) * mp_phi2((A[1] - rij * x) / sj,
+                                                       (A[2] - rik * x) / sk, rho), pts)
+    g = []
+    for i in range(3):
+        j, k = [x for x in range(3) if x != i]
+        rij, rik, sj, sk, rho = cond(i, j, k)
+        g.append(mpmath.npdf(A[i]) * mp_phi2((A[j] - rij * A[i]) / sj, (A[k] - rik * A[i]) / sk, rho))
+    H = [[mpmath.mpf(0)] * 3 for _ in range(3)]
+    for i, j in itertools.combinations(range(3), 2):
+        k = 3 - i - j
+        v = mpmath.matrix([Rm[k][i], Rm[k][j]])
+        c2 = mpmath.lu_solve(mpmath.matrix([[1, Rm[i][j]], [Rm[i][j], 1]]), v)
+        mu = c2[0] * A[i] + c2[1] * A[j]
+        sd = mpmath.sqrt(1 - (c2[0] * v[0] + c2[1] * v[1]))
+        H[i][j] = H[j][i] = _mp_phi2_density(A[i], A[j], Rm[i][j]) * mpmath.ncdf((A[k] - mu) / sd)
+    for i in range(3):
+        H[i][i] = -A[i] * g[i] - sum(Rm[i][j] * H[i][j] for j in range(3) if j != i)
+    return F, g, H
+
+
+def _far_case(A, cov, b, t, rule=pt.DEFAULT_RULE):
+    """omega with standardised offsets (b - A omega)_i / s_i = t_i; the engine's moments and the
+    mpmath reference (log Z, g_out, dg_out) at 30 digits."""
+    A, cov = np.asarray(A, float), np.asarray(cov, float)
+    S = A @ cov @ A.T
+    s = np.sqrt(np.diag(S))
+    om = np.linalg.lstsq(A, b - np.asarray(t, float) * s, rcond=None)[0]
+    mo = pt.gaussian_polytope(A=A, b=b, omega=om[None], cov=cov, rule=rule)
+    with mpmath.workdps(30):
+        m, d = A.shape
+        sm = [mpmath.sqrt(mpmath.mpf(S[i, i])) for i in range(m)]
+        c = [mpmath.mpf(b[i]) - mpmath.fsum(mpmath.mpf(A[i, k]) * mpmath.mpf(om[k]) for k in range(d))
+             for i in range(m)]
+        a = [c[i] / sm[i] for i in range(m)]
+        F, g, H = _mp_cdf_moments(a, S / np.outer(s, s))
+        gout = [-mpmath.fsum(A[i, p] * g[i] / sm[i] for i in range(m)) / F for p in range(d)]
+        dg = [[mpmath.fsum(A[i, p] * A[j, q] * H[i][j] / (sm[i] * sm[j]) for i in range(m)
+                           for j in range(m)) / F - gout[p] * gout[q] for q in range(d)]
+              for p in range(d)]
+        ref = (float(mpmath.log(F)), np.array([float(x) for x in gout]),
+               np.array([[float(x) for x in row] for row in dg]))
+    return mo, ref
+
+
+def _assert_far(mo, ref, *, z_bar, g_bar, dg_bar):
+    """Relative errors within the reported bars, and the bars below the given relative sizes."""
+    lz, g, dg = ref
+    assert np.isfinite(mo.log_mass[0])
+    z_err = abs(math.expm1(mo.log_mass[0] - lz))
+    assert z_err <= mo.mass_relative_error[0] <= z_bar
+    gs, ds = np.abs(g).max(), np.abs(dg).max()
+    assert np.all(np.abs(mo.g_out[0] - g) <= mo.g_out_error[0])
+    assert mo.g_out_error[0].max() <= g_bar * gs
+    assert np.all(np.abs(mo.dg_out[0] - dg) <= mo.dg_out_error[0])
+    assert mo.dg_out_error[0].max() <= dg_bar * ds
+
+
+_FAR_COV = np.diag([0.7, 1.3, 2.0])
+_FAR_A = np.array([[1.0, -2.0, 0.5], [0.4, 1.0, -1.0], [0.3, 0.2, 1.0]])
+_FAR_B = np.array([0.3, -0.2, 0.1])
+
+
+@pytest.mark.parametrize("t", [-10.0, -30.0, -38.0])
+def test_far_one_row_keeps_relative_accuracy(t):
+    """One half-space t standard deviations away (Phi(-38) ~ 3e-316 is subnormal): log Z, the
+    Mills ratio g_out and dg_out against mpmath, relative errors within relative bars (the
+    engine used to give Z to 1e-15 absolute only, and g_out = 0 +- 0 at -38)."""
+    mo, ref = _far_case(_FAR_A[:1], _FAR_COV, _FAR_B[:1], [t])
+    _assert_far(mo, ref, z_bar=1e-11, g_bar=1e-11, dg_bar=1e-7)
+
+
+@pytest.mark.parametrize("t", [(-10.0, -9.0), (-30.0, -28.0), (-38.0, -37.0), (-30.0, 1.0)])
+def test_far_two_rows_keep_relative_accuracy(t):
+    """Two correlated half-spaces (rho = -0.71, the wedge ~75 standard deviations away at
+    (-30, -28)): log Z, g_out, dg_out against mp_phi2 at 30 digits."""
+    mo, ref = _far_case(_FAR_A[:2], _FAR_COV, _FAR_B[:2], t)
+    _assert_far(mo, ref, z_bar=1e-9, g_bar=1e-9, dg_bar=1e-4)
+
+
+@pytest.mark.parametrize("t", [(-10.0, -12.0, -11.0), (-30.0, -29.0, -31.0), (-30.0, 1.0, 0.5)])
+def test_far_three_orthogonal_rows_are_a_product(t):
+    """Three rows orthogonal after whitening (iterated rule, r = 3): Z = prod Phi(t_i), g_out and
+    dg_out from the product's closed forms in mpmath."""
+    Q, _ = np.linalg.qr(np.array([[1.0, 0.3, -0.2], [0.2, 1.0, 0.4], [-0.3, 0.1, 1.0]]))
+    cov = np.diag([0.5, 1.0, 2.0])
+    A = Q.T @ np.diag(1 / np.sqrt(np.diag(cov)))  # A cov A^T = I
+    mo, ref = _far_case(A, cov, np.zeros(3), t)
+    _assert_far(mo, ref, z_bar=1e-9, g_bar=1e-7, dg_bar=1e-4)
+    # and the product closed form for log Z (mpmath.ncdf alone)
+    assert abs(mo.log_mass[0] - sum(float(mpmath.log(mpmath.ncdf(x))) for x in t)) <= 1e-9 * abs(
+        mo.log_mass[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("t", [(-10.0, -9.0, -11.0), (-38.0, -37.0, -36.0), (-30.0, 1.0, 0.5)])
+def test_far_three_correlated_rows_against_mpmath_quadrature(t):
+    """Three correlated half-spaces (iterated rule): mass by an mpmath quadrature of mp_phi2
+    split around the most likely point (~30-100 s each)."""
+    mo, ref = _far_case(_FAR_A, _FAR_COV, _FAR_B, t)
+    _assert_far(mo, ref, z_bar=1e-6, g_bar=1e-6, dg_bar=1e-1)
+
+
+def test_far_four_orthogonal_rows_by_the_cube_rule():
+    """r = 4 (Genz's rule, now in logs): orthogonal rows 35-38 standard deviations away give the
+    product of Phi (log Z ~ -2700) and its Mills ratios."""
+    Q, _ = np.linalg.qr(np.random.default_rng(1).normal(size=(4, 4)))
+    t = np.array([-38.0, -37.0, -36.0, -35.0])
+    mo = pt.gaussian_polytope(A=Q.T, b=np.zeros(4), omega=-(Q @ t)[None], cov=np.eye(4), order=1)
+    with mpmath.workdps(30):
+        lz = float(mpmath.fsum(mpmath.log(mpmath.ncdf(x)) for x in t))
+        mills = np.array([float(mpmath.npdf(x) / mpmath.ncdf(x)) for x in t])
+    assert abs(math.expm1(mo.log_mass[0] - lz)) <= mo.mass_relative_error[0] <= 1e-10
+    g = -(Q @ mills)
+    assert np.all(np.abs(mo.g_out[0] - g) <= mo.g_out_error[0])
+    assert mo.g_out_error[0].max() <= 1e-8 * np.abs(g).max()
+
+
+@pytest.mark.slow
+def test_far_four_correlated_rows_two_routes():
+    """r = 4, rows correlated from -0.94 to 0.73, log Z ~ -7300: the cube rule against the
+    iterated rule at rank 4, within their summed bars."""
+    A = np.random.default_rng(5).normal(size=(4, 4))
+    A /= np.linalg.norm(A, axis=1)[:, None]
+    om = -np.linalg.solve(A, np.array([-20.0, -18.0, -22.0, -19.0]))[None]
+    cube = pt.gaussian_polytope(A=A, b=np.zeros(4), omega=om, cov=np.eye(4), order=1)
+    det = pt.gaussian_polytope(A=A, b=np.zeros(4), omega=om, cov=np.eye(4), order=1,
+                               rule=pt.PolytopeRule(nested_max_rank=4, nodes=8, coarse_nodes=6,
+                                                    pieces=8))
+    bar = cube.mass_relative_error[0] + det.mass_relative_error[0]
+    assert abs(math.expm1(cube.log_mass[0] - det.log_mass[0])) <= bar <= 1e-3
+    assert np.all(np.abs(cube.g_out - det.g_out) <= cube.g_out_error + det.g_out_error)
+
+
+# ----------------------------------------------------------------------------- noisy outputs (issue 15)
+def _mp_noisy_relu_entry(y, om, s2, De):
+    """One entry of y = max(h, 0) + N(0, De), h ~ N(om, s2): log of
+    Phi(-om / s) N(y; 0, De) + N(y; om, s2 + De) Phi(mu / tau) and its first two derivatives in om
+    (mpmath, 30 digits; mu, tau^2 the mean and variance of h given y without the truncation)."""
+    with mpmath.workdps(30):
+        y, s2, De = mpmath.mpf(y), mpmath.mpf(s2), mpmath.mpf(De)
+        tau = mpmath.sqrt(s2 * De / (s2 + De))
+
+        def lf(w):
+            mu = (De * w + s2 * y) / (s2 + De)
+            return mpmath.log(mpmath.ncdf(-w / mpmath.sqrt(s2)) * mpmath.npdf(y, 0, mpmath.sqrt(De))
+                              + mpmath.npdf(y, w, mpmath.sqrt(s2 + De)) * mpmath.ncdf(mu / tau))
+
+        w = mpmath.mpf(om)
+        return float(lf(w)), float(mpmath.diff(lf, w)), float(mpmath.diff(lf, w, 2))
+
+
+def test_noisy_relu_is_a_product_of_one_dimensional_closed_forms():
+    """T = 2 (3 entries, weights 1 + delta_ab, 8 pieces), Delta = 0.3 (1 + delta_ab): with
+    diagonal Sigma and Delta, Z_out factorises over entries; log Z, g_out, dg_out against the
+    closed form of each factor in mpmath."""
+    rng = np.random.default_rng(3)
+    w = np.array([2.0, 1.0, 2.0])
+    V = 0.6
+    De = 0.3 * w
+    om = rng.normal(size=(4, 3)) * 0.8
+    Y = np.maximum(rng.normal(size=(4, 3)), 0) + rng.normal(size=(4, 3)) * 0.5
+    Y[0, 1] = -3.0  # far below the ReLU's range
+    out = pt.noisy_channel_z_out(pt.noisy_relu_pieces(3), y=Y, omega=om, cov=V * np.diag(w),
+                                 Delta=np.diag(De))
+    for n in range(4):
+        ref = [_mp_noisy_relu_entry(Y[n, i], om[n, i], V * w[i], De[i]) for i in range(3)]
+        lz = sum(r[0] for r in ref)
+        g = np.array([r[1] for r in ref])
+        dg = np.diag([r[2] for r in ref])
+        assert abs(math.expm1(out.log_Z[n] - lz)) <= out.Z_relative_error[n] <= 1e-12
+        assert abs(out.Z[n] - math.exp(lz)) <= out.Z_error[n]
+        assert np.all(np.abs(out.g[n] - g) <= out.g_error[n] + 1e-15)
+        assert np.all(np.abs(out.dg[n] - dg) <= out.dg_error[n] + 1e-15)
+        assert out.g_error[n].max() <= 1e-12 and out.dg_error[n].max() <= 1e-11
+
+
+def _noisy_pieces():
+    """Three pieces in d = 3 seen through p = 2 noisy linear statistics: a . h <= 0.3 split by
+    e . h <= 0 (two rows each), and a . h > 0.3."""
+    a = (1.0, -0.5, 0.4)
+    e = (0.3, 1.0, -0.6)
+    na, ne = tuple(-x for x in a), tuple(-x for x in e)
+    L1 = ((1.0, 0.0, 0.0), (0.0, 1.0, 1.0))
+    L2 = ((0.5, 0.0, 1.0), (1.0, -1.0, 0.0))
+    L3 = ((0.0, 0.0, 0.0), (0.2, 0.3, -0.4))
+    return (pt.NoisyPiece(A=(a, e), b=(0.3, 0.0), L=L1, l=(0.0, 0.1)),
+            pt.NoisyPiece(A=(a, ne), b=(0.3, 0.0), L=L2, l=(0.2, 0.0)),
+            pt.NoisyPiece(A=(na,), b=(-0.3,), L=L3, l=(-0.1, 0.3)))
+
+
+_N_COV = np.array([[1.0, 0.3, -0.2], [0.3, 1.2, 0.1], [-0.2, 0.1, 0.8]])
+_N_DELTA = np.array([[0.3, 0.1], [0.1, 0.4]])
+
+
+def test_noisy_channel_g_and_dg_are_derivatives_of_log_z():
+    """Richardson differences of log Z against g_out and of g_out against dg_out."""
+    pieces = _noisy_pieces()
+    om = np.array([0.2, -0.4, 0.3])
+    y = np.array([0.5, -0.2])
+
+    def at(x):
+        return pt.noisy_channel_z_out(pieces, y=y, omega=x[None], cov=_N_COV, Delta=_N_DELTA)
+
+    base = at(om)
+    h = 1e-3
+    for k in range(3):
+        e = np.zeros(3)
+        e[k] = h
+        o = {t: at(om + t * e) for t in (-2, -1, 1, 2)}
+        d_lz = (8 * (o[1].log_Z - o[-1].log_Z) - (o[2].log_Z - o[-2].log_Z))[0] / (12 * h)
+        assert abs(d_lz - base.g[0, k]) <= 1e-8
+        d_g = (8 * (o[1].g - o[-1].g) - (o[2].g - o[-2].g))[0] / (12 * h)
+        np.testing.assert_allclose(d_g, base.dg[0, :, k], atol=1e-7)
+    assert base.g_error.max() <= 1e-9 and base.dg_error.max() <= 1e-8
+
+
+def test_noisy_channel_seeded_monte_carlo():
+    """Z_out = E_h sum_k 1[A_k h <= b_k] N(y; L_k h + l_k, Delta) by 400 000 seeded samples."""
+    pieces = _noisy_pieces()
+    om = np.array([0.1, 0.3, -0.2])
+    y = np.array([0.4, 0.2])
+    out = pt.noisy_channel_z_out(pieces, y=y, omega=om, cov=_N_COV, Delta=_N_DELTA)
+    rng = np.random.default_rng(2027)
+    h = om + rng.normal(size=(400_000, 3)) @ np.linalg.cholesky(_N_COV).T
+    Di = np.linalg.inv(_N_DELTA)
+    norm = 1 / (2 * math.pi * math.sqrt(np.linalg.det(_N_DELTA)))
+    vals = np.zeros(len(h))
+    for p in pieces:
+        ind = np.all(h @ np.asarray(p.A).T <= np.asarray(p.b), axis=1)
+        r = y - h @ np.asarray(p.L).T - np.asarray(p.l)
+        vals += ind * norm * np.exp(-0.5 * np.einsum("ni,ij,nj->n", r, Di, r))
+    se = vals.std(ddof=1) / math.sqrt(len(vals))
+    assert abs(vals.mean() - out.Z[0]) <= 4 * se
+    assert out.Z_relative_error[0] <= 1e-10
+
+
+def test_noisy_channel_small_delta_reproduces_observed_polytope():
+    """One piece, y = C h + N(0, delta I): as delta -> 0, Z, g_out, dg_out tend to
+    observed_polytope's (the error shrinks in proportion to delta)."""
+    A = np.array([[0.3, 1.0, 0.0], [-0.4, 0.2, 1.0]])
+    b = np.array([0.2, -0.1])
+    C = np.array([[1.0, -0.5, 0.2]])
+    y = np.array([0.4])
+    om = np.array([[0.1, -0.2, 0.3]])
+    ref = pt.observed_polytope(A=A, b=b, C=C, y=y, omega=om, cov=_N_COV)
+    piece = pt.NoisyPiece(A=tuple(map(tuple, A)), b=tuple(b), L=tuple(map(tuple, C)), l=(0.0,))
+    errs = []
+    for delta in (1e-5, 1e-7):
+        out = pt.noisy_channel_z_out((piece,), y=y, omega=om, cov=_N_COV, Delta=[[delta]])
+        errs.append(max(abs(out.Z[0] / ref.Z[0] - 1), np.abs(out.g - ref.g).max(),
+                        np.abs(out.dg - ref.dg).max()))
+    assert errs[1] <= 1e-5
+    assert errs[1] <= 0.03 * errs[0]
+
+
+def _nishimori_sample(pieces, om, cov, Delta, n, seed):
+    """y drawn from the channel at omega: h ~ N(omega, cov), its piece's L h + l + noise."""
+    rng = np.random.default_rng(seed)
+    h = om + rng.normal(size=(n, len(om))) @ np.linalg.cholesky(cov).T
+    noise = rng.normal(size=(n, len(Delta))) @ np.linalg.cholesky(Delta).T
+    Y = np.full((n, len(Delta)), np.nan)
+    for p in pieces:
+        ind = np.all(h @ np.asarray(p.A).T <= np.asarray(p.b), axis=1)
+        Y[ind] = h[ind] @ np.asarray(p.L).T + np.asarray(p.l)
+    assert not np.isnan(Y).any()
+    return Y + noise
+
+
+def _assert_nishimori(out):
+    """E_y[g] = 0 and E_y[g g^T + dg] = 0 within 4 standard errors (entrywise)."""
+    n = out.g.shape[0]
+    first = out.g
+    second = out.g[:, :, None] * out.g[:, None, :] + out.dg
+    for v in (first, second):
+        se = v.std(axis=0, ddof=1) / math.sqrt(n)
+        assert np.all(np.abs(v.mean(axis=0)) <= 4 * se + 1e-12)
+
+
+def test_noisy_nishimori_identities_by_monte_carlo_over_y():
+    """The three-piece channel at one omega: E_y[g_out] = 0 and E_y[g g^T + dg] = 0 by 6000
+    seeded draws of y from the channel."""
+    pieces = _noisy_pieces()
+    om = np.array([0.2, -0.1, 0.4])
+    Y = _nishimori_sample(pieces, om, _N_COV, _N_DELTA, 6000, 11)
+    out = pt.noisy_channel_z_out(pieces, y=Y, omega=om, cov=_N_COV, Delta=_N_DELTA)
+    assert out.g_error.max() <= 1e-9
+    _assert_nishimori(out)
+
+
+@pytest.mark.slow
+def test_noisy_relu_T2_nishimori_by_monte_carlo_over_y():
+    """The example: noisy ReLU at T = 2 (8 pieces), Sigma = V (1 + delta_ab), Delta = 0.2 (1 +
+    delta_ab), correlated through omega only; 3000 draws of y."""
+    w = np.array([2.0, 1.0, 2.0])
+    om = np.array([0.3, -0.5, 0.1])
+    pieces = pt.noisy_relu_pieces(3)
+    cov, Delta = 0.7 * np.diag(w), 0.2 * np.diag(w)
+    Y = _nishimori_sample(pieces, om, cov, Delta, 3000, 5)
+    _assert_nishimori(pt.noisy_channel_z_out(pieces, y=Y, omega=om, cov=cov, Delta=Delta))
+
+
+def test_noisy_channel_bad_input():
+    pieces = _noisy_pieces()
+    with pytest.raises(InputError, match="Delta"):
+        pt.noisy_channel_z_out(pieces, y=[0.0, 0.0], omega=np.zeros(3), cov=_N_COV,
+                               Delta=[[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(InputError, match="y"):
+        pt.noisy_channel_z_out(pieces, y=[0.0, np.nan], omega=np.zeros(3), cov=_N_COV,
+                               Delta=_N_DELTA)
+    with pytest.raises(InputError, match="pieces"):
+        pt.noisy_channel_z_out((pt.NoisyPiece(A=((1.0,),), b=(0.0,), L=((1.0,),), l=(0.0,)),),
+                               y=[0.0, 0.0], omega=np.zeros(3), cov=_N_COV, Delta=_N_DELTA)
+    with pytest.raises(InputError, match="cov"):
+        pt.noisy_channel_z_out(pieces, y=[0.0, 0.0], omega=np.zeros(3), cov=-_N_COV,
+                               Delta=_N_DELTA)
