@@ -108,19 +108,12 @@ def hardmax_weak(kw: dict, digits: int, certified: bool) -> None:
 
 def sparsemax_se(kw: dict, alpha: float) -> None:
     """``se --channel sparsemax --rho R --alpha A [--beta B]``: every SE fixed point (T = 2)."""
-    from .channels import BETA_DOMAIN
-    from .domains import ALPHA, RHO
+    from .domains import ALPHA
     from .numerics import sparsemax as smx
     from .sparsemax import compile_sparsemax
 
-    if kw["tokens"] != 2:
-        fail("--tokens", "2 for sparsemax (T = 3 is not implemented)", kw["tokens"])
-    for name in ("delta_out", "epsilon"):
-        if kw.get(name) is not None:
-            fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
+    beta, rho = _sparsemax_options(kw, "se")
     try:
-        beta = BETA_DOMAIN.check(1.0 if kw.get("beta") is None else kw["beta"])
-        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
         alpha = ALPHA.with_(low_open=True).check(alpha)
     except DomainError as e:
         raise relabel(e) from None

@@ -479,13 +479,13 @@ def delta_of_mmse(v: float, *, rho: float) -> float:
     return math.exp(brentq(f, lo, hi, xtol=1e-15, rtol=1e-15))
 
 
-def se_curve_traced(cs, *, rho: float, beta: float, mmses: Sequence[float],
-                    level: int = 0) -> list[dict]:
-    """The SE traced by the error V = mmse (THEORY 1.1): every V in ``mmses`` is a fixed point
-    at alpha(V) = q_hat / (2 E(Q0 - V, V)), q_hat = 1 / Delta(V), mmse(Delta(V)) = V. One
-    output-side evaluation per point; where alpha(V) is not monotone several fixed points share
-    an alpha (the Bayes-optimal one is then the largest free entropy, not computed here). The
-    error of alpha is its relative error from E (two rules) plus the prior's inversion."""
+def traced_rows(e_of, *, rho: float, mmses: Sequence[float]) -> list[dict]:
+    """The SE traced by the error V = mmse for any output side (THEORY 1.1): every V in ``mmses``
+    is a fixed point at alpha(V) = q_hat / (2 E(Q0 - V, V)), q_hat = 1 / Delta(V),
+    mmse(Delta(V)) = V (the Wishart prior, inverted). ``e_of(q, V)`` returns E as an
+    :class:`Estimate`; where its ``extra`` has ``psi_out`` the row also carries phi =
+    -q q_hat/4 + q_hat Q0/4 - I(Delta) + alpha Psi_out. The error of alpha is its relative error
+    from E plus the prior's inversion."""
     require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
     rows = []
     Q0 = 1.0 + rho
@@ -493,20 +493,31 @@ def se_curve_traced(cs, *, rho: float, beta: float, mmses: Sequence[float],
         v = float(v)
         t0 = time.perf_counter()
         delta = delta_of_mmse(v, rho=rho)
-        e = output_e_estimate(cs, q=Q0 - v, V=v, beta=beta, level=level)
+        e = e_of(Q0 - v, v)
         alpha = 1.0 / (2 * delta * e.value)
         prior = wishart.mmse_estimate(delta, rho=rho).error
         dmdd = (float(wishart.mmse(delta * 1.001, rho=rho))
                 - float(wishart.mmse(delta * 0.999, rho=rho))) / (0.002 * delta)
         err = alpha * (e.error / e.value + prior / max(dmdd * delta, 1e-300))
-        psi = e.extra["psi_out"]
-        phi = (-(Q0 - v) / (4 * delta) + Q0 / (4 * delta)
-               - float(wishart.mutual_information(delta, rho=rho)) + alpha * psi)
-        rows.append({"alpha": alpha, "alpha_error": err, "mmse": v, "q": Q0 - v,
-                     "q_hat": 1.0 / delta, "E": e.value, "E_error": e.error, "psi_out": psi,
-                     "psi_out_error": e.extra["psi_out_error"], "phi": phi,
-                     "seconds": time.perf_counter() - t0})
+        row = {"alpha": alpha, "alpha_error": err, "mmse": v, "q": Q0 - v,
+               "q_hat": 1.0 / delta, "E": e.value, "E_error": e.error}
+        if "psi_out" in e.extra:
+            psi = e.extra["psi_out"]
+            row.update({"psi_out": psi, "psi_out_error": e.extra["psi_out_error"],
+                        "phi": (-(Q0 - v) / (4 * delta) + Q0 / (4 * delta)
+                                - float(wishart.mutual_information(delta, rho=rho))
+                                + alpha * psi)})
+        rows.append({**row, "seconds": time.perf_counter() - t0})
     return rows
+
+
+def se_curve_traced(cs, *, rho: float, beta: float, mmses: Sequence[float],
+                    level: int = 0) -> list[dict]:
+    """The T = 2 SE traced by V = mmse (:func:`traced_rows` on :func:`output_e_estimate`); where
+    alpha(V) is not monotone several fixed points share an alpha (:func:`se_fixed_points`
+    flags the Bayes-optimal one by phi)."""
+    return traced_rows(lambda q, V: output_e_estimate(cs, q=q, V=V, beta=beta, level=level),
+                       rho=rho, mmses=mmses)
 
 
 def alpha_of_mmse(cs, *, rho: float, beta: float, V: float, level: int = 0) -> Estimate:

@@ -971,27 +971,10 @@ def monte_carlo_e(*, q: float, V: float, beta: float, n: int = 100_000, seed: in
 
 def se_curve_traced(*, rho: float, beta: float, mmses, points: int = 1 << 11,
                     replicates: int = 8, seed: int = 2026) -> list[dict]:
-    """The SE at finite rho traced by the error V = mmse (THEORY 1.1; the shape of
-    :func:`aim_sym.numerics.sparsemax.se_curve_traced`): every V is a fixed point at
-    alpha(V) = q_hat / (2 E(Q0 - V, V)), q_hat = 1 / Delta(V), mmse(Delta(V)) = V (Wishart prior).
-    alpha's error: E's relative error (:func:`output_e`) plus the prior's inversion."""
-    from . import wishart
-    from .sparsemax import delta_of_mmse
+    """The SE at finite rho traced by the error V = mmse (THEORY 1.1):
+    :func:`aim_sym.numerics.sparsemax.traced_rows` on :func:`output_e` (randomised QMC)."""
+    from .sparsemax import traced_rows
 
-    require(np.isfinite(rho) and rho > 0, "rho", "finite > 0", rho)
-    rows = []
-    Q0 = 1.0 + rho
-    for v in mmses:
-        v = float(v)
-        t0 = time.perf_counter()
-        delta = delta_of_mmse(v, rho=rho)
-        e = output_e(q=Q0 - v, V=v, beta=beta, points=points, replicates=replicates, seed=seed)
-        alpha = 1.0 / (2 * delta * e.value)
-        prior = wishart.mmse_estimate(delta, rho=rho).error
-        dmdd = (float(wishart.mmse(delta * 1.001, rho=rho))
-                - float(wishart.mmse(delta * 0.999, rho=rho))) / (0.002 * delta)
-        err = alpha * (e.error / e.value + prior / max(dmdd * delta, 1e-300))
-        rows.append({"alpha": alpha, "alpha_error": err, "mmse": v, "q": Q0 - v,
-                     "q_hat": 1.0 / delta, "E": e.value, "E_error": e.error,
-                     "seconds": time.perf_counter() - t0})
-    return rows
+    return traced_rows(lambda q, V: output_e(q=q, V=V, beta=beta, points=points,
+                                             replicates=replicates, seed=seed),
+                       rho=rho, mmses=mmses)
