@@ -6,7 +6,9 @@ aim_sparsemax_T3.md (the T = 3 pieces);
 ``--figure PATH`` also prints the threshold table (mpmath at two precisions beside seeded Monte
 Carlo) and draws alpha_bar_c against beta with its two limits (docs/figures/sparsemax_threshold.png);
 ``--curves PATH`` prints and draws the SE curves mmse(alpha) at rho = 0.5 for beta in {0.5, 1, 2}
-against softmax and hardmax (docs/figures/sparsemax_curves.png).
+against softmax and hardmax (docs/figures/sparsemax_curves.png); ``--figure-t3 PATH`` the T = 3
+threshold table (randomised QMC, 8 x 2^13 points per beta) and alpha_bar_c against beta for T = 2
+and 3 with their limits (docs/figures/sparsemax_threshold_t3.png).
 """
 
 import math
@@ -67,6 +69,58 @@ def draw_threshold(rows: list[dict], path: str) -> None:
     ax.set_xlabel(r"inverse temperature $\beta$")
     ax.set_ylabel(r"$\bar\alpha_c$ (small width, $T = 2$)")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+BETAS_T3 = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0)
+
+
+def threshold_table_t3(betas=BETAS_T3, points: int = 1 << 13) -> list[dict]:
+    """alpha_bar_c(beta) at T = 3 (numerics/sparsemax_t3: one-hot part by the rule + randomised QMC,
+    8 replicates of ``points``, statistical bar), with the seconds of each."""
+    from aim_sym.numerics import sparsemax_t3
+
+    rows = []
+    for beta in betas:
+        t0 = time.perf_counter()
+        e = sparsemax_t3.weak_threshold(beta=beta, points=points)
+        rows.append({"beta": beta, "alpha": e.value, "error": e.error,
+                     "seconds": time.perf_counter() - t0})
+        print(f"T = 3, beta = {beta:g}: {e.value:.8f} +- {e.error:.1e} "
+              f"({rows[-1]['seconds']:.0f} s)", file=sys.stderr)
+    return rows
+
+
+def draw_threshold_t3(rows: list[dict], path: str) -> None:
+    """alpha_bar_c against beta at T = 2 (quadrature) and T = 3 (QMC, bars), with the limits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from aim_sym.numerics import hardmax
+    from aim_sym.numerics import sparsemax as sm
+
+    from aim_sym.plots import save_figure
+
+    cs = sparsemax.compile_sparsemax("numpy")
+    b = np.geomspace(0.05, 1e4, 60)
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    ax.plot(b, [sm.weak_threshold(cs, beta=x).value for x in b], "-", c="C0",
+            label=r"$T = 2$ (quadrature)")
+    ax.errorbar([r["beta"] for r in rows], [r["alpha"] for r in rows],
+                yerr=[r["error"] for r in rows], fmt="o", ms=3, c="C1",
+                label=r"$T = 3$ (randomised QMC, bars)")
+    for T, c, soft in ((2, "C0", 0.25), (3, "C1", 0.1)):
+        ax.axhline(soft, ls="--", c=c, lw=0.8)
+        ax.axhline(float(hardmax.weak_threshold(T).value), ls=":", c=c, lw=0.8)
+    ax.plot([], [], "k--", lw=0.8, label=r"softmax $1/(T^2+T-2)$ ($\beta \to 0$)")
+    ax.plot([], [], "k:", lw=0.8, label=r"hardmax ($\beta \to \infty$)")
+    ax.set_xscale("log")
+    ax.set_xlabel(r"inverse temperature $\beta$")
+    ax.set_ylabel(r"$\bar\alpha_c$ (small width)")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -132,6 +186,13 @@ if __name__ == "__main__":
             print(f"| {r['beta']:g} | {r['alpha']} | {r['error']:.0e} | {r['mc']:.6f} | "
                   f"{r['mc_error']:.1e} | {dev:+.2f} | {r['seconds']:.2f} |")
         draw_threshold(rows, sys.argv[sys.argv.index("--figure") + 1])
+    if "--figure-t3" in sys.argv:
+        rows_t3 = threshold_table_t3()
+        print("| beta | alpha_bar_c (T = 3) | bar | seconds |")
+        print("|---|---|---|---|")
+        for r in rows_t3:
+            print(f"| {r['beta']:g} | {r['alpha']:.8f} | {r['error']:.1e} | {r['seconds']:.0f} |")
+        draw_threshold_t3(rows_t3, sys.argv[sys.argv.index("--figure-t3") + 1])
     if "--curves" in sys.argv:
         data = curves()
         for name, rows in data.items():
