@@ -55,6 +55,7 @@ _EXPORTS = {
     "SMI": "models",
     "mmse": "models",
     "ERM": "erm",
+    "Sparsemax": "sparsemax_model",
     "Result": "results",
     "ResultTable": "results",
     "Domain": "domains",

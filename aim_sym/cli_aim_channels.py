@@ -107,29 +107,26 @@ def hardmax_weak(kw: dict, digits: int, certified: bool) -> None:
 
 
 def sparsemax_se(kw: dict, alpha: float) -> None:
-    """``se --channel sparsemax --rho R --alpha A [--beta B]``: every SE fixed point (T = 2)."""
-    from .domains import ALPHA
-    from .numerics import sparsemax as smx
-    from .sparsemax import compile_sparsemax
+    """``se --channel sparsemax --rho R --alpha A [--beta B]``: every SE fixed point (T = 2),
+    through :class:`aim_sym.sparsemax_model.Sparsemax`."""
+    from .sparsemax_model import Sparsemax
 
     beta, rho = _sparsemax_options(kw, "se")
     try:
-        alpha = ALPHA.with_(low_open=True).check(alpha)
+        r = Sparsemax(beta=beta, rho=rho).state_evolution(alpha=alpha)
     except DomainError as e:
         raise relabel(e) from None
-    fps = smx.se_fixed_points(compile_sparsemax("numpy"), alpha=alpha, rho=rho, beta=beta)
-    out = {"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta, "rho": rho,
-           "alpha": alpha, "fixed_points": fps,
+    fps = r.details["fixed_points"]
+    out = {**r.parameters, "fixed_points": fps,
            "note": "e_gen: Bayes-optimal (THEORY 1.5), e_gen_plugin: the plug-in error; "
                    "bayes_optimal: the stable fixed point of largest phi (perfect recovery when "
                    "alpha >= alpha_PR)"}
-    best = next((f for f in fps if f["bayes_optimal"]), None)
-    if best is not None:
-        out.update({k: best.get(k) for k in ("mmse", "error", "q", "q_hat", "phi", "e_gen",
-                                             "e_gen_error", "e_gen_plugin",
-                                             "e_gen_plugin_error")})
+    if r.value is not None:
+        out.update({"mmse": r.value, "error": r.error,
+                    **{k: v for k, v in r.details.items() if k != "fixed_points"}})
     emit(out, kw["as_json"], lambda o: "\n".join(
-        [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={alpha}: {len(fps)} fixed point(s)"]
+        [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={o['alpha']}: {len(fps)} fixed "
+         "point(s)"]
         + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
            f"e_gen = {f['e_gen']:.10g} +- {f['e_gen_error']:.1e} (plug-in "
            f"{f['e_gen_plugin']:.10g}), stable = {f['stable']}"
@@ -162,26 +159,17 @@ def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None)
     ``bayes_optimal`` false where none can be flagged, then the lowest mmse) and ``all_mmse``
     lists them all."""
     from .cli_common import progress_printer
-    from .numerics import sparsemax as smx
-    from .sparsemax import compile_sparsemax
+    from .sparsemax_model import Sparsemax
 
     beta, rho = _sparsemax_options(kw, "curve")
     alphas = [float(a) for a in grid]
     if any(a <= 0 for a in alphas):
         fail("--alphas", "a grid of alpha > 0 for channel sparsemax", alphas)
-    cs = compile_sparsemax("numpy")
-    rows = []
-    for k, a in enumerate(alphas):
-        progress_printer(k, len(alphas), f"alpha = {a:g}")
-        fps = smx.se_fixed_points(cs, alpha=a, rho=rho, beta=beta)
-        best = next((f for f in fps if f["bayes_optimal"]), min(fps, key=lambda f: f["mmse"]))
-        rows.append({"alpha": a, "mmse": best["mmse"], "mmse_error": best["error"],
-                     "q": best["q"], "e_gen": best["e_gen"], "e_gen_error": best["e_gen_error"],
-                     "e_gen_plugin": best["e_gen_plugin"],
-                     "e_gen_plugin_error": best["e_gen_plugin_error"], "phi": best.get("phi"),
-                     "bayes_optimal": best["bayes_optimal"], "fixed_points": len(fps),
-                     "all_mmse": ";".join(f"{f['mmse']:.10g}" for f in fps),
-                     "method": best["method"]})
+    try:
+        rows = Sparsemax(beta=beta, rho=rho).curve(alphas=alphas,
+                                                   progress=progress_printer).rows()
+    except DomainError as e:
+        raise relabel(e) from None
     if out_path:
         from .tables import write_csv
 
@@ -200,14 +188,13 @@ def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None)
 
 def sparsemax_check(kw: dict) -> list[dict]:
     """``check --channel sparsemax [--beta B]``: the identity checks of the T = 2 channel."""
-    from .numerics import sparsemax as smx
-    from .sparsemax import compile_sparsemax
+    from .sparsemax_model import Sparsemax
 
     if kw.get("rho") is not None:
         fail("--rho", "omitted for check --channel sparsemax (the checks are on the channel)",
              kw["rho"])
     beta, _ = _sparsemax_options(kw, "check")
-    return smx.run_checks(compile_sparsemax("numpy"), compile_sparsemax("mpmath"), beta=beta)
+    return [dict(r) for r in Sparsemax(beta=beta).check()]
 
 
 #: q/V reached by the T = 4 and T = 5 curves (mmse >= Q0 / (1 + QMC_R_MAX)); their cost grows

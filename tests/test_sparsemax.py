@@ -377,3 +377,36 @@ def test_cli_sparsemax_threshold_three_tokens(run_cli):
     o = json.loads(out)
     assert 0.1 < float(o["value"]) < o["hardmax"]
     assert abs(float(o["value"]) - 0.1743646) < o["error"] + 1.4e-5
+
+
+def test_api_object_validates_and_serves():
+    """aim_sym.Sparsemax: bad input raises a one-line error naming the option; T = 2 threshold
+    and sheet through the object equal the module functions; T = 3 refuses the SE."""
+    import aim_sym as am
+    from aim_sym.thresholds import sparsemax_small_width_weak
+
+    with pytest.raises(am.DomainError, match="beta"):
+        am.Sparsemax(beta=-1.0)
+    with pytest.raises(am.DomainError, match="rho"):
+        am.Sparsemax(rho=0.0)
+    with pytest.raises(InputError, match="tokens"):
+        am.Sparsemax(tokens=4)
+    m = am.Sparsemax(beta=2.0)
+    assert m.threshold().value == sparsemax_small_width_weak(beta=2.0).value
+    assert "343 pieces" in am.Sparsemax(tokens=3).derive()
+    with pytest.raises(InputError, match="tokens must be 2"):
+        am.Sparsemax(tokens=3).state_evolution(alpha=0.3)
+    with pytest.raises(InputError, match="kind"):
+        m.threshold("perfect")
+
+
+@pytest.mark.slow
+def test_api_state_evolution_and_curve_agree():
+    import aim_sym as am
+
+    m = am.Sparsemax(beta=2.0, rho=0.5)
+    r = m.state_evolution(alpha=0.3)
+    assert r.details["fixed_points"][0]["bayes_optimal"]
+    row = m.curve(alphas=[0.3]).rows()[0]
+    assert row["mmse"] == r.value and row["e_gen"] == r.details["e_gen"]
+    assert r.to_frame() is not None
