@@ -431,11 +431,15 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
         for opt, value in (("tol", tol), ("method", method)):
             if given(opt):
                 fail("--" + opt, "used only with --model aim", value)
-        m = smi_model(kw)
-        _check_outputs(out_path, plot_path)
-        rows = [dict(r) for r in m.curve(alphas=grid, progress=progress_printer)]
-        ycols = [k for k in rows[0] if k.startswith("Q_")] + ["e_gen"]
-        title = f"SMI deep attention L={m.layers}, c={m.channel.skip}"
+        if general.wants_general(kw):
+            rows, ycols, title = general.curve(
+                kw, grid, check_outputs=lambda: _check_outputs(out_path, plot_path))
+        else:
+            m = smi_model(kw)
+            _check_outputs(out_path, plot_path)
+            rows = [dict(r) for r in m.curve(alphas=grid, progress=progress_printer)]
+            ycols = [k for k in rows[0] if k.startswith("Q_")] + ["e_gen"]
+            title = f"SMI deep attention L={m.layers}, c={m.channel.skip}"
     else:
         m = aim_model(kw)
         TOL.check(tol)

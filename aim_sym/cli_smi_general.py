@@ -1,6 +1,7 @@
 """Command-line handlers for general SMI channels (``--model smi --channel-file F`` or a
 built-in ``--channel``): plain functions of the parsed options returning JSON-able dicts, wired
-into :mod:`aim_sym.cli` by its ``threshold``, ``se``, ``derive`` and ``check`` commands.
+into :mod:`aim_sym.cli` by its ``threshold``, ``se``, ``curve``, ``derive`` and ``check``
+commands.
 
 Each handler takes ``kw``, the click keyword dict (keys used: ``channel_file``, ``channel``,
 ``tokens``, ``beta``, ``skip``, ``noise``, ``rows``, ``param`` (a tuple of NAME=VALUE), ``seed``)
@@ -92,14 +93,37 @@ def threshold_weak(kw: dict) -> dict:
 
 
 def se(kw: dict, *, alpha: float) -> dict:
-    """``se --model smi --channel-file F --alpha A`` (``kw["start"]``: uninformed/informed)."""
+    """``se --model smi --channel-file F --alpha A``: the fixed points from the uninformed and
+    the informed start (``kw["start"]`` to solve from one only), the one of largest phi on top
+    (Q, error, e_gen, e_gen_plugin, phi with errors), all of them under ``fixed_points``."""
     from . import smi_general_api as api
 
     ch = channel_from_options(kw)
-    r = api.fixed_point(ch, alpha=alpha, start=kw.get("start") or "uninformed",
-                        seed=kw.get("seed") or 0)
-    return {**_header(ch), "alpha": alpha, "Q": r.value, "error": r.error, "method": r.method,
-            **{k: v for k, v in r.details.items()}}
+    starts = (kw["start"],) if kw.get("start") else ("uninformed", "informed")
+    table = api.fixed_points(ch, alpha=alpha, starts=starts, seed=kw.get("seed") or 0)
+    points = [{"Q": r.value, "error": r.error, "method": r.method, **dict(r.details)}
+              for r in table]
+    best = next(p for p in points if p["largest_phi"])
+    return {**_header(ch), "alpha": alpha, **best,
+            "fixed_points": [{k: p[k] for k in ("Q", "error", "phi", "phi_error", "e_gen",
+                                                "e_gen_error", "starts", "largest_phi")}
+                             for p in points]}
+
+
+def curve(kw: dict, grid, *, check_outputs) -> tuple[list[dict], list[str], str]:
+    """``curve --model smi --channel-file F --alphas a:b:n``: (rows, plotted columns, title);
+    ``check_outputs()`` refuses unwritable --out / --plot paths once the channel is valid.
+    Progress on stderr per alpha."""
+    from . import smi_general_api as api
+    from .cli_common import progress_printer
+
+    ch = channel_from_options(kw)
+    check_outputs()
+    rows = [dict(r) for r in api.curve(ch, alphas=list(grid), seed=kw.get("seed") or 0,
+                                       progress=progress_printer)]
+    ycols = [f"Q_{p + 1}{p + 1}" for p in range(ch.P)] + (
+        ["e_gen"] if any(r["e_gen"] is not None for r in rows) else [])
+    return rows, ycols, f"SMI {ch.name} (P={ch.P}, M={ch.M})"
 
 
 def derive(kw: dict) -> dict:
@@ -119,5 +143,6 @@ def check(kw: dict) -> dict:
     return {**_header(ch), "passed": all(r["passed"] for r in rows), "checks": rows}
 
 
-__all__ = ["wants_general", "channel_from_options", "threshold_weak", "se", "derive", "check",
+__all__ = ["wants_general", "channel_from_options", "threshold_weak", "se", "curve", "derive",
+           "check",
            "GENERAL_CHANNELS"]

@@ -10,10 +10,12 @@ built-ins, weak thresholds, SE fixed points, derivations and identity checks, ea
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import sympy as sp
 
-from .domains import ALPHA, Domain
+from .domains import ALPHA, Domain, check_grid
 from .numerics import smi_general as engine
 from .numerics.records import InputError, require
 from .results import Result, ResultTable
@@ -136,32 +138,163 @@ def weak_thresholds(channel: SMIChannel, *, orders: engine.Orders | None = None,
 
 
 # ----------------------------------------------------------------------------- state evolution
+START_Q = {"uninformed": 1e-3, "informed": 0.9}
+EGEN_METHOD = ("Bayes-optimal e_gen = E||y - E[y | omega]||^2 (the channel's own noise "
+               "included); plug-in e_gen_plugin = E||y - y(omega)||^2, y(omega) the channel at "
+               "omega with independent noise (noiseless: E||g(z) - g(omega)||^2, THEORY 2.4); "
+               "labels of a discrete channel read as numbers; errors from the SE's three rule "
+               "sizes (and scramblings), each level at its own fixed point")
+
+
+def _solve(cc, *, alpha: float, Q0: np.ndarray, orders: engine.Orders, seed: int,
+           damping: float, tol: float, max_iter: int) -> tuple:
+    est, fine, info = engine.se_fixed_point(cc, alpha=alpha, Q0=Q0, orders=orders, seed=seed,
+                                            damping=damping, tol=tol, max_iter=max_iter)
+    vals = info.pop("values")
+    return est, fine, info, vals
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def _point_details(est, fine, info, vals, *, tol: float) -> dict:
+    """Q, its error and the functionals at the fixed point as plain JSON-able entries. The
+    functionals' bars add the fixed-point tolerance times an O(1) slope to the refinement."""
+    v, e = vals.value, vals.error + tol
+    return {"Q": est.value.tolist(), "error": (est.error + tol).tolist(),
+            "Q_hat": fine.Q_hat.tolist(), "mse": (1 - np.diag(est.value)).tolist(),
+            "e_gen": _num(v[1]), "e_gen_error": _num(e[1]),
+            "e_gen_plugin": _num(v[2]), "e_gen_plugin_error": _num(e[2]),
+            "phi": _num(v[3]), "phi_error": _num(e[3]),
+            "mutual_information": _num(v[0]), "mutual_information_error": _num(e[0]),
+            "iterations": info["iterations"], "residual": fine.residual, "rules": info,
+            "refinement": est.refinement.tolist(), "spread": est.spread.tolist()}
+
+
 def fixed_point(channel: SMIChannel, *, alpha: float, start: str = "uninformed",
                 orders: engine.Orders | None = None, seed: int = 0, damping: float = 1.0,
-                tol: float = 1e-7, max_iter: int = 400) -> Result:
-    """The SE fixed point Q (P x P) at ``alpha`` by damped iteration from ``start`` (THEORY 2.1),
-    at three rule sizes (and independent scramblings for randomised rules); error bar as in
-    :class:`aim_sym.numerics.smi_general.ArrayValue`. ConvergenceError if the iteration does
-    not settle."""
+                tol: float = 1e-7, max_iter: int = 400, Q0=None) -> Result:
+    """The SE fixed point Q (P x P) at ``alpha`` by damped iteration from ``start`` (Q = 1e-3 I
+    or 0.9 I; or an explicit ``Q0``) (THEORY 2.1), at three rule sizes (and independent
+    scramblings for randomised rules); error bar as in
+    :class:`aim_sym.numerics.smi_general.ArrayValue`. Details add e_gen (Bayes-optimal) and
+    e_gen_plugin (THEORY 1.5, 2.4), the free entropy phi relative to Q = 0 and
+    mutual_information = Psi_out(Q) - Psi_out(0) (THEORY 2.1), each with its error from the same
+    levels. ConvergenceError if the iteration does not settle."""
     alpha = ALPHA.check(alpha)
     start = START_DOMAIN.check(start)
     seed = SEED_DOMAIN.check(seed)
     require(0 < damping <= 1, "damping", "in (0, 1]", damping)
     cc = compiled(channel)
     orders = orders or default_se_orders(channel)
-    Q0 = (1e-3 if start == "uninformed" else 0.9) * np.eye(channel.P)
-    est, fine, info = engine.se_fixed_point(cc, alpha=alpha, Q0=Q0, orders=orders, seed=seed,
-                                            damping=damping, tol=tol, max_iter=max_iter)
-    err = est.error + tol
-    return Result(quantity="Q", value=est.value.tolist(), error=err.tolist(),
+    if Q0 is None:
+        Q0 = START_Q[start] * np.eye(channel.P)
+    est, fine, info, vals = _solve(cc, alpha=alpha, Q0=np.asarray(Q0, dtype=float),
+                                   orders=orders, seed=seed, damping=damping, tol=tol,
+                                   max_iter=max_iter)
+    d = _point_details(est, fine, info, vals, tol=tol)
+    return Result(quantity="Q", value=d.pop("Q"), error=d.pop("error"),
                   method="damped SE iteration (THEORY 2.1), quadrature at three rule sizes"
                   + (" and independent scramblings" if info["randomised"] else ""),
                   precision=16, parameters={**_parameters(channel), "alpha": alpha,
                                             "start": start},
-                  details={"Q_hat": fine.Q_hat.tolist(), "iterations": info["iterations"],
-                           "residual": fine.residual, "rules": info,
-                           "refinement": est.refinement.tolist(), "spread": est.spread.tolist(),
-                           "mse": (1 - np.diag(est.value)).tolist()})
+                  details={**d, "e_gen_method": EGEN_METHOD,
+                           "phi_method": "Phi = -Tr(Q Q_hat)/2 + Tr(Q_hat)/2 - log det(I + "
+                           "Q_hat)/2 + alpha (Psi_out(Q) - Psi_out(0)) (THEORY 2.1), relative "
+                           "to Q = 0"})
+
+
+def _distinct(a: Result, b: Result) -> bool:
+    """Two fixed points differ when some entry of Q differs by more than both error bars."""
+    return bool(np.any(np.abs(np.array(a.value) - np.array(b.value))
+                       > np.array(a.error) + np.array(b.error)))
+
+
+def fixed_points(channel: SMIChannel, *, alpha: float,
+                 starts: tuple[str, ...] = ("uninformed", "informed"), **kw) -> ResultTable:
+    """The SE fixed points reached from each start (:func:`fixed_point`), duplicates (equal within
+    their bars) merged; each row's details carry ``largest_phi`` (True for the one of largest
+    phi: the Bayes-optimal point; ``phi_resolved`` is False when the two largest phi are not
+    separated by their bars) and ``starts``."""
+    found: list[tuple[Result, list[str]]] = []
+    for s in starts:
+        r = fixed_point(channel, alpha=alpha, start=s, **kw)
+        for other, names in found:
+            if not _distinct(r, other):
+                names.append(s)
+                break
+        else:
+            found.append((r, [s]))
+    phis = [r.details["phi"] if r.details["phi"] is not None else -np.inf for r, _ in found]
+    best = int(np.argmax(phis))
+    order = sorted(range(len(found)), key=lambda i: -phis[i])
+    resolved = True
+    if len(found) > 1:
+        a, b = found[order[0]][0], found[order[1]][0]
+        resolved = bool(a.details["phi"] - b.details["phi"]
+                        > (a.details["phi_error"] or 0) + (b.details["phi_error"] or 0))
+    rows = []
+    for i, (r, names) in enumerate(found):
+        rows.append(Result(quantity=r.quantity, value=r.value, error=r.error, method=r.method,
+                           precision=r.precision, parameters=r.parameters,
+                           details={**r.details, "starts": names, "largest_phi": i == best,
+                                    "phi_resolved": resolved}))
+    return ResultTable(tuple(rows), {**_parameters(channel), "alpha": float(alpha)})
+
+
+def curve(channel: SMIChannel, *, alphas, orders: engine.Orders | None = None, seed: int = 0,
+          informed: bool = True, progress=None, tol: float = 1e-7,
+          max_iter: int = 400) -> ResultTable:
+    """The SE along an alpha grid (THEORY 2.1): one flat row per alpha with Q_pq, Q_pq_error,
+    e_gen, e_gen_plugin, phi (each with its error), the number of distinct fixed points and the
+    start of the reported one (of largest phi), method and seconds.
+
+    Starts: the uninformed branch is warm-started from the previous alpha's uninformed Q when the
+    grid increases and that Q >= 1e-3 I (its smallest eigenvalue): the Bayes-optimal SE map is
+    monotone in Q and in alpha, so the iteration from that Q is squeezed between the one from
+    1e-3 I and the new uninformed fixed point, and lands on the same point; otherwise (below the
+    threshold, a decreasing grid) it starts from 1e-3 I. With ``informed`` each alpha is also
+    solved from 0.9 I, and the fixed point of largest phi is reported."""
+    grid = check_grid(alphas, ALPHA, label="alphas")
+    P = channel.P
+    rows, prev_Q, prev_alpha = [], None, None
+    for k, a in enumerate(grid):
+        t = time.perf_counter()
+        warm = (prev_Q is not None and a >= prev_alpha
+                and float(np.linalg.eigvalsh(np.asarray(prev_Q))[0]) >= START_Q["uninformed"])
+        kw = {"orders": orders, "seed": seed, "tol": tol, "max_iter": max_iter}
+        points = [fixed_point(channel, alpha=a, start="uninformed",
+                              Q0=np.asarray(prev_Q) if warm else None, **kw)]
+        prev_Q, prev_alpha = points[0].value, a
+        if informed:
+            r = fixed_point(channel, alpha=a, start="informed", **kw)
+            if _distinct(r, points[0]):
+                points.append(r)
+        phis = [p.details["phi"] if p.details["phi"] is not None else -np.inf for p in points]
+        best = points[int(np.argmax(phis))]
+        d = best.details
+        row = {"alpha": a}
+        for p in range(P):
+            for q in range(p, P):
+                row[f"Q_{p + 1}{q + 1}"] = best.value[p][q]
+                row[f"Q_{p + 1}{q + 1}_error"] = best.error[p][q]
+        row.update({key: d[key] for key in ("e_gen", "e_gen_error", "e_gen_plugin",
+                                              "e_gen_plugin_error", "phi", "phi_error")})
+        row.update({"fixed_points": len(points),
+                    "start": best.parameters["start"] + (" (warm)" if warm and best is points[0]
+                                                         else ""),
+                    "method": best.method, "seconds": time.perf_counter() - t})
+        if len(points) > 1:
+            other = points[1] if best is points[0] else points[0]
+            row["phi_other"] = other.details["phi"]
+            row["phi_other_error"] = other.details["phi_error"]
+        rows.append(row)
+        if progress:
+            progress(k + 1, len(grid), f"alpha = {a:g} done ({len(points)} fixed point"
+                     f"{'s' if len(points) > 1 else ''}, {row['seconds']:.0f} s)")
+    return ResultTable(tuple(rows), _parameters(channel))
 
 
 # ----------------------------------------------------------------------------- derivation
@@ -285,5 +418,5 @@ def thresholds_value(table: ResultTable) -> dict:
 
 
 __all__ = ["smi_channel_from_file", "builtin_channel", "compiled", "default_orders", "default_se_orders",
-           "weak_thresholds", "fixed_point", "derive", "check", "thresholds_value",
+           "weak_thresholds", "fixed_point", "fixed_points", "curve", "derive", "check", "thresholds_value",
            "CHANNEL_DOMAIN", "START_DOMAIN"]

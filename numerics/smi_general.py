@@ -440,6 +440,7 @@ class SERules:
     outer: Rule
     ys: Rule | None
     per_sd: float
+    joint: Rule | None = None   # discrete channels: (xi, u) for the plug-in error
 
 
 def se_rules(ch, orders: Orders, seed: int) -> SERules:
@@ -448,7 +449,8 @@ def se_rules(ch, orders: Orders, seed: int) -> SERules:
     outer = _tensor_or_sobol(d, orders.outer_gh, orders.outer_log2, seed + 31)
     ys = None if ch.kind == "discrete" else _tensor_or_sobol(
         d + ch.K, orders.y_gh, orders.outer_log2, seed + 61)
-    return SERules(inner, outer, ys, orders.y_per_sd)
+    joint = sobol(2 * d, orders.inner_log2 + 4, seed + 97) if ch.kind == "discrete" else None
+    return SERules(inner, outer, ys, orders.y_per_sd, joint)
 
 
 def _matrices(Q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -564,6 +566,10 @@ def fixed_point(ch, *, alpha: float, rules, Q0: np.ndarray, damping: float = 1.0
         Qh = alpha * e_gg(ch, Q, rules)
         new = Qh @ np.linalg.inv(np.eye(P) + Qh)
         new = (new + new.T) / 2
+        if not float(np.linalg.eigvalsh(new)[-1]) < 1 - 1e-8:
+            raise ConvergenceError("SMI state evolution: Q reached I (V = I - Q singular); the "
+                                   "inner rule cannot resolve the posterior there (refine it)",
+                                   last_iterate=np.round(Q, 12).tolist(), residual=res)
         step = (1 - damping) * Q + damping * new
         res = float(np.abs(step - Q).max())
         Q = step
@@ -623,24 +629,170 @@ def e_gg_estimate(ch, Q: np.ndarray, *, orders: Orders = Orders(), seed: int = 0
 
 def se_fixed_point(ch, *, alpha: float, Q0: np.ndarray, orders: Orders = Orders(),
                    seed: int = 0, damping: float = 1.0, tol: float = 1e-7,
-                   max_iter: int = 400) -> tuple[ArrayValue, FixedPoint, dict]:
+                   max_iter: int = 400, values: bool = True
+                   ) -> tuple[ArrayValue, FixedPoint, dict]:
     """The fixed point from ``Q0`` at three rule sizes (each solve warm-started from the previous
     one; fixed seeds, so each map is deterministic) and, for randomised rules, over independent
-    scramblings: Q with its error bar (:class:`ArrayValue`), the finest solve, and the rules."""
+    scramblings: Q with its error bar (:class:`ArrayValue`), the finest solve, and the rules.
+    With ``values``, ``info["values"]`` holds [psi, e_gen, e_plugin, phi] (:func:`point_values`)
+    at each level's own fixed point, with its error bar from the same levels and scramblings."""
     solves = []
+    P = ch.P
 
     def fn(rules, start):
         fp = fixed_point(ch, alpha=alpha, rules=rules, Q0=Q0 if start is None else start,
                          damping=damping, tol=tol, max_iter=max_iter)
         solves.append(fp)
-        return fp.Q, fp.Q if start is None or len(solves) <= 3 else start
+        out = fp.Q.ravel()
+        if values:
+            out = np.concatenate([out, point_values(ch, fp, alpha=alpha, rules=rules)])
+        return out, fp.Q if start is None or len(solves) <= 3 else start
 
-    est = three_levels(fn, ch, orders, seed)
-    info = {"coarsest": _se_describe(ch, orders.coarsened()), "coarse": _se_describe(ch, orders),
+    both = three_levels(fn, ch, orders, seed)
+
+    def part(sl, shape):
+        return ArrayValue(*(getattr(both, k)[sl].reshape(shape)
+                            for k in ("value", "error", "refinement", "spread")))
+
+    est = part(slice(0, P * P), (P, P))
+    info = {"values": part(slice(P * P, None), (4,)) if values else None,
+            "coarsest": _se_describe(ch, orders.coarsened()), "coarse": _se_describe(ch, orders),
             "fine": _se_describe(ch, orders.refined()),
             "randomised": se_randomised(ch, se_rules(ch, orders, seed)),
             "iterations": sum(fp.iterations for fp in solves)}
     return est, solves[2], info
+
+
+# ----------------------------------------------------------------------------- at a fixed point
+def label_values(ch) -> np.ndarray | None:
+    """The outputs read as real vectors r_y (K, n) for e_gen: the labels of a discrete channel
+    (numbers or tuples of numbers), None where they are not numbers."""
+    try:
+        R = np.array([np.atleast_1d(np.asarray(y, dtype=float)) for y in ch.labels], dtype=float)
+    except (TypeError, ValueError):
+        return None
+    return R if R.ndim == 2 and np.all(np.isfinite(R)) else None
+
+
+def _noisy_psi(ch, G_in: np.ndarray, inner: Rule, Ys: np.ndarray | None, per_sd: float) -> float:
+    """E_{y | omega} log Z_out(y; omega, V) for a noisy channel whose inner outputs are G_in:
+    on the trapezoid grid of :func:`y_grid` (weights Z(y) times the cell volume) where it fits,
+    else the mean of log Z over the sampled outputs ``Ys``."""
+    grid = y_grid(G_in, ch.noise, per_sd)
+    if grid is not None:
+        Y, vol = grid
+        logZ = posterior_noisy(G_in, inner.nodes, inner.weights, Y, ch.noise)[0]
+        w = np.exp(logZ) * vol
+        return float((w * logZ).sum() / w.sum())
+    return float(posterior_noisy(G_in, inner.nodes, inner.weights, Ys, ch.noise)[0].mean())
+
+
+def functionals(ch, Q: np.ndarray, rules: SERules) -> dict:
+    """Output-side functionals at overlap Q on the SE rules (THEORY 1.5, 2.1, 2.4):
+
+    * ``psi``: Psi_out(Q) - Psi_out(0) = E log Z_out(y; omega, V) - E log Z_out(y; 0, I), the
+      mutual information I(y; omega) (>= 0, free of the density convention of y);
+    * ``e_gen``: the Bayes-optimal E||y - E[y | omega]||^2 = E_omega Var[y | omega] (the
+      channel's own noise included);
+    * ``e_plugin``: the plug-in E||y - y(omega)||^2, y(omega) the channel applied to omega with
+      its own, independent noise (noiseless: E||g(z) - g(omega)||^2 of THEORY 2.4);
+    e_gen entries are None where the outputs are not numbers."""
+    P, M, d = ch.P, ch.M, ch.P * ch.M
+    Qh, Vh, Vmh = _matrices(np.asarray(Q, dtype=float))
+    omegas = _apply_rows(Qh, rules.outer.nodes, P, M)
+    inner = rules.inner
+    psi = e_bo = e_plug = 0.0
+    if ch.kind == "discrete":
+        R = label_values(ch)
+        D2 = None if R is None else ((R[:, None, :] - R[None, :, :]) ** 2).sum(-1)
+        r2 = None if R is None else (R ** 2).sum(1)
+        V = Vh @ Vh
+        Vinv, logdetV = Vmh @ Vmh, float(np.linalg.slogdet(V)[1])
+        L = ch.forward(inner.nodes)
+        Pbar = np.zeros(L.shape[1])
+        ent = 0.0
+        for w_o, om in zip(rules.outer.weights, omegas):
+            diff = (inner.nodes - om[None, :]).reshape(-1, P, M)
+            logr = (-0.5 * np.einsum("npm,pq,nqm->n", diff, Vinv, diff) - 0.5 * M * logdetV
+                    + 0.5 * (inner.nodes ** 2).sum(1))
+            wr = inner.weights * np.exp(logr)
+            S = float(wr.sum())
+            if not (S > 0 and math.isfinite(S)):
+                raise ConvergenceError("the importance-weighted inner rule of a discrete channel "
+                                       "has no mass at this omega (Q too close to I)",
+                                       last_iterate=np.round(Q, 12).tolist())
+            p = (wr @ L) / S
+            Pbar += w_o * p
+            pos = p > 0
+            ent += w_o * float((p[pos] * np.log(p[pos])).sum())
+            if R is not None:
+                e_bo += w_o * float(p @ r2 - ((p @ R) ** 2).sum())
+        pos = Pbar > 0
+        psi = ent - float((Pbar[pos] * np.log(Pbar[pos])).sum())
+        if R is None:
+            return {"psi": psi, "e_gen": None, "e_plugin": None}
+        # plug-in: its integrand steps in omega as well as in z, so it is a joint scrambled
+        # Sobol average over (xi, u) (omega = Q^1/2 xi, z = omega + V^1/2 u), not the omega rule
+        J = rules.joint.nodes
+        om = _apply_rows(Qh, J[:, :d], P, M)
+        z = om + _apply_rows(Vh, J[:, d:], P, M)
+        e_plug = float(rules.joint.weights @ np.einsum("nk,kl,nl->n", ch.forward(z), D2,
+                                                       ch.forward(om)))
+        return {"psi": psi, "e_gen": e_bo, "e_plugin": e_plug}
+    K, noise = ch.K, ch.noise
+    ys = rules.ys
+    sampled = None if ys is None else (ys.nodes[:, :d], ys.nodes[:, d:])
+
+    def outputs(om, Vh_):
+        G = ch.forward(om[None, :] + _apply_rows(Vh_, inner.nodes, P, M))
+        Ys = None
+        if sampled is not None and y_grid(G, noise, rules.per_sd) is None:
+            Ys = (ch.forward(om[None, :] + _apply_rows(Vh_, sampled[0], P, M))
+                  + math.sqrt(noise) * sampled[1])
+        return G, Ys
+
+    G0, Y0 = outputs(np.zeros(d), np.eye(P))
+    psi0 = _noisy_psi(ch, G0, inner, Y0, rules.per_sd)
+    g_om = ch.forward(omegas)
+    for w_o, om, g in zip(rules.outer.weights, omegas, g_om):
+        G, Ys = outputs(om, Vh)
+        psi += w_o * _noisy_psi(ch, G, inner, Ys, rules.per_sd)
+        mean = inner.weights @ G
+        e_bo += w_o * float(inner.weights @ (G ** 2).sum(1) - (mean ** 2).sum())
+        e_plug += w_o * float(inner.weights @ ((G - g[None, :]) ** 2).sum(1))
+    return {"psi": psi - psi0, "e_gen": e_bo + K * noise, "e_plugin": e_plug + 2 * K * noise}
+
+
+def free_entropy(*, Q: np.ndarray, Q_hat: np.ndarray, alpha: float, psi: float) -> float:
+    """Phi = -Tr(Q Q_hat)/2 + Tr(Q_hat)/2 - log det(I + Q_hat)/2 + alpha (Psi_out(Q) -
+    Psi_out(0)) (THEORY 2.1, Gaussian prior), relative to the uninformative point: Phi = 0 at
+    Q = Q_hat = 0; of several fixed points at one alpha, the largest Phi is the Bayes-optimal."""
+    Q, Q_hat = np.asarray(Q, dtype=float), np.asarray(Q_hat, dtype=float)
+    P = Q.shape[0]
+    logdet = float(np.linalg.slogdet(np.eye(P) + Q_hat)[1])
+    return float(-np.trace(Q @ Q_hat) / 2 + np.trace(Q_hat) / 2 - logdet / 2 + alpha * psi)
+
+
+def stationarity(ch, *, Q: np.ndarray, direction: np.ndarray, rules: SERules,
+                 step: float = 1e-4) -> tuple[float, float]:
+    """(d/dt Psi_out(Q + t E) by a central difference, Tr(E E[sum_m g_m g_m^T]) / 2) for a
+    symmetric direction E on one set of rules: dPhi/dQ = 0 at a fixed point is the identity
+    dPsi_out/dQ = Q_hat / (2 alpha) (THEORY 2.1, 4.3)."""
+    E = np.asarray(direction, dtype=float)
+    Q = np.asarray(Q, dtype=float)
+    hi = functionals(ch, Q + step * E, rules)["psi"]
+    lo = functionals(ch, Q - step * E, rules)["psi"]
+    return (hi - lo) / (2 * step), float(np.trace(E @ e_gg(ch, Q, rules))) / 2
+
+
+def point_values(ch, fp: FixedPoint, *, alpha: float, rules: SERules) -> np.ndarray:
+    """[psi, e_gen, e_plugin, phi] at a solved fixed point on its own rules (NaN for an e_gen
+    the outputs do not define)."""
+    f = functionals(ch, fp.Q, rules)
+    phi = free_entropy(Q=fp.Q, Q_hat=fp.Q_hat, alpha=alpha, psi=f["psi"])
+    nan = float("nan")
+    return np.array([f["psi"], nan if f["e_gen"] is None else f["e_gen"],
+                     nan if f["e_plugin"] is None else f["e_plugin"], phi])
 
 
 def _se_describe(ch, orders: Orders) -> str:
@@ -701,4 +853,5 @@ __all__ = ["Rule", "Orders", "gauss_hermite", "sobol", "posterior_noisy", "poste
            "q0_moments", "stability_data", "stability", "StabilityEstimate", "Value",
            "weak_thresholds", "zero_mean_holds", "e_gg", "nishimori", "fixed_point",
            "se_fixed_point", "FixedPoint", "stability_monte_carlo", "e_gg_estimate",
-           "ArrayValue", "three_levels", "se_rules", "SERules", "Value"]
+           "ArrayValue", "three_levels", "se_rules", "SERules", "functionals", "free_entropy",
+           "stationarity", "point_values", "label_values"]
