@@ -315,7 +315,8 @@ def hardmax_se(kw: dict, alpha: float) -> None:
             fps.append({"mmse": t["mmse"], "error": t["error"], "q": t["q"],
                         "q_hat": 2 * alpha * t["E"], "phi": t["phi"], "stable": t["stable"],
                         **hardmax_egen_row(t, rho), "bayes_optimal": False,
-                        "method": "E_hat table in 1/sqrt(q/V) (17 nodes)"})
+                        "method": "E_hat table in 1/sqrt(q/V) "
+                                  f"({len(hse.T3_TABLE_NODES) + 1} nodes)"})
         from .numerics.records import bayes_optimal
 
         best = bayes_optimal(fps)
@@ -589,7 +590,8 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
                         "q": best["q"], "q_hat": 2 * a * best["E"], "phi": best["phi"],
                         **hardmax_egen_row(best, rho), "fixed_points": best["n_fixed_points"],
                         "bayes_optimal": best["bayes_optimal"],
-                        "method": "E_hat table in 1/sqrt(q/V) (17 nodes)"})
+                        "method": "E_hat table in 1/sqrt(q/V) "
+                                  f"({len(hse.T3_TABLE_NODES) + 1} nodes)"})
             rows.append(row)
             continue
         try:

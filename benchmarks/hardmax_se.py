@@ -13,8 +13,9 @@ with plain Monte Carlo of the same quantity.
    time per point.
 4. T = 2: the Bayes-optimal fixed point at 32 alphas in [0.01, 3] (rho = ``--rho``) on the
    wall-adapted rule, timed.
-5. T = 3 table: E_hat(r) on 17 Chebyshev nodes in s = 1 / sqrt(r) (the shipped table, or
-   ``--table-nodes`` computed into the resumable ``--table-json``: ~15 minutes of CPU for 17),
+5. T = 3 table: E_hat(r) on 33 Chebyshev nodes in s = 1 / sqrt(r) (the shipped table, or
+   ``--table-nodes`` computed into the resumable ``--table-json``: ~41 minutes of CPU for 33,
+   in pieces of at most ~2 minutes of CPU each),
    then the tabulated SE at 32 alphas in [0.01, 3] (timed), E_hat between nodes against the
    tensor rule, and the direct fixed-point search at alpha = 0.03.
 6. Large r: the leading law E_hat(r) = c0 / sqrt(r) + O(1 / r) against the T = 2 wall-adapted
@@ -108,29 +109,51 @@ def curve_t2(rho: float) -> dict:
 
 
 def table_nodes(nodes: int, path: str | None) -> list[list[float]]:
-    """The T = 3 table's node rows by ``hs.table_node`` (resumable: each row is written to the
-    JSON file ``path`` when done, rows already there are reused)."""
+    """The T = 3 table's node rows, as ``hs.table_node`` computes them, resumable in pieces: each
+    node row (``node:r``) and each chamber-rule level (``c:r:step:sweep_factor``, ~15-110 s of
+    CPU each) is written to the JSON file ``path`` when done; entries already there are reused,
+    so a run can be stopped and restarted (or several run over disjoint parts)."""
     sk = 0.75 * (1 + np.cos(np.pi * np.arange(nodes - 1) / (nodes - 1)))
     done = {}
     if path and os.path.exists(path):
         with open(path) as fh:
             done = json.load(fh)
-    rows = []
-    for k, s in enumerate(sk):
-        key = f"{nodes}:{k}"
+
+    def cached(key, compute):
         if key not in done:
             t0 = time.process_time()
-            done[key] = list(hs.table_node(T=3, r=float(1 / s ** 2)))
-            print(json.dumps({"node": k, "r": 1 / s ** 2, "row": done[key],
+            done[key] = list(compute())
+            print(json.dumps({"piece": key, "value": done[key],
                               "cpu_seconds": time.process_time() - t0}), flush=True)
             if path:
                 with open(path, "w") as fh:
                     json.dump(done, fh, indent=1)
-        rows.append(done[key])
+        return done[key]
+
+    def chamber_row(r):
+        steps = hs.chamber_steps(r)
+        levels = [cached(f"c:{r!r}:{h!r}:1.0", lambda h=h: hs._t3_adapted_level(r, h))
+                  for h in steps]
+        sweep = cached(f"c:{r!r}:{steps[0]!r}:1.5",
+                       lambda: hs._t3_adapted_level(r, steps[0], sweep_factor=1.5))
+        try:
+            return hs._chamber_combine(levels, sweep, steps, r)
+        except hs.ConvergenceError:  # as hs.table_node: the tensor rule two levels further
+            if r > hs.T3_TABLE_FALLBACK_MAX:
+                raise
+            return hs._tensor_node(r, shift=hs.T3_TABLE_TENSOR_SHIFT + 2)
+
+    rows = []
+    for s in sk:
+        r = float(1 / s ** 2)
+        if r <= hs.T3_TABLE_TENSOR_MAX:
+            rows.append(cached(f"node:{r!r}", lambda r=r: hs._tensor_node(r)))
+        else:
+            rows.append(cached(f"node:{r!r}", lambda r=r: chamber_row(r)))
     return rows
 
 
-def curve_t3_table(rho: float, nodes: int, path: str | None) -> dict:
+def curve_t3_table(rho: float, nodes: int, path: str | None, checks: bool = True) -> dict:
     """The tabulated T = 3 curve at 32 alphas: the shipped table (``nodes`` = its size and no
     ``path``) or one computed here; E_hat between nodes against the direct rules, and the
     direct fixed-point search at alpha = 0.03."""
@@ -151,6 +174,8 @@ def curve_t3_table(rho: float, nodes: int, path: str | None) -> dict:
         print(json.dumps(r, default=float), flush=True)
     print(f"table {t_table:.2f} s, curve {t_curve:.2f} s, largest mmse bar "
           f"{max(r['error'] for r in rows):.2g}", flush=True)
+    if not checks:
+        return out
     out["between_nodes"] = []
     for r in (0.75, 1.4):
         d = hs.output_e(T=3, q=r, V=1.0)
@@ -205,14 +230,14 @@ def main() -> None:
     ap.add_argument("--rho", type=float, default=0.5)
     ap.add_argument("--mc", type=int, default=400_000)
     ap.add_argument("--mc-large", type=int, default=40_000)
-    ap.add_argument("--table-nodes", type=int, default=17)
+    ap.add_argument("--table-nodes", type=int, default=33)
     ap.add_argument("--table-json", default=None,
                     help="compute the T = 3 table's nodes here (resumable JSON) instead of "
                     "using the shipped table")
     ap.add_argument("--out", default=None)
     ap.add_argument("--skip", default="",
                     help="comma list of sections to skip: "
-                    "output,small,curve,curve2,table3,large")
+                    "output,small,curve,curve2,table3,table3checks,large")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     res = {}
@@ -227,7 +252,8 @@ def main() -> None:
     if "curve2" not in skip:
         res["curve_t2"] = curve_t2(a.rho)
     if "table3" not in skip:
-        res["curve_t3_table"] = curve_t3_table(a.rho, a.table_nodes, a.table_json)
+        res["curve_t3_table"] = curve_t3_table(a.rho, a.table_nodes, a.table_json,
+                                               checks="table3checks" not in skip)
     if "large" not in skip:
         res["large_r"] = large_r(a.mc_large)
     if a.out:

@@ -1186,23 +1186,36 @@ def _fixed_points_on_grid(T: int, alpha: float, rho: float, grid: list[float],
     return out
 
 
-#: trapezoid steps of the T = 3 table's chamber-rule nodes (:func:`table_node`): the value is
-#: the last, its bar the last difference with its geometric tail (:func:`_geometric_bar`); the
-#: first also runs with 1.5 times the sweep nodes for the sweep's error
-T3_TABLE_STEPS = (0.4, 0.3, 0.25)
+#: trapezoid steps of the T = 3 table's chamber-rule nodes (:func:`table_node`) up to
+#: r = :data:`T3_TABLE_FINE_MAX`: the value is the last, its bar the last difference with its
+#: geometric tail (:func:`_geometric_bar`); the first also runs with 1.5 times the sweep nodes
+#: for the sweep's error. At r = 16/9 the steps 0.3, 0.25, 0.2 give differences 3.5e-6 and
+#: 1.3e-8 (the error falls like exp(-c / h)): the bar of (0.4, 0.3, 0.25) was 3.6e-6, this 4e-8
+T3_TABLE_STEPS = (0.3, 0.25, 0.2)
+#: chamber nodes beyond this r use the cheaper :data:`T3_TABLE_STEPS_FAR` (E_hat ~ 3.2 / sqrt r
+#: is small there and so are those bars: <= 1.1e-6 at r >= 9, below 3e-7 on the curve's mmse)
+T3_TABLE_FINE_MAX = 8.0
+T3_TABLE_STEPS_FAR = (0.4, 0.3, 0.25)
 #: T = 3 table nodes with r at most this use the continued tensor Gauss-Hermite rule
-#: (:func:`_tensor_node`: cheaper and tighter there), the others the chamber rule
-T3_TABLE_TENSOR_MAX = 1.5
+#: (:func:`_tensor_node`: cheaper there, bar <= 4e-7), the others the chamber rule (the tensor
+#: rule's bar grows to 7.2e-7 at r = 1.24, where the chamber rule's is 2.8e-8, and 2.4e-6 at
+#: r = 1.47; at r = 1.07 the chamber steps 0.3, 0.25, 0.2 differ by 2.8e-7, 2.1e-7: bar 7e-7)
+T3_TABLE_TENSOR_MAX = 1.1
 #: the continued tensor rules of the table: k + shift, k + shift + 2, k + shift + 4 nodes per
-#: axis, k = :func:`rule_levels`' first (beyond :data:`MAX_RULE`: r <= 1.5 needs at most 17^5)
+#: axis, k = :func:`rule_levels`' first (beyond :data:`MAX_RULE`: r <= 1.1 needs at most 17^5)
 T3_TABLE_TENSOR_SHIFT = 4
+#: where the chamber rule's step differences do not shrink (r = 1.47: 4.7e-8, then 1.6e-7), a
+#: node with r at most this uses the tensor rule continued two levels further (shift + 2; at
+#: r = 1.47, 15, 17, 19 nodes per axis: bar 5.5e-7, the chamber value at step 0.2 7e-8 off)
+T3_TABLE_FALLBACK_MAX = 1.5
 
 
-def _tensor_node(r: float) -> tuple[float, float, float, float]:
-    """(E_hat, error, Psi_out, error) at r on the continued T = 3 tensor rules (the
-    :func:`output_e` bar: last difference with its geometric tail + orbit-mass gauge + the
-    sweep's error on the first of them)."""
-    k = rule_levels(3, r)[0] + T3_TABLE_TENSOR_SHIFT
+def _tensor_node(r: float, shift: int = T3_TABLE_TENSOR_SHIFT
+                 ) -> tuple[float, float, float, float]:
+    """(E_hat, error, Psi_out, error) at r on the continued T = 3 tensor rules k + shift,
+    k + shift + 2, k + shift + 4 (the :func:`output_e` bar: last difference with its geometric
+    tail + orbit-mass gauge + the sweep's error on the first of them)."""
+    k = rule_levels(3, r)[0] + shift
     levels = (k, k + 2, k + 4)
     vals = [_outer_level(3, r, m, None) for m in levels]
     e, p, dm = vals[-1]
@@ -1217,13 +1230,18 @@ def _tensor_node(r: float) -> tuple[float, float, float, float]:
             p, pbar + dm * 3 * math.log(3) + abs(p_s - vals[0][1]) + 1e-14 * abs(p))
 
 
-def _chamber_node(r: float, steps: Sequence[float] = T3_TABLE_STEPS
-                  ) -> tuple[float, float, float, float]:
-    """(E_hat, error, Psi_out, error) at r on the T = 3 chamber rule of three trapezoid steps:
-    error = the last difference with its geometric tail + (|mass - 1| + max |sum_y Z - 1|) E +
-    the sweep's error (first step, 1.5 times the sweep nodes) + 1e-14 E."""
-    levels = [_t3_adapted_level(r, h) for h in steps]
-    e_s, p_s, _, _ = _t3_adapted_level(r, steps[0], sweep_factor=1.5)
+def chamber_steps(r: float) -> tuple[float, float, float]:
+    """The T = 3 table's chamber-rule steps at r (:data:`T3_TABLE_STEPS` up to
+    :data:`T3_TABLE_FINE_MAX`, :data:`T3_TABLE_STEPS_FAR` beyond)."""
+    return T3_TABLE_STEPS if r <= T3_TABLE_FINE_MAX else T3_TABLE_STEPS_FAR
+
+
+def _chamber_combine(levels: Sequence[Sequence[float]], sweep_level: Sequence[float],
+                     steps: Sequence[float], r: float) -> tuple[float, float, float, float]:
+    """(E_hat, error, Psi_out, error) from the chamber rule's levels (each (E_hat, Psi_out,
+    mass, max |sum_y Z - 1|) of :func:`_t3_adapted_level`, coarse to fine) and the first step
+    rerun with 1.5 times the sweep nodes: error = the last difference with its geometric tail +
+    (|mass - 1| + max |sum_y Z - 1|) E + the sweep's error + 1e-14 E."""
     e, p, mass, zdev = levels[-1]
     bar, rho = _geometric_bar([v[0] for v in levels])
     pbar, _ = _geometric_bar([v[1] for v in levels])
@@ -1231,19 +1249,38 @@ def _chamber_node(r: float, steps: Sequence[float] = T3_TABLE_STEPS
         raise ConvergenceError(f"the chamber rules {tuple(steps)} do not converge at r = {r:g}",
                                last_iterate=e, residual=rho)
     gauge = abs(mass - 1.0) + zdev
-    return (e, bar + gauge * abs(e) + abs(e_s - levels[0][0]) + 1e-14 * abs(e),
-            p, pbar + gauge * max(1.0, abs(p)) + abs(p_s - levels[0][1]) + 1e-14 * abs(p))
+    return (e, bar + gauge * abs(e) + abs(sweep_level[0] - levels[0][0]) + 1e-14 * abs(e),
+            p, pbar + gauge * max(1.0, abs(p)) + abs(sweep_level[1] - levels[0][1])
+            + 1e-14 * abs(p))
+
+
+def _chamber_node(r: float, steps: Sequence[float] | None = None
+                  ) -> tuple[float, float, float, float]:
+    """(E_hat, error, Psi_out, error) at r on the T = 3 chamber rule of three trapezoid steps
+    (default :func:`chamber_steps`; bar of :func:`_chamber_combine`)."""
+    steps = chamber_steps(r) if steps is None else tuple(steps)
+    levels = [_t3_adapted_level(r, h) for h in steps]
+    return _chamber_combine(levels, _t3_adapted_level(r, steps[0], sweep_factor=1.5), steps, r)
 
 
 def table_node(*, T: int, r: float) -> tuple[float, float, float, float]:
     """(E_hat, error, Psi_out, error) at r for :func:`e_hat_table`: T = 3, the continued
-    tensor rule (:func:`_tensor_node`, 5-40 s of CPU) up to :data:`T3_TABLE_TENSOR_MAX`, the
-    wall-adapted chamber rule at the steps :data:`T3_TABLE_STEPS` beyond (:func:`_chamber_node`,
-    about 70 s of CPU); T = 2, the wall-adapted rule."""
+    tensor rule (:func:`_tensor_node`, 5-30 s of CPU) up to :data:`T3_TABLE_TENSOR_MAX`, the
+    wall-adapted chamber rule at the steps :func:`chamber_steps` beyond (:func:`_chamber_node`,
+    about 3 minutes of CPU at r <= 8, 1 minute beyond), or where its differences do not shrink
+    (r <= :data:`T3_TABLE_FALLBACK_MAX`) the tensor rule two levels further; T = 2, the
+    wall-adapted rule."""
     _check_tokens(T, SE_TOKENS)
     require(np.isfinite(r) and r > 0, "r", "finite > 0", r)
     if T == 3:
-        return _tensor_node(r) if r <= T3_TABLE_TENSOR_MAX else _chamber_node(r)
+        if r <= T3_TABLE_TENSOR_MAX:
+            return _tensor_node(r)
+        try:
+            return _chamber_node(r)
+        except ConvergenceError:
+            if r > T3_TABLE_FALLBACK_MAX:
+                raise
+            return _tensor_node(r, shift=T3_TABLE_TENSOR_SHIFT + 2)
     e = output_e_t2_adapted(q=r, V=1.0)
     return e.value, e.error, e.extra["psi_out"], e.extra["psi_out_error"]
 
@@ -1337,37 +1374,53 @@ def e_hat_table(*, T: int = 3, nodes: int = 9, s_max: float = 1.5,
             "s_max": s_max, "seconds": time.perf_counter() - t0}
 
 
-#: T = 3 table nodes for :func:`e_hat_table` (nodes = 17, s_max = 1.5): rows (E_hat, error,
-#: Psi_out, error) at the 16 Chebyshev-Lobatto nodes s_k = 0.75 (1 + cos(pi k / 16)),
-#: r = 1 / s_k^2 = 0.4444, 0.4531, 0.4803, 0.5300, 0.6100, 0.7347, 0.9299, 1.245 (the continued
-#: tensor rule), 1.778, 2.744, 4.665, 9.001, 20.72, 62.59, 306.8, 4815 (the chamber rule at
-#: steps 0.4, 0.3, 0.25), computed once by :func:`table_node` (about 20 minutes of CPU;
-#: benchmarks/hardmax_se.py, section table3); the even rows are the 9-node table's nodes.
-#: tests/test_hardmax_se.py recomputes node 9 (slow) and checks the table against the direct
-#: rule between nodes (fast)
+#: T = 3 table nodes for :func:`e_hat_table` (nodes = 33, s_max = 1.5): rows (E_hat, error,
+#: Psi_out, error) at the 32 Chebyshev-Lobatto nodes s_k = 0.75 (1 + cos(pi k / 32)),
+#: r = 1 / s_k^2 from 0.4444 (k = 0) to 76672 (k = 31), computed once by :func:`table_node`
+#: (benchmarks/hardmax_se.py, section table3, resumable in pieces: about 41 minutes of CPU);
+#: k <= 13 (r <= 1.07) the continued tensor rule, k = 15 (r = 1.47) its fallback two levels
+#: further, the others the chamber rule. The even rows are the 17-node table's nodes (rows k <= 12
+#: and k = 22, 24, .., 30 unchanged from it). tests/test_hardmax_se.py recomputes node 17 (slow)
+#: and checks the table against the direct rule between nodes (fast)
 T3_TABLE_NODES: tuple[tuple[float, float, float, float], ...] = (
     (2.4562452497634784, 3.4732448201445778e-09, -2.605017626980813, 9.340143982796837e-10),
+    (2.45471052290746, 6.530210152322729e-09, -2.6031933467500807, 1.5443815627201794e-09),
     (2.4500714899351825, 3.983949792225206e-09, -2.5976819402180498, 1.0200827662611033e-09),
+    (2.442222613125935, 8.917198412171915e-09, -2.5883668181047743, 1.982231399905273e-09),
     (2.4309847481066824, 6.241030123840867e-09, -2.5750507365986444, 1.4415319530334904e-09),
+    (2.416100358299455, 4.496614778922183e-09, -2.557451574348958, 5.194188831163414e-10),
     (2.3972270361214587, 3.818231018649363e-09, -2.5351968168565855, 4.803566474737982e-10),
+    (2.373929691189722, 1.2699365724252366e-08, -2.507817286897118, 1.0945519372449774e-09),
     (2.3456720584687267, 1.286599570681756e-08, -2.474741030218184, 1.2220785746734452e-09),
+    (2.3118086924319448, 5.409015945054908e-08, -2.43528882473679, 4.559044384579065e-09),
     (2.271579365357372, 6.431919222430154e-08, -2.3886735766624385, 6.258554816458897e-09),
+    (2.2241088530431887, 1.0889242491717037e-07, -2.334006927027931, 1.0755778155598574e-09),
     (2.168416644322554, 1.625556835299156e-07, -2.270317691651069, 5.153887843060526e-09),
-    (2.028095942008538, 7.203926902858243e-07, -2.111814466045238, 3.57530825069333e-08),
-    (1.8422940536970256, 3.6284536311026766e-06, -1.9057792506084201, 3.247113641233403e-06),
-    (1.6057216600658193, 1.2161328827439378e-06, -1.648810893821513, 9.204523535949388e-07),
-    (1.321437517551282, 2.1275977531132906e-06, -1.3465740323543194, 1.6583652697588619e-06),
+    (2.1034425856622123, 3.981183700318921e-07, -2.196588070441104, 1.9916134883774696e-08),
+    (2.028095786649798, 2.7555176675234185e-08, -2.111814446053782, 9.324635338849704e-08),
+    (1.9413361705091867, 5.489228713513365e-07, -2.0150994875671726, 7.897267601691497e-08),
+    (1.8422940670145727, 4.0178857184439435e-08, -1.905779279375425, 7.153157644739194e-08),
+    (1.7304292506181072, 6.568540614786168e-08, -1.7835828358963974, 7.876348998119317e-08),
+    (1.6057216853468796, 6.215565154051394e-08, -1.6488108943295954, 1.290039500861402e-08),
+    (1.4688670534770325, 1.221282043770939e-07, -1.5025060429078425, 8.001967173022621e-08),
+    (1.3214375515792205, 7.760649617563045e-08, -1.3465740548636702, 5.4736698658509385e-08),
+    (1.165957129829657, 3.101591558673357e-08, -1.1838116512559917, 2.896196161713434e-08),
     (1.005847398299891, 1.0714048721137814e-06, -1.0178076536136644, 9.794569069176658e-07),
+    (0.8452270426922048, 1.7836997490680066e-07, -0.852713824987031, 9.840113577359958e-08),
     (0.6885885188323905, 5.395955058576681e-07, -0.6929199735537265, 4.0709760511655563e-07),
+    (0.5404154598341121, 6.541992284102394e-07, -0.5426997222873269, 3.2150147187626713e-07),
     (0.4048235774172402, 3.080735320104819e-07, -0.4059014475740419, 1.5645222107400515e-07),
+    (0.2852981007569681, 7.504134061220141e-07, -0.2857410483645372, 5.041089337340116e-07),
     (0.18456620684201383, 9.628396054962873e-08, -0.18471795194009671, 1.6539071238987235e-08),
+    (0.10460047974007293, 1.7190329030664556e-07, -0.10464040851595043, 7.612352716792282e-08),
     (0.04671608370948148, 7.134642458686119e-08, -0.04672274945619238, 6.218993287242637e-08),
+    (0.011710825143993842, 1.810665148156513e-08, -0.0117111943377046, 2.5065941564578266e-08),
 )
 
 
 @lru_cache(maxsize=1)
 def t3_table() -> dict:
-    """The T = 3 :func:`e_hat_table` from the shipped :data:`T3_TABLE_NODES` (17 nodes,
+    """The T = 3 :func:`e_hat_table` from the shipped :data:`T3_TABLE_NODES` (33 nodes,
     r >= 4/9)."""
     return e_hat_table(T=3, nodes=len(T3_TABLE_NODES) + 1, s_max=1.5,
                        node_values=T3_TABLE_NODES)
