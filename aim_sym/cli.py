@@ -180,7 +180,7 @@ def smi_model(kw: dict):
     if general.wants_general(kw):
         opt = ("--channel-file" if kw.get("channel_file") else "--noise"
                if kw.get("noise") is not None else "--channel")
-        fail(opt, "used with threshold weak, se, derive or check for a general SMI channel "
+        fail(opt, "used with threshold weak, se, curve, derive or check for a general SMI channel "
              "(this command serves the noiseless deep-attention engine)",
              kw.get("channel_file") or kw.get("noise") or kw.get("channel"))
     for name in ("param", "rows", "seed"):

@@ -97,8 +97,10 @@ CASES = [
     # general SMI channels (channel as data)
     ("smi-noise-negative", SMI_SE + ["--alpha", "0.5", "--channel", "noisy-attention",
                                      "--noise", "-1"], "--noise"),
-    ("smi-file-in-curve", ["curve", "--model", "smi", "--channel-file", SMI_FILE, "--alphas",
-                           "0:1:3"], "--channel-file"),
+    ("smi-file-in-amp", ["amp", "--model", "smi", "--channel-file", SMI_FILE, "--alpha",
+                         "0.5"], "--channel-file"),
+    ("smi-file-curve-negative-alpha", ["curve", "--model", "smi", "--channel-file", SMI_FILE,
+                                       "--alphas", "-1:1:3"], "--alphas"),
     ("smi-rows-plain", ["threshold", "weak", "--model", "smi", "--rows", "2"], "--rows"),
     ("smi-general-digits", ["threshold", "weak", "--model", "smi", "--channel", "sign-product",
                             "--digits", "5"], "--digits"),
