@@ -535,6 +535,41 @@ def hardmax_egen_row(row: dict, rho: float) -> dict:
     return {"e_gen": e.value, "e_gen_error": e.error + e2.error + slope * row["error"]}
 
 
+def _egen_task(qv: tuple[float, float]) -> tuple[float, float]:
+    from .numerics import hardmax_se as hse
+
+    e = hse.generalisation_error(T=3, q=qv[0], V=qv[1], step=EGEN_STEP)
+    return e.value, e.error
+
+
+def hardmax_egen_rows(rows: list[dict], rho: float, *, workers: int = 2) -> list[dict]:
+    """e_gen at every tabulated fixed point of a curve (THEORY 1.5): one evaluation per row,
+    the most expensive (smallest mmse) first, on ``workers`` forked processes. The mmse error's
+    share is |de_gen/dmmse| x error, the slope taken as twice the larger difference quotient to
+    the neighbouring rows in mmse (e_gen is smooth and monotone along the curve); with fewer than
+    two distinct mmse values, :func:`hardmax_egen_row`'s one-sided difference instead."""
+    Q0 = 1.0 + rho
+    mmses = sorted({r["mmse"] for r in rows})
+    if len(mmses) < 2:
+        return [hardmax_egen_row(r, rho) for r in rows]
+    jobs = [(Q0 - v, v) for v in mmses]
+    if workers > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+            values = pool.map(_egen_task, jobs, chunksize=1)
+    else:
+        values = [_egen_task(j) for j in jobs]
+    e = dict(zip(mmses, values))
+    slope = {}
+    for i, v in enumerate(mmses):
+        quotients = [abs(e[w][0] - e[v][0]) / abs(w - v)
+                     for w in (mmses[max(i - 1, 0)], mmses[min(i + 1, len(mmses) - 1)]) if w != v]
+        slope[v] = 2 * max(quotients)
+    return [{"e_gen": e[r["mmse"]][0],
+             "e_gen_error": e[r["mmse"]][1] + slope[r["mmse"]] * r["error"]} for r in rows]
+
+
 def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
     """``curve --channel hardmax --tokens 3|4|5 --rho R --alphas a:b:n``: at each alpha the
     Bayes-optimal SE fixed point with phi and e_gen (THEORY 1.1, 1.5; docs/hardmax_se.md).
@@ -581,6 +616,8 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
     rows = []
     if tabulated:
         fps = hse.se_curve_tabulated(rho=rho, alphas=alphas, table=hse.t3_table())
+        progress_printer(0, len(alphas), "e_gen at every fixed point (two processes)")
+        egens = hardmax_egen_rows(fps, rho)
     for k, a in enumerate(alphas):
         progress_printer(k, len(alphas), f"alpha = {a:g}")
         row = {"alpha": a}
@@ -588,7 +625,7 @@ def hardmax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -
             best = fps[k]
             row.update({"mmse": best["mmse"], "mmse_error": best["error"],
                         "q": best["q"], "q_hat": 2 * a * best["E"], "phi": best["phi"],
-                        **hardmax_egen_row(best, rho), "fixed_points": best["n_fixed_points"],
+                        **egens[k], "fixed_points": best["n_fixed_points"],
                         "bayes_optimal": best["bayes_optimal"],
                         "method": "E_hat table in 1/sqrt(q/V) "
                                   f"({len(hse.T3_TABLE_NODES) + 1} nodes)"})

@@ -543,3 +543,20 @@ def test_t3_adapted_rule_against_tensor_rule_and_monte_carlo():
     c = hs.output_e_t3_adapted(q=50.0, V=1.0)
     m = hs.monte_carlo_e(T=3, q=50.0, V=1.0, samples=20000, seed=5)
     assert abs(c.value - m.value) < 4 * m.error + c.error and c.error < 1e-4 * c.value
+
+
+def test_curve_egen_rows_match_the_per_row_route():
+    """The curve's e_gen (one evaluation per row on two processes, slope from the neighbouring
+    rows) equals the per-row route's value exactly, and its bar covers the rule's bar plus the
+    mmse error's share measured by the per-row route's one-sided difference."""
+    from aim_sym.cli_aim_channels import EGEN_STEP, hardmax_egen_row, hardmax_egen_rows
+
+    rows = hs.se_curve_tabulated(rho=0.5, alphas=[0.05, 0.1, 0.15], table=hs.t3_table())
+    pooled = hardmax_egen_rows(rows, 0.5)
+    for r, p in zip(rows, pooled):
+        single = hardmax_egen_row(r, 0.5)
+        assert p["e_gen"] == single["e_gen"]
+        rule = hs.generalisation_error(T=3, q=r["q"], V=r["mmse"], step=EGEN_STEP).error
+        share = single["e_gen_error"] - rule     # >= the one-sided slope x mmse error
+        assert p["e_gen_error"] >= rule + 0.5 * max(share - rule, 0.0)
+    assert hardmax_egen_rows(rows[:1], 0.5) == [hardmax_egen_row(rows[0], 0.5)]
