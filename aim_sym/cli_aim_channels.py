@@ -139,8 +139,8 @@ def _sparsemax_options(kw: dict, what: str) -> tuple[float, float]:
     from .domains import RHO
 
     if kw["tokens"] != 2:
-        fail("--tokens", f"2 for {what} --channel sparsemax (T = 3: derive and threshold weak "
-             "--small-width)", kw["tokens"])
+        fail("--tokens", f"2 for {what} --channel sparsemax (T = 3: derive, check and "
+             "threshold weak --small-width)", kw["tokens"])
     for name in ("delta_out", "epsilon"):
         if kw.get(name) is not None:
             fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
@@ -187,12 +187,18 @@ def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None)
 
 
 def sparsemax_check(kw: dict) -> list[dict]:
-    """``check --channel sparsemax [--beta B]``: the identity checks of the T = 2 channel."""
+    """``check --channel sparsemax [--beta B] [--tokens 3]``: the channel's identity checks."""
     from .sparsemax_model import Sparsemax
 
     if kw.get("rho") is not None:
         fail("--rho", "omitted for check --channel sparsemax (the checks are on the channel)",
              kw["rho"])
+    if kw["tokens"] not in (2, 3):
+        fail("--tokens", "2 or 3 for check --channel sparsemax", kw["tokens"])
+    if kw["tokens"] == 3:
+        kw = {**kw, "tokens": 2}        # the same option checks; T = 3 is served below
+        beta, _ = _sparsemax_options(kw, "check")
+        return [dict(r) for r in Sparsemax(beta=beta, tokens=3).check()]
     beta, _ = _sparsemax_options(kw, "check")
     return [dict(r) for r in Sparsemax(beta=beta).check()]
 

@@ -4,8 +4,8 @@ docs/sparsemax.md): ``Sparsemax(beta=2.0, rho=0.5).state_evolution(alpha=0.3)``.
 y_a. = sparsemax(beta h_a.) row-wise. Unlike softmax its SE depends on beta; it runs from
 softmax (beta -> 0) to hardmax (beta -> infinity). T = 2: the SE (every fixed point, phi, the
 Bayes-optimal one flagged, e_gen and the plug-in error), curves, the identity checks and the
-small-width threshold to many digits. T = 3: the small-width threshold by randomised QMC and
-the equation sheet. Numbers: :mod:`aim_sym.numerics.sparsemax`, :mod:`aim_sym.numerics.
+small-width threshold to many digits. T = 3: the small-width threshold by randomised QMC, the
+identity checks and the equation sheet. Numbers: :mod:`aim_sym.numerics.sparsemax`, :mod:`aim_sym.numerics.
 sparsemax_t3`; derivations: :mod:`aim_sym.sparsemax`, :mod:`aim_sym.sparsemax_pieces`.
 """
 
@@ -21,7 +21,7 @@ from .results import Result, ResultTable
 
 #: what each number of tokens serves
 SERVED = {2: "state_evolution, curve, check, threshold, derive",
-          3: "threshold (small width) and derive"}
+          3: "threshold (small width), check and derive"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,12 +103,20 @@ class Sparsemax:
         return ResultTable(tuple(rows), self.parameters())
 
     def check(self) -> ResultTable:
-        """The identity checks of the T = 2 channel: normalisation and Nishimori at three
-        omegas, g_out and dg_out against mpmath finite differences at 40 digits."""
+        """The identity checks. T = 2: normalisation and Nishimori at three omegas, g_out and
+        dg_out against mpmath finite differences at 40 digits. T = 3: g_out and dg_out against
+        central differences, Nishimori by seeded Monte Carlo, and both against the Gaussian
+        polytope engine on the pieces derived by :mod:`aim_sym.sparsemax_pieces`."""
+        if self.tokens == 3:
+            from .numerics import sparsemax_t3
+            from .sparsemax_pieces import piece_arrays
+
+            rows = sparsemax_t3.run_checks(beta=self.beta,
+                                           pieces=piece_arrays(3, beta_value=self.beta))
+            return ResultTable(tuple(rows), self.parameters())
         from .numerics import sparsemax as smx
         from .sparsemax import compile_sparsemax
 
-        self._need("check")
         rows = smx.run_checks(self.compiled, compile_sparsemax("mpmath"), beta=self.beta)
         return ResultTable(tuple(rows), self.parameters())
 

@@ -978,3 +978,93 @@ def se_curve_traced(*, rho: float, beta: float, mmses, points: int = 1 << 11,
     return traced_rows(lambda q, V: output_e(q=q, V=V, beta=beta, points=points,
                                              replicates=replicates, seed=seed),
                        rho=rho, mmses=mmses)
+
+
+# ----------------------------------------------------------------------------- identity checks
+#: omega of the identity checks (omega != 0, every kind of pattern reached)
+CHECK_OMEGA = np.array([0.4, -0.3, 0.2, -0.5, 0.6, 0.1])
+
+
+def _central(f, x: np.ndarray, k: int, step: float):
+    e = np.zeros(6)
+    e[k] = step
+    return (f(x + e) - f(x - e)) / (2 * step)
+
+
+def run_checks(*, beta: float, V: float = 0.7, pieces=None, n: int = 800,
+               seed: int = 9) -> list[dict]:
+    """The identity checks of the T = 3 channel (THEORY 1.2), each a dict (name, passed, detail),
+    on ``n`` seeded outputs drawn at omega = :data:`CHECK_OMEGA`:
+
+    * g_out and dg_out against central differences of log Z_out and g_out at steps 2e-3 and
+      1e-3, on one output of every kind of pattern (one-hot, 0, 1, 2 free differences): within
+      the rule's bar plus the two differences' gap;
+    * Nishimori E_y[g g^T + dg] = 0: every entry within 4 standard errors;
+    * with ``pieces`` (the derived pieces, :func:`aim_sym.sparsemax_pieces.piece_arrays` at this
+      beta: supports, C, A, b), g_out and dg_out against the Gaussian polytope engine
+      (:func:`aim_sym.numerics.polytope.observed_polytope`) on the derived polytope of each
+      picked output's piece, within the two bars (g and dg do not depend on the piece's
+      reference measure)."""
+    from .polytope import observed_polytope
+
+    _check_beta(beta)
+    require(np.isfinite(V) and V > 0, "V", "finite > 0", V)
+    omega = CHECK_OMEGA
+    h, y = sample_outputs(beta=beta, n=n, seed=seed, omega=omega, V=V)
+    pat, _, _ = statistics_of(y, beta=beta)
+    picks: dict = {}
+    for i in range(len(h)):
+        p = _pattern(tuple(int(m) for m in pat[i]))
+        picks.setdefault((p.nd, p.continuous), i)
+    out = []
+    excess, worst = -math.inf, 0.0
+    for i in picks.values():
+        yi = y[i:i + 1]
+        o = z_out(yi, omega=omega, V=V, beta=beta)
+
+        def log_z(om, yi=yi):
+            return z_out(yi, omega=om, V=V, beta=beta).log_z[0]
+
+        def g(om, yi=yi):
+            return z_out(yi, omega=om, V=V, beta=beta).g[0]
+
+        for k in range(6):
+            d1, d2 = _central(log_z, omega, k, 2e-3), _central(log_z, omega, k, 1e-3)
+            dev = abs(o.g[0, k] - d2)
+            excess = max(excess, dev - o.g_error[0, k] - abs(d1 - d2))
+            worst = max(worst, dev)
+            j1, j2 = _central(g, omega, k, 2e-3), _central(g, omega, k, 1e-3)
+            dev = np.abs(o.dg[0, :, k] - j2)
+            excess = max(excess, float(np.max(dev - o.dg_error[0, :, k] - np.abs(j1 - j2))))
+            worst = max(worst, float(dev.max()))
+    out.append({"name": f"g_out, dg_out = derivatives of log Z_out, g_out ({len(picks)} kinds "
+                        "of pattern, central differences)", "passed": bool(excess <= 0),
+                "detail": f"largest deviation {worst:.1e}; largest (deviation - bar - gap) "
+                          f"{excess:.1e} (must be <= 0)"})
+    o = z_out(y, omega=omega, V=V, beta=beta)
+    x = o.g[:, :, None] * o.g[:, None, :] + o.dg
+    z = np.abs(x.mean(0)) / np.maximum(x.std(0, ddof=1) / math.sqrt(len(x)), 1e-300)
+    out.append({"name": f"Nishimori E_y[g g^T + dg] = 0 ({n} seeded outputs, omega != 0)",
+                "passed": bool(z.max() <= 4),
+                "detail": f"largest |mean| / standard error {z.max():.2f} (tolerance 4)"})
+    if pieces is not None:
+        by_masks = {tuple(sum(1 << i for i in S) for S in p["supports"]): p for p in pieces}
+        cov = np.diag(V * WEIGHTS)
+        compared, excess = 0, -math.inf
+        for i in picks.values():
+            piece = by_masks[tuple(int(m) for m in pat[i])]
+            C = piece["C"]
+            if not 1 <= C.shape[0] < 6:
+                continue
+            ref = observed_polytope(A=piece["A"], b=piece["b"], C=C, y=C @ h[i], omega=omega,
+                                    cov=cov)
+            o1 = z_out(y[i:i + 1], omega=omega, V=V, beta=beta)
+            excess = max(excess, float(np.max(np.abs(o1.g[0] - ref.g[0]) - o1.g_error[0]
+                                              - ref.g_error[0])),
+                         float(np.max(np.abs(o1.dg[0] - ref.dg[0]) - o1.dg_error[0]
+                                      - ref.dg_error[0])))
+            compared += 1
+        out.append({"name": f"g_out, dg_out against the polytope engine on the derived pieces "
+                            f"({compared} patterns)", "passed": bool(compared > 0 and excess <= 0),
+                    "detail": f"largest (deviation - both bars) {excess:.1e} (must be <= 0)"})
+    return out

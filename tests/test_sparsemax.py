@@ -337,6 +337,9 @@ def test_cli_sparsemax_se_curve_check(run_cli, tmp_path):
     rc, out, err = run_cli(["check", "--channel", "sparsemax", "--beta", "3", "--json"])
     assert rc == 0, err
     assert json.loads(out)["passed"] and len(json.loads(out)["checks"]) == 8
+    rc, out, err = run_cli(["check", "--channel", "sparsemax", "--tokens", "3", "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["passed"] and len(json.loads(out)["checks"]) == 3
 
 
 @pytest.mark.parametrize("q,beta", [(0.7, 1.0), pytest.param(1.2, 2.0, marks=pytest.mark.slow)])

@@ -253,3 +253,24 @@ def test_threshold_respects_the_softmax_bound_at_small_beta():
     assert e.value - 0.1 >= -1e-15
     assert e.extra["S"] + e.extra["S_error"] <= 5.0 + 1e-15
     assert abs(e.value - 0.1000055) <= e.error + 5.0e-6
+
+
+def test_run_checks_pass_and_catch_a_biased_engine(monkeypatch):
+    """The command line's checks (check --channel sparsemax --tokens 3) pass on the engine and
+    fail when its g_out is shifted by 1e-3 (the polytope comparison uses the sympy-derived
+    pieces)."""
+    from aim_sym.sparsemax_pieces import piece_arrays
+
+    pieces = piece_arrays(3, beta_value=2.0)
+    rows = t3.run_checks(beta=2.0, pieces=pieces, n=400)
+    assert len(rows) == 3 and all(r["passed"] for r in rows), rows
+    real = t3.z_out
+
+    def biased(*a, **k):
+        o = real(*a, **k)
+        return type(o)(**{**o.__dict__, "g": o.g + 1e-3})
+
+    monkeypatch.setattr(t3, "z_out", biased)
+    rows = {r["name"].split(" (")[0]: r for r in t3.run_checks(beta=2.0, pieces=pieces, n=400)}
+    assert not rows["g_out, dg_out = derivatives of log Z_out, g_out"]["passed"]
+    assert not rows["g_out, dg_out against the polytope engine on the derived pieces"]["passed"]
