@@ -186,8 +186,12 @@ def test_threshold_rqmc_against_plain_monte_carlo():
     s = t3.small_width_s(beta=beta, points=128, replicates=4, pilot=256)
     mc = t3.monte_carlo_s(beta=beta, n=10_000, seed=7)
     assert abs(s.value - mc.value) <= s.error + 4 * mc.error
-    # y determines each row's argmax and is a function of the differences: S_hardmax <= S <= 5
-    assert 1 / (2 * t3.HARDMAX_LIMIT) < s.value < 5
+    # y determines each row's argmax and is a function of the differences: S_hardmax <= S <= 5.
+    # The reported interval is cut at 5 by construction, so the bounds are tested on the raw
+    # QMC mean (before the cut), within its bar
+    raw = s.extra["unclipped"]
+    assert 1 / (2 * t3.HARDMAX_LIMIT) - s.error < raw < 5 + s.error
+    assert s.value > 1 / (2 * t3.HARDMAX_LIMIT)
 
 
 @pytest.mark.slow
