@@ -133,14 +133,15 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
            + (", Bayes-optimal" if f["bayes_optimal"] else "") for f in fps]))
 
 
-def _sparsemax_options(kw: dict, what: str) -> tuple[float, float]:
-    """(beta, rho) of a sparsemax command at T = 2, the options it does not take refused."""
+def _sparsemax_options(kw: dict, what: str, tokens: tuple = (2,)) -> tuple[float, float]:
+    """(beta, rho) of a sparsemax command (``tokens``: the T it serves), the options it does not
+    take refused."""
     from .channels import BETA_DOMAIN
     from .domains import RHO
 
-    if kw["tokens"] != 2:
-        fail("--tokens", f"2 for {what} --channel sparsemax (T = 3: derive, check and "
-             "threshold weak --small-width)", kw["tokens"])
+    if kw["tokens"] not in tokens:
+        fail("--tokens", " or ".join(map(str, tokens)) + f" for {what} --channel sparsemax "
+             "(T = 3: derive, check and threshold weak --small-width)", kw["tokens"])
     for name in ("delta_out", "epsilon"):
         if kw.get(name) is not None:
             fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
@@ -193,14 +194,8 @@ def sparsemax_check(kw: dict) -> list[dict]:
     if kw.get("rho") is not None:
         fail("--rho", "omitted for check --channel sparsemax (the checks are on the channel)",
              kw["rho"])
-    if kw["tokens"] not in (2, 3):
-        fail("--tokens", "2 or 3 for check --channel sparsemax", kw["tokens"])
-    if kw["tokens"] == 3:
-        kw = {**kw, "tokens": 2}        # the same option checks; T = 3 is served below
-        beta, _ = _sparsemax_options(kw, "check")
-        return [dict(r) for r in Sparsemax(beta=beta, tokens=3).check()]
-    beta, _ = _sparsemax_options(kw, "check")
-    return [dict(r) for r in Sparsemax(beta=beta).check()]
+    beta, _ = _sparsemax_options(kw, "check", tokens=(2, 3))
+    return [dict(r) for r in Sparsemax(beta=beta, tokens=kw["tokens"]).check()]
 
 
 #: q/V reached by the T = 4 and T = 5 curves (mmse >= Q0 / (1 + QMC_R_MAX)); their cost grows
