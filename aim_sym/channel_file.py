@@ -21,6 +21,7 @@ from .channels import (
     GaussianChannel,
     with_values,
 )
+from .noisy_polyhedral import NoisyPiecewiseChannel, with_noisy_values
 
 
 def from_file(path: str, *, tokens: int = 2, **params) -> Channel:
@@ -30,6 +31,8 @@ def from_file(path: str, *, tokens: int = 2, **params) -> Channel:
     positive semidefinite and discrete likelihoods non-negative at these values."""
     tokens = TOKENS_FILE.check(tokens)
     ch = load_channel_file(path, tokens=tokens)
+    if params and isinstance(ch, NoisyPiecewiseChannel):
+        return with_noisy_values(ch, params)
     return with_values(ch, params) if params else ch
 
 
@@ -62,7 +65,7 @@ def call_file_function(path: str, name: str, arg, *, error: type[Exception] = Ch
 def load_channel_file(path: str, *, tokens: int) -> Channel:
     """Execute ``path`` and call its ``channel(tokens)``; errors name the file and the line."""
     ch = call_file_function(path, "channel", tokens, hint=" returning a channel")
-    if not isinstance(ch, (DiscreteChannel, GaussianChannel)):
+    if not isinstance(ch, (DiscreteChannel, GaussianChannel, NoisyPiecewiseChannel)):
         raise ChannelError(f"{path}: channel(tokens) returned {type(ch).__name__}, not a channel")
     check_z_out(ch, path)
     return ch

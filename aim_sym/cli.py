@@ -169,7 +169,15 @@ def aim_model(kw: dict, *, small_width: bool = False):
     if small_width and kw.get("rho") is not None:
         fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
     ch = aim_channel(kw)
-    return AIM(ch) if kw.get("rho") is None else AIM(ch, rho=kw["rho"])
+    from .noisy_polyhedral import NoisyPiecewiseChannel
+
+    if isinstance(ch, NoisyPiecewiseChannel):
+        from .noisy_polyhedral_model import NoisyPolyhedralAIM
+
+        model = NoisyPolyhedralAIM
+    else:
+        model = AIM
+    return model(ch) if kw.get("rho") is None else model(ch, rho=kw["rho"])
 
 
 def smi_model(kw: dict):
@@ -341,7 +349,9 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
         emit({"alpha_bar": alpha, "q": r.value, "fixed_points": r.details["fixed_points"]},
              kw["as_json"])
         return
-    if digits is not None and m.compiled.discrete:
+    from .noisy_polyhedral_model import NoisyPolyhedralAIM
+
+    if digits is not None and not isinstance(m, NoisyPolyhedralAIM) and m.compiled.discrete:
         fail("--digits", "used with a channel whose output map is a closed form (linear, "
              "linear-noisy, softmax, Gaussian channel files)", digits)
     r = m.state_evolution(alpha=alpha, digits=digits)

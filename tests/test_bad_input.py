@@ -20,6 +20,7 @@ EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "channels")
 HARDMAX_FILE = os.path.join(EXAMPLES, "noisy_hardmax.py")
 GAUSS_FILE = os.path.join(EXAMPLES, "noisy_projection.py")
 SMI_FILE = os.path.join(EXAMPLES, "smi", "sign_product.py")
+RELU_FILE = os.path.join(EXAMPLES, "polyhedral", "noisy_relu.py")
 
 SE = ["se", "--model", "aim"]
 SMI_SE = ["se", "--model", "smi"]
@@ -221,6 +222,13 @@ CASES = [
                                 "{tmp}/file/s.csv"], "--out"),
     ("curve-out-under-a-file", ["curve", "--alphas", "0.01:0.02:2", "--out",
                                 "{tmp}/file/c.csv"], "--out"),
+    # noisy polyhedral channel files (aim_sym/noisy_polyhedral_model.py)
+    ("noisy-poly-param", ["threshold", "weak", "--small-width", "--channel-file", RELU_FILE,
+                          "--param", "Delta=-1"], "Delta"),
+    ("noisy-poly-amp", ["amp", "--channel-file", RELU_FILE, "--alpha", "0.5"], "channel"),
+    ("noisy-poly-digits", ["se", "--channel-file", RELU_FILE, "--alpha", "0.5", "--digits",
+                           "20"], "digits"),
+    ("noisy-poly-perfect", ["threshold", "perfect", "--channel-file", RELU_FILE], "kind"),
 ]
 
 
