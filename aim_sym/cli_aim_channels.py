@@ -107,13 +107,14 @@ def hardmax_weak(kw: dict, digits: int, certified: bool) -> None:
 
 
 def sparsemax_se(kw: dict, alpha: float) -> None:
-    """``se --channel sparsemax --rho R --alpha A [--beta B]``: every SE fixed point (T = 2),
-    through :class:`aim_sym.sparsemax_model.Sparsemax`."""
+    """``se --channel sparsemax --rho R --alpha A [--beta B] [--tokens 2|3]``: every SE fixed
+    point, through :class:`aim_sym.sparsemax_model.Sparsemax`."""
     from .sparsemax_model import Sparsemax
 
-    beta, rho = _sparsemax_options(kw, "se")
+    beta, rho = _sparsemax_options(kw, "se", tokens=(2, 3))
+    T = kw["tokens"]
     try:
-        r = Sparsemax(beta=beta, rho=rho).state_evolution(alpha=alpha)
+        r = Sparsemax(beta=beta, rho=rho, tokens=T).state_evolution(alpha=alpha)
     except DomainError as e:
         raise relabel(e) from None
     fps = r.details["fixed_points"]
@@ -125,7 +126,7 @@ def sparsemax_se(kw: dict, alpha: float) -> None:
         out.update({"mmse": r.value, "error": r.error,
                     **{k: v for k, v in r.details.items() if k != "fixed_points"}})
     emit(out, kw["as_json"], lambda o: "\n".join(
-        [f"AIM sparsemax T=2 beta={beta:g} rho={rho} alpha={o['alpha']}: {len(fps)} fixed "
+        [f"AIM sparsemax T={T} beta={beta:g} rho={rho} alpha={o['alpha']}: {len(fps)} fixed "
          "point(s)"]
         + [f"  mmse = {f['mmse']:.12g} +- {f['error']:.1e}, q = {f['q']:.12g}, "
            f"e_gen = {f['e_gen']:.10g} +- {f['e_gen_error']:.1e} (plug-in "
@@ -140,8 +141,8 @@ def _sparsemax_options(kw: dict, what: str, tokens: tuple = (2,)) -> tuple[float
     from .domains import RHO
 
     if kw["tokens"] not in tokens:
-        fail("--tokens", " or ".join(map(str, tokens)) + f" for {what} --channel sparsemax "
-             "(T = 3: derive, check and threshold weak --small-width)", kw["tokens"])
+        fail("--tokens", " or ".join(map(str, tokens)) + f" for {what} --channel sparsemax",
+             kw["tokens"])
     for name in ("delta_out", "epsilon"):
         if kw.get(name) is not None:
             fail("--" + name.replace("_", "-"), "omitted for channel sparsemax", kw[name])
@@ -154,21 +155,22 @@ def _sparsemax_options(kw: dict, what: str, tokens: tuple = (2,)) -> tuple[float
 
 
 def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
-    """``curve --channel sparsemax --rho R --alphas a:b:n [--beta B]``: every SE fixed point at
-    each alpha (T = 2), with e_gen and the plug-in error (THEORY 1.1, 1.5; docs/sparsemax.md).
+    """``curve --channel sparsemax --rho R --alphas a:b:n [--beta B] [--tokens 2|3]``: every SE
+    fixed point at each alpha, with e_gen and the plug-in error (THEORY 1.1, 1.5; docs/sparsemax.md).
     Where several fixed points share an alpha the row is the Bayes-optimal one (largest phi;
     ``bayes_optimal`` false where none can be flagged, then the lowest mmse) and ``all_mmse``
     lists them all."""
     from .cli_common import progress_printer
     from .sparsemax_model import Sparsemax
 
-    beta, rho = _sparsemax_options(kw, "curve")
+    beta, rho = _sparsemax_options(kw, "curve", tokens=(2, 3))
+    T = kw["tokens"]
     alphas = [float(a) for a in grid]
     if any(a <= 0 for a in alphas):
         fail("--alphas", "a grid of alpha > 0 for channel sparsemax", alphas)
     try:
-        rows = Sparsemax(beta=beta, rho=rho).curve(alphas=alphas,
-                                                   progress=progress_printer).rows()
+        rows = Sparsemax(beta=beta, rho=rho, tokens=T).curve(alphas=alphas,
+                                                             progress=progress_printer).rows()
     except DomainError as e:
         raise relabel(e) from None
     if out_path:
@@ -179,8 +181,8 @@ def sparsemax_curve(kw: dict, grid, out_path: str | None, plot_path: str | None)
         from .plots import plot_curve
 
         plot_curve(rows, ["mmse", "e_gen"], path=plot_path,
-                   title=f"AIM sparsemax, T=2, beta={beta:g}, rho={rho:g}")
-    emit({"model": "aim", "channel": "sparsemax", "tokens": 2, "beta": beta, "rho": rho,
+                   title=f"AIM sparsemax, T={T}, beta={beta:g}, rho={rho:g}")
+    emit({"model": "aim", "channel": "sparsemax", "tokens": T, "beta": beta, "rho": rho,
           "rows": rows}, kw["as_json"], lambda o: "\n".join(
         f"alpha={r['alpha']:.6g}: mmse = {r['mmse']:.10g} +- {r['mmse_error']:.1e}, e_gen = "
         f"{r['e_gen']:.10g} +- {r['e_gen_error']:.1e} ({r['fixed_points']} fixed point(s))"

@@ -4,9 +4,11 @@ docs/sparsemax.md): ``Sparsemax(beta=2.0, rho=0.5).state_evolution(alpha=0.3)``.
 y_a. = sparsemax(beta h_a.) row-wise. Unlike softmax its SE depends on beta; it runs from
 softmax (beta -> 0) to hardmax (beta -> infinity). T = 2: the SE (every fixed point, phi, the
 Bayes-optimal one flagged, e_gen and the plug-in error), curves, the identity checks and the
-small-width threshold to many digits. T = 3: the small-width threshold by randomised QMC, the
-identity checks and the equation sheet. Numbers: :mod:`aim_sym.numerics.sparsemax`, :mod:`aim_sym.numerics.
-sparsemax_t3`; derivations: :mod:`aim_sym.sparsemax`, :mod:`aim_sym.sparsemax_pieces`.
+small-width threshold to many digits. T = 3: the same SE quantities by seeded Monte Carlo with
+common random numbers (:mod:`aim_sym.numerics.sparsemax_t3_se`, about 1e-3 relative), the
+small-width threshold by randomised QMC, the identity checks and the equation sheet.
+Numbers: :mod:`aim_sym.numerics.sparsemax`, :mod:`aim_sym.numerics.sparsemax_t3`;
+derivations: :mod:`aim_sym.sparsemax`, :mod:`aim_sym.sparsemax_pieces`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .results import Result, ResultTable
 
 #: what each number of tokens serves
 SERVED = {2: "state_evolution, curve, check, threshold, derive",
-          3: "threshold (small width), check and derive"}
+          3: "state_evolution, curve (seeded Monte Carlo, about 1e-3), threshold (small width), "
+             "check and derive"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,11 +46,6 @@ class Sparsemax:
         return {"model": "aim", "channel": "sparsemax", "tokens": self.tokens,
                 "beta": self.beta, "rho": self.rho, **extra}
 
-    def _need(self, what: str) -> None:
-        if self.tokens != 2:
-            raise InputError(f"tokens must be 2 for Sparsemax.{what} (T = 3 serves "
-                             f"{SERVED[3]}); got {self.tokens}")
-
     @cached_property
     def compiled(self):
         """The T = 2 pieces lambdified for numpy (:func:`aim_sym.sparsemax.compile_sparsemax`)."""
@@ -56,15 +54,12 @@ class Sparsemax:
         return compile_sparsemax("numpy")
 
     def state_evolution(self, *, alpha: float) -> Result:
-        """The Bayes-optimal SE fixed point at ``alpha`` (T = 2): mmse with q, q_hat, phi,
+        """The Bayes-optimal SE fixed point at ``alpha`` (T = 2 or 3): mmse with q, q_hat, phi,
         e_gen, e_gen_error, e_gen_plugin, e_gen_plugin_error and all ``fixed_points`` in
         details (each with ``stable`` and ``bayes_optimal``: the stable one of largest phi,
         perfect recovery for alpha >= alpha_PR)."""
-        from .numerics import sparsemax as smx
-
-        self._need("state_evolution")
         alpha = ALPHA.with_(low_open=True).check(alpha)
-        fps = smx.se_fixed_points(self.compiled, alpha=alpha, rho=self.rho, beta=self.beta)
+        fps = self._fixed_points(alpha)
         best = next((f for f in fps if f["bayes_optimal"]), None)
         keys = ("q", "q_hat", "phi", "e_gen", "e_gen_error", "e_gen_plugin",
                 "e_gen_plugin_error")
@@ -76,20 +71,39 @@ class Sparsemax:
                       method=(best or fps[0])["method"], precision=16,
                       parameters=self.parameters(alpha=alpha), details=details)
 
-    def curve(self, *, alphas, progress=None) -> ResultTable:
-        """The Bayes-optimal fixed point at every alpha of the grid (T = 2): rows alpha, mmse,
-        mmse_error, q, phi, e_gen (+ error), e_gen_plugin (+ error), bayes_optimal,
-        fixed_points (how many), all_mmse, method."""
+    def _fixed_points(self, alpha: float) -> list[dict]:
+        """Every SE fixed point at ``alpha``: T = 2 by the derived pieces' quadrature, T = 3 by
+        seeded Monte Carlo with common random numbers (bars: 3 standard errors, propagated)."""
+        if self.tokens == 3:
+            from .numerics import sparsemax_t3_se as s3
+
+            return s3.se_fixed_points_t3(alpha=alpha, rho=self.rho, beta=self.beta)
         from .numerics import sparsemax as smx
 
-        self._need("curve")
+        return smx.se_fixed_points(self.compiled, alpha=alpha, rho=self.rho, beta=self.beta)
+
+    def curve(self, *, alphas, progress=None) -> ResultTable:
+        """The Bayes-optimal fixed point at every alpha of the grid: rows alpha, mmse,
+        mmse_error, q, phi, e_gen (+ error), e_gen_plugin (+ error), bayes_optimal,
+        fixed_points (how many), all_mmse, method."""
         grid = [float(a) for a in check_grid(alphas, ALPHA.with_(low_open=True),
                                              label="alphas")]
+        if self.tokens == 3:
+            from .numerics import sparsemax_t3_se as s3
+
+            def note(msg: str) -> None:
+                if progress is not None:
+                    progress(0, len(grid), msg)
+
+            per_alpha = [r["fixed_points"] for r in s3.se_curve_t3(
+                alphas=grid, rho=self.rho, beta=self.beta, progress=note)]
+        else:
+            per_alpha = None
         rows = []
         for k, a in enumerate(grid):
             if progress is not None:
                 progress(k, len(grid), f"alpha = {a:g}")
-            fps = smx.se_fixed_points(self.compiled, alpha=a, rho=self.rho, beta=self.beta)
+            fps = per_alpha[k] if per_alpha is not None else self._fixed_points(a)
             best = next((f for f in fps if f["bayes_optimal"]),
                         min(fps, key=lambda f: f["mmse"]))
             rows.append({"alpha": a, "mmse": best["mmse"], "mmse_error": best["error"],

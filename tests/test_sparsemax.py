@@ -309,7 +309,8 @@ def test_egen_closed_forms_and_limits(cs):
 def test_cli_sparsemax_derive_and_refusals(run_cli):
     rc, out, err = run_cli(["derive", "--channel", "sparsemax", "--tokens", "3"])
     assert rc == 0 and "343 pieces in 70 classes" in out
-    for args, opt in ((["curve", "--tokens", "3", "--alphas", "0.1:1:2"], "--tokens"),
+    for args, opt in ((["curve", "--tokens", "4", "--alphas", "0.1:1:2"], "--tokens"),
+                      (["se", "--tokens", "4", "--alpha", "0.1"], "--tokens"),
                       (["check", "--rho", "0.2"], "--rho"),
                       (["derive", "--tokens", "5"], "--tokens"),
                       (["se", "--alpha", "0.3", "--beta", "-1"], "--beta")):
@@ -384,7 +385,7 @@ def test_cli_sparsemax_threshold_three_tokens(run_cli):
 
 def test_api_object_validates_and_serves():
     """aim_sym.Sparsemax: bad input raises a one-line error naming the option; T = 2 threshold
-    and sheet through the object equal the module functions; T = 3 refuses the SE."""
+    and sheet through the object equal the module functions."""
     import aim_sym as am
     from aim_sym.thresholds import sparsemax_small_width_weak
 
@@ -397,8 +398,8 @@ def test_api_object_validates_and_serves():
     m = am.Sparsemax(beta=2.0)
     assert m.threshold().value == sparsemax_small_width_weak(beta=2.0).value
     assert "343 pieces" in am.Sparsemax(tokens=3).derive()
-    with pytest.raises(InputError, match="tokens must be 2"):
-        am.Sparsemax(tokens=3).state_evolution(alpha=0.3)
+    with pytest.raises(am.DomainError, match="alpha"):
+        am.Sparsemax(tokens=3).state_evolution(alpha=-0.3)
     with pytest.raises(InputError, match="kind"):
         m.threshold("perfect")
 
@@ -413,3 +414,31 @@ def test_api_state_evolution_and_curve_agree():
     row = m.curve(alphas=[0.3]).rows()[0]
     assert row["mmse"] == r.value and row["e_gen"] == r.details["e_gen"]
     assert r.to_frame() is not None
+
+
+@pytest.mark.slow
+def test_cli_sparsemax_three_tokens_se_and_curve(run_cli, tmp_path):
+    """se and curve --tokens 3 (about 1 minute): the command's fixed point is the numeric
+    module's (numerics/sparsemax_t3_se.py), the curve's row at the same alpha agrees within the
+    bars, and every row carries e_gen with its bar below the plug-in error."""
+    import csv
+    import json
+
+    from aim_sym.numerics import sparsemax_t3_se as s3
+
+    rc, out, err = run_cli(["se", "--channel", "sparsemax", "--tokens", "3", "--alpha", "0.03",
+                            "--json"])
+    assert rc == 0, err
+    o = json.loads(out)
+    ref = s3.se_fixed_points_t3(alpha=0.03, rho=0.5, beta=1.0)
+    assert o["mmse"] == next(f for f in ref if f["bayes_optimal"])["mmse"]
+    assert o["e_gen"] < o["e_gen_plugin"]
+    path = tmp_path / "c.csv"
+    rc, out, err = run_cli(["curve", "--channel", "sparsemax", "--tokens", "3", "--alphas",
+                            "0.01:0.03:2", "--out", str(path)])
+    assert rc == 0, err
+    rows = list(csv.DictReader(path.open()))
+    assert [float(r["alpha"]) for r in rows] == [0.01, 0.03]
+    last = rows[-1]
+    assert abs(float(last["mmse"]) - o["mmse"]) <= float(last["mmse_error"]) + o["error"]
+    assert float(rows[0]["mmse"]) > float(rows[1]["mmse"])
