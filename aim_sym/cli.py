@@ -122,7 +122,7 @@ def check_model(kw: dict, allowed: tuple = ("aim", "smi"), *, deep_aim: bool = F
             fail("--layers", "1 for this command (--model aim --layers 2 serves threshold weak "
                  "--small-width, se, curve and derive)", kw["layers"])
         elif kw["layers"] == 2:
-            skip_ok = ("layers", "skip")
+            skip_ok = ("layers", "skip", "noise")
     if isinstance(kw.get("rho"), tuple) and not (model == "aim" and kw.get("layers") == 2):
         fail("--rho", "one number > 0 (two, r1,r2, only with --model aim --layers 2)",
              ",".join(map(str, kw["rho"])))
@@ -230,15 +230,17 @@ class _Deferred:
             sys.exit(2)
 
 
-def smi_depth_weak_cli(kw: dict, *, digits: int) -> None:
+def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> None:
     """``threshold weak --model smi --layers 4`` or ``--tokens 3``: weak thresholds of every layer
-    (numerics.smi_weak); the sequential ones are not computed there (said in the output)."""
-    from .thresholds import smi_depth_weak
+    (numerics.smi_weak) and, where the branch kernel serves (L, M) and ``sequential``, the
+    sequential ones on the last layer's branch (numerics.smi_branch_qmc)."""
+    from .numerics import smi_branch_qmc
+    from .thresholds import smi_depth_sequential, smi_depth_weak
 
     if kw.get("channel") not in (None, "deep-attention"):
         fail("--channel", "deep-attention for --layers 4 or --tokens 3", kw["channel"])
     if given("digits"):
-        fail("--digits", "omitted for --layers 4 or --tokens 3 (weak thresholds only)", digits)
+        fail("--digits", "omitted for --layers 4 or --tokens 3 (Monte-Carlo-grade rules)", digits)
     for name in ("param", "rows", "seed"):
         if kw.get(name) not in (None, ()):
             fail("--" + name, "used only with a general SMI channel", kw[name])
@@ -252,17 +254,28 @@ def smi_depth_weak_cli(kw: dict, *, digits: int) -> None:
     except InputError as e:          # the numeric layer names the parameter: add the dashes
         raise InputError("--" + str(e)) from None
     table = smi_depth_weak(**args, progress=progress_printer)
-    res = [{"layer": r.details["layer"], "kind": "weak", "value": r.value, "error": r.error,
-            "method": r.method, **{k: v for k, v in r.details.items() if k not in
-                                   ("layer", "kind")}} for r in table]
-    out = {**dict(table.parameters), "thresholds": res,
-           "note": "weak thresholds of each layer at Q = 0; sequential thresholds are not "
-                   "computed for these depths/token counts (docs/smi_depth.md)"}
+    served = (args["layers"], args["tokens"]) in smi_branch_qmc.SUPPORTED
+    seq = (smi_depth_sequential(**args, progress=progress_printer)
+           if sequential and served else ())
+    res = [{"layer": r.details["layer"], "kind": r.details["kind"], "value": r.value,
+            "error": r.error, "method": r.method,
+            **{k: v for k, v in r.details.items() if k not in ("layer", "kind")}}
+           for r in (*table, *seq)]
+    if seq:
+        note = ("weak thresholds of each layer at Q = 0; sequential: every shallower layer on the "
+                f"layer-{args['layers']} branch (branch QMC, ~1% bars); the smallest ('first') "
+                "is the next transition, the others are upper bounds only (docs/smi_depth.md)")
+    elif sequential:
+        note = ("weak thresholds of each layer at Q = 0; sequential thresholds are not computed "
+                f"for L = {args['layers']}, M = {args['tokens']} (docs/smi_depth.md)")
+    else:
+        note = "weak thresholds of each layer at Q = 0 (--no-sequential)"
+    out = {**dict(table.parameters), "thresholds": res, "note": note}
     emit(out, kw["as_json"], lambda o: "\n".join(
         [f"SMI deep attention L={o['layers']} M={o['tokens']} skip={o['skip']} "
-         f"beta={o['beta']}: weak thresholds"]
-        + [f"  layer {t['layer']}: alpha = {t['value']:.8g} +- {t['error']:.1e}"
-           for t in o["thresholds"]]
+         f"beta={o['beta']}: thresholds"]
+        + [f"  layer {t['layer']} {t['kind']}: alpha = {t['value']:.8g} +- {t['error']:.1e}"
+           + (" (first)" if t.get("first") else "") for t in o["thresholds"]]
         + [o["note"]]))
 
 
@@ -548,7 +561,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, direct, **kw)
             fail("--layers", "at most 3 with --tokens 3 (9 free coordinates: not supported)",
                  layers)
         if (layers, tokens) in ((4, 2), (2, 3), (3, 3)):
-            smi_depth_weak_cli(kw, digits=digits)
+            smi_depth_weak_cli(kw, digits=digits, sequential=not no_sequential)
             return
         m = smi_model(kw)
         seq_digits = digits if given("digits") else 4
@@ -796,6 +809,9 @@ def derive(fmt, **kw):
     """Print a channel's equations: Z_out, g_out, dg_out, SE map, Psi_out, stability."""
     model = check_model(kw, deep_aim=True)
     if model == "aim" and kw.get("layers") == 2:
+        if kw.get("noise") is not None:
+            fail("--noise", "omitted for derive --model aim --layers 2 (the sheet is the "
+                 "noiseless channel's)", kw["noise"])
         _derive_deep_aim(fmt, kw)
         return
     if model == "smi" and general.wants_general(kw):

@@ -29,6 +29,9 @@ def deep_aim_weak(kw, kind, small_width, certified, no_sequential, direct) -> No
         fail("--tokens", "2 for --model aim --layers 2", kw["tokens"])
     if kw.get("rho") is not None:
         fail("--rho", "omitted with --small-width (rho -> 0)", kw["rho"])
+    if kw.get("noise") is not None:
+        _deep_aim_noisy_weak(kw)
+        return
     try:
         table = deep_aim_small_width_weak(skip=1.0 if kw.get("skip") is None else kw["skip"],
                                           beta=1.0 if kw.get("beta") is None else kw["beta"])
@@ -41,6 +44,50 @@ def deep_aim_weak(kw, kind, small_width, certified, no_sequential, direct) -> No
         [f"AIM, two tied attention layers, T=2, skip={o['skip']}, beta={o['beta']}: "
          "small-width weak thresholds alpha_bar_c per layer"]
         + [f"  layer {t['layer']}: " + (f"{t['value']:.10g} +- {t['error']:.1e}"
+                                         if t["value"] is not None else t["note"])
+           for t in o["thresholds"]]))
+
+
+#: output noise Delta accepted by the noisy two-layer routes (below 0.003 the prior-sampled inner
+#: rule weakens: docs/deep_aim.md, "Output noise at finite width")
+DEEP_AIM_NOISE = (0.003, 10.0)
+
+
+def _deep_aim_noise(kw: dict) -> float:
+    import math
+
+    d = kw["noise"]
+    lo, hi = DEEP_AIM_NOISE
+    if not (math.isfinite(d) and lo <= d <= hi):
+        fail("--noise", f"in [{lo:g}, {hi:g}] (the variance Delta of the output noise) for "
+             "--model aim --layers 2", d)
+    return float(d)
+
+
+def _deep_aim_noisy_weak(kw: dict) -> None:
+    """``threshold weak --model aim --layers 2 --small-width --noise D``: S_l and alpha_bar_c,l
+    of the noisy channel (randomised QMC, numerics/deep_aim_noisy.small_width_noisy)."""
+    from .numerics import deep_aim_noisy as dan
+
+    delta = _deep_aim_noise(kw)
+    skip = 1.0 if kw.get("skip") is None else kw["skip"]
+    beta = 1.0 if kw.get("beta") is None else kw["beta"]
+    r = dan.small_width_noisy(Delta=delta, skip=skip, beta=beta, m=10)
+    rows = []
+    for l in (1, 2):
+        a = r[f"alpha_bar_{l}"]
+        resolved = a.error != float("inf")
+        rows.append({"layer": l, "value": a.value if resolved else None,
+                     "error": a.error if resolved else None,
+                     "S": r[f"S{l}"].value, "S_error": r[f"S{l}"].error,
+                     "method": r[f"S{l}"].method + "; alpha_bar_c = 1 / (2 S)",
+                     **({} if resolved else {"note": "S's bar reaches 0: not resolved"})})
+    out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
+           "beta": beta, "noise": delta, "thresholds": rows}
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM, two tied attention layers, T=2, skip={skip}, beta={beta}, output noise "
+         f"Delta={delta}: small-width weak thresholds alpha_bar_c per layer"]
+        + [f"  layer {t['layer']}: " + (f"{t['value']:.6g} +- {t['error']:.1e}"
                                          if t["value"] is not None else t["note"])
            for t in o["thresholds"]]))
 
@@ -354,11 +401,15 @@ def _alpha(alpha: float) -> float:
         raise relabel(e) from None
 
 
-def deep_aim_se_model(kw: dict):
+def deep_aim_se_model(kw: dict, *, noise_ok: bool = False):
     """The two-layer SE specification named by the options (checked: channel softmax, T = 2,
-    skip in DEEP_AIM_SE_SKIP, rho one value or r1,r2, beta)."""
+    skip in DEEP_AIM_SE_SKIP, rho one value or r1,r2, beta; --noise only where ``noise_ok``)."""
     from .domains import RHO
     from .numerics import deep_aim_se as das
+
+    if kw.get("noise") is not None and not noise_ok:
+        fail("--noise", "used with se and threshold weak --small-width for --model aim "
+             "--layers 2 (the noisy two-layer routes)", kw["noise"])
 
     if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
         fail("--channel", "softmax for --model aim --layers 2 (two tied attention layers)",
@@ -446,7 +497,10 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
     from .numerics import deep_aim_se as das
 
     alpha = _alpha(alpha)
-    model = deep_aim_se_model(kw)
+    model = deep_aim_se_model(kw, noise_ok=True)
+    if kw.get("noise") is not None:
+        _deep_aim_noisy_se(kw, alpha, model)
+        return
     skip, beta, rho = model.skip, model.beta, (model.rho1, model.rho2)
     inits = ((1.0, 1.0), (1e-3, 1e-3), (1e-3, 1.0), (1.0, 1e-3))
     names = ("uninformed", "informed", "layer 1 informed", "layer 2 informed")
@@ -480,6 +534,40 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
            + f", stable = {f['stable']}" + (", Bayes-optimal" if f["bayes_optimal"] else "")
            for f in fps]
         + [o["note"]]))
+
+
+def _deep_aim_noisy_se(kw: dict, alpha: float, model) -> None:
+    """``se --model aim --layers 2 --noise D``: the SE fixed point of the noisy two-layer model
+    from the uninformed start (randomised QMC, numerics/deep_aim_noisy.fixed_point_noisy; a few
+    minutes on two cores)."""
+    from .cli_common import progress_printer
+    from .numerics import deep_aim_noisy as dan
+
+    delta = _deep_aim_noise(kw)
+    rho = (model.rho1, model.rho2)
+    progress_printer(0, 1, f"start uninformed (mmse 1, 1), Delta = {delta:g}")
+    fp = dan.fixed_point_noisy(alpha=alpha, rho=rho, Delta=delta, skip=model.skip,
+                               beta=model.beta)
+    progress_printer(1, 1, "done")
+    out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": model.skip,
+           "beta": model.beta, "rho": list(rho), "noise": delta, "alpha": alpha,
+           "method": "randomised QMC (8 scrambles x 2^9 points) over the output side, inner "
+                     "self-normalised importance sampling from the prior at two sizes; error = "
+                     "2.5 standard errors + the inner-size difference, through (I - J)^-1, + "
+                     "the last step",
+           "note": "one start (uninformed); phi's Psi_out is that of the density of the noisy "
+                   "statistics (ranks fixed points at one alpha and Delta only); e_gen: the "
+                   "noisy output's Bayes error (clean part + 4 Delta), e_gen_clean the clean "
+                   "part, e_gen_plugin_clean the clean plug-in error",
+           "fixed_points": [{"start": "uninformed", **fp}]}
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"AIM, two tied attention layers, T=2, skip={model.skip}, rho={list(rho)}, output "
+         f"noise Delta={delta}, alpha={alpha}:"]
+        + ["  from uninformed: " + "; ".join(
+            f"layer {i + 1}: mmse = {L['mmse']:.5g} +- {L['mmse_error']:.1e}, q_hat = "
+            f"{L['q_hat']:.5g}" for i, L in enumerate(fp["layers"]))
+           + f"; e_gen = {fp['e_gen']:.5g} +- {fp['e_gen_error']:.1e}, stable = {fp['stable']}",
+           o["note"]]))
 
 
 def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:

@@ -285,3 +285,26 @@ def smi_depth_weak(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: flo
                details={"layer": r["layer"], "kind": "weak", "lam": r["lam"],
                         "lam_error": r["lam_error"], "seconds": r["seconds"]})
         for r in rows), params)
+
+
+def smi_depth_sequential(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
+                         progress=None):
+    """Sequential thresholds of every shallower layer on the last layer's SE branch (THEORY 2.2,
+    2.5; docs/smi_depth.md) by the model-sampled branch kernel of
+    :mod:`aim_sym.numerics.smi_branch_qmc`, for any (layers, tokens) it supports: one Result
+    per layer (quantity "alpha_sequential"; details layer, kind, q_L at the root with its bar,
+    first: the smallest, the next transition; the others are upper bounds only)."""
+    from .numerics import smi_branch_qmc
+    from .results import Result, ResultTable
+
+    rows = smi_branch_qmc.sequential_thresholds_qmc(layers=layers, tokens=tokens, skip=skip,
+                                                    beta=beta, progress=progress)
+    params = {"model": "smi", "channel": "deep-attention", "layers": layers, "tokens": tokens,
+              "skip": skip, "beta": beta}
+    return ResultTable(tuple(
+        Result(quantity="alpha_sequential", value=r["value"], error=r["error"],
+               method=r["method"], precision=None, parameters=params,
+               details={"layer": r["layer"], "kind": "sequential", "first": r["first"],
+                        f"q{layers}": r[f"q{layers}"], f"q{layers}_error": r[f"q{layers}_error"],
+                        "seconds": r["seconds"]})
+        for r in rows), params)

@@ -229,6 +229,15 @@ CASES = [
     ("noisy-poly-digits", ["se", "--channel-file", RELU_FILE, "--alpha", "0.5", "--digits",
                            "20"], "digits"),
     ("noisy-poly-perfect", ["threshold", "perfect", "--channel-file", RELU_FILE], "kind"),
+    # deep AIM with output noise (numerics/deep_aim_noisy.py)
+    ("deep-noise-small", ["se", "--model", "aim", "--layers", "2", "--noise", "1e-4", "--alpha",
+                          "0.1"], "--noise"),
+    ("deep-noise-curve", ["curve", "--model", "aim", "--layers", "2", "--noise", "0.1",
+                          "--alphas", "0.1:0.2:2"], "--noise"),
+    ("deep-noise-derive", ["derive", "--model", "aim", "--layers", "2", "--noise", "0.1"],
+     "--noise"),
+    ("deep-noise-one-layer", ["se", "--model", "aim", "--noise", "0.1", "--alpha", "0.1"],
+     "--noise"),
 ]
 
 

@@ -93,3 +93,35 @@ def test_two_layer_check_command(run_cli):
         assert rc == 0, err
         o = json.loads(out)
         assert o["passed"] and len(o["checks"]) == 7
+
+
+def test_two_layer_noisy_small_width(run_cli):
+    """`threshold weak --model aim --layers 2 --small-width --noise 0.1` (randomised QMC,
+    numerics/deep_aim_noisy.py, ~10 s) against the independent seeded Monte Carlo of
+    docs/deep_aim.md section 2 (c = 1, Delta = 0.1: 2.551 +- 0.023 and 0.4844 +- 0.0019, bars
+    read there as about 2x optimistic, so 2 of its SE), and more noise gives less information."""
+    rc, out, err = run_cli(["threshold", "weak", "--model", "aim", "--layers", "2",
+                            "--small-width", "--noise", "0.1", "--json"])
+    assert rc == 0, err
+    t = {r["layer"]: r for r in json.loads(out)["thresholds"]}
+    for layer, (mc, se) in {1: (2.551, 0.023), 2: (0.4844, 0.0019)}.items():
+        assert abs(t[layer]["value"] - mc) <= t[layer]["error"] + 2 * se
+    rc, out, err = run_cli(["threshold", "weak", "--model", "aim", "--layers", "2",
+                            "--small-width", "--noise", "0.3", "--json"])
+    assert rc == 0, err
+    t3 = {r["layer"]: r for r in json.loads(out)["thresholds"]}
+    assert t3[2]["value"] - t3[2]["error"] > t[2]["value"] + t[2]["error"]
+
+
+@pytest.mark.slow
+def test_two_layer_noisy_se(run_cli):
+    """`se --model aim --layers 2 --noise 0.1 --alpha 0.1` (a few minutes): noise raises both
+    mmses above the noiseless fixed point of docs/deep_aim.md (0.8210 +- 0.0042, 0.5563 +-
+    0.0049), the point is stable, and e_gen includes the noise's 4 Delta."""
+    rc, out, err = run_cli(["se", "--model", "aim", "--layers", "2", "--noise", "0.1",
+                            "--alpha", "0.1", "--json"])
+    assert rc == 0, err
+    fp = json.loads(out)["fixed_points"][0]
+    m1, m2 = (L["mmse"] - L["mmse_error"] for L in fp["layers"])
+    assert m1 > 0.8210 + 0.0042 and m2 > 0.5563 + 0.0049
+    assert fp["stable"] and fp["e_gen"] > 0.4

@@ -177,12 +177,37 @@ def test_cli_routes_tokens_3_to_this_kernel(run_cli):
     """`threshold weak --model smi --tokens 3` reaches this kernel (~1 min)."""
     import json
 
-    rc, out, err = run_cli(["threshold", "weak", "--model", "smi", "--tokens", "3", "--json"])
+    rc, out, err = run_cli(["threshold", "weak", "--model", "smi", "--tokens", "3", "--json",
+                            "--no-sequential"])
     assert rc == 0, err
     o = json.loads(out)
     ts = {t["layer"]: t for t in o["thresholds"]}
-    assert set(ts) == {1, 2}
+    assert set(ts) == {1, 2} and all(t["kind"] == "weak" for t in o["thresholds"])
     assert ts[2]["value"] - ts[2]["error"] >= 1 / 12          # the Jensen bound, M = 3
+
+
+@pytest.mark.slow
+def test_cli_sequential_tokens_3():
+    """`threshold weak --model smi --tokens 3` also gives layer 1's sequential threshold on the
+    layer-2 branch (numerics.smi_branch_qmc, ~3-5 min): it lies between the last layer's weak
+    threshold and layer 1's own weak threshold (learning layer 2 first helps layer 1), and its
+    q2 is a branch overlap in (0, 1)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from aim_sym.cli import cli
+
+    r = CliRunner().invoke(cli, ["threshold", "weak", "--model", "smi", "--tokens", "3",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    o = json.loads(r.output[r.output.index("{"):])
+    weak = {t["layer"]: t for t in o["thresholds"] if t["kind"] == "weak"}
+    seq = [t for t in o["thresholds"] if t["kind"] == "sequential"]
+    assert len(seq) == 1 and seq[0]["layer"] == 1 and seq[0]["first"]
+    assert weak[2]["value"] < seq[0]["value"] - seq[0]["error"]
+    assert seq[0]["value"] + seq[0]["error"] < weak[1]["value"]
+    assert 0 < seq[0]["q2"] < 1
 
 
 def test_cli_refuses_unsupported_depths_tokens_and_options(run_cli):

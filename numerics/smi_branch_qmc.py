@@ -1,0 +1,504 @@
+"""Branch statistics and sequential thresholds of deep tied attention at any (L, M) in the
+supported set of :mod:`.smi_weak` (THEORY 2.2 sequential thresholds, 2.5 depth and tokens), one
+row per layer, by one model-sampled kernel.
+
+On the last layer's SE branch ``Q = diag(0, .., 0, q)`` (``V = 1 - q``) the posterior given
+``(y, omega_L)`` weighs the free rows ``z_1 .. z_{L-1}`` (prior N(0, I)) and the sign ``s`` of
+``z_L = s Mat^{-1} h`` (``Mat = A_{L-1} ... A_1``, Jacobian ``1 / det Mat``) by
+``N(s Mat^{-1} h; omega_L, V I)``, the SE convention of THEORY 2.1 (``omega_L ~ N(0, q I)``,
+``z_L | omega_L ~ N(omega_L, V I)``; the same information as ``sqrt(q) z_L + sqrt(V) xi``).  The
+exponent is quadratic in ``(h, omega_L)``: per inner node the quadratic form of ``Mat^{-1} h``
+and the bilinear form ``omega^T Mat^{-1} h``, so the weights of all inner nodes at all outer
+points are two matrix products followed by ``exp``.  As in :mod:`.smi_sequential`:
+
+    mu_l = E ||Cov[z_l | y, omega_L] - I||_F^2   (l < L),     K_L = E |g_L|^2,
+    g_L = (E[z_L | y, omega_L] - omega_L) / V,   r_l = mu_l - (1 - q) K_L / q,
+
+and the sequential threshold of layer ``l`` is the root ``q*`` of ``r_l`` with
+``alpha_seq,l = 1 / mu_l(q*)`` (on the branch ``alpha(q) = q / ((1 - q) K_L)``).
+
+Rules:
+
+* outer: the teacher is sampled, ``(z_1 .. z_L, xi)`` by scrambled Sobol points mapped to
+  N(0, I) (``M (L + 1)`` dimensions), ``omega_L = q z_L + sqrt(q V) xi``, ``h = h^(L)(z)``.  The
+  same points serve every ``q`` (common random numbers: ``r_l(q)`` is smooth);
+* inner: scrambled Sobol points over the ``M (L - 1)`` free coordinates (prior weights), both
+  signs of ``z_L``.
+
+Estimators without variance bias (Nishimori: the teacher is a posterior sample):
+``<T_l - I, C_l - I>_F`` with ``T_l = z_l z_l^T`` of the teacher and ``C_l`` the inner rule's
+posterior moment, ``g_true . g`` with ``g_true = (z_L - omega_L) / V``; their only bias is the
+O(1/n) ratio bias of the self-normalised inner rule, measured by the two halves of each inner
+set (``|estimate(n / 2) - estimate(n)|``, the bias at ``n`` for a 1/n law) and added to the bar.
+The two-halves U-statistics ``<C_l^a - I, C_l^b - I>_F`` and ``g^a . g^b`` (no variance bias
+either, ratio bias of n / 2 nodes: about 4x that of the paired form) have a lower outer variance
+for ``mu_l``; each column is regressed on its difference to its U-statistic partner and on
+control variates of known mean (``|z_l|^2 - M``, ``||T_l - I||^2 - M (M + 1)``,
+``|g_true|^2 - M / V``, ``|z_L|^2 - M``), coefficients pooled over all replicates; the ratio
+bias bar of a column given weight ``beta`` on its partner is ``(|1 - beta| + 4 |beta|)`` x the
+measured one.  Error = Student-t 99% factor x standard error over the replicates (each an
+independent scramble of both point sets) + that ratio-bias bar.
+
+Identities checked at every point: ``E g_L = 0`` (sign symmetry), ``E tr C_l = M`` (Nishimori),
+``K_L = (M - E tr Cov[z_L | .] / V) / V`` (Nishimori), each within its bar; the total outer
+mass is 1 by construction (the outer points are draws of the model).  The ``u_`` columns (the
+two-halves U-statistics alone) are diagnostics; their ratio bias is not measured separately.
+
+Cost: about 20 ns per (outer, inner) pair on one core with single-threaded BLAS (a threaded
+BLAS on the shared 2-core machine was 3-7x slower: set ``OPENBLAS_NUM_THREADS=1``).  Measured (c = 1,
+beta = 1, default rules): L = 2 0.7208 +- 0.0048 (lattice 0.71963568) in 64 s; L = 3 layer 1
+0.9794 +- 0.0105 (lattice 0.9771 +- 0.0021), layer 2 1.1394 +- 0.0092 (1.1358 +- 0.0044) in
+171 s.  New: L = 4, M = 2 layers 1, 2, 3: 1.171 +- 0.019 (q4* = 0.9789), 1.434 +- 0.022
+(0.9886), 2.069 +- 0.033 (0.9959) in 272 s (layer 1 first; as at L = 3 the later ones are
+upper bounds only; another seed with 2^13 inner nodes: 1.163 +- 0.025, 1.429 +- 0.027,
+2.089 +- 0.043 in 95 s); L = 2, M = 3: 0.4386 +- 0.0034 (q2* = 0.9382) in 161 s.  Independent
+check (plain Monte Carlo with per-teacher iid inner draws, tests/test_smi_branch_qmc.py) at
+L = 4, q4 = 0.978888: mu_1 = 0.852 +- 0.013 against 1 / 1.171 = 0.854, r_1 = -0.010 +- 0.014.
+The bars are dominated by the outer sampling (per-sample SD ~2-3 x the mean of the
+mu_l estimators, heavy-tailed) and the ratio bias at q -> 1 (V ~ 0.02); 1e-3 relative would need
+~20x the work.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+from scipy import stats
+from scipy.stats import qmc
+
+from .records import ConvergenceError, require, standard_error
+from .smi_weak import fibre_map, scores
+
+SUPPORTED = ((2, 2), (3, 2), (4, 2), (2, 3))
+SKIP_RANGE = (0.5, 4.0)
+BETA_RANGE = (0.25, 2.0)
+COVERAGE = 0.995             # two-sided 99% Student-t factor over the replicates
+EXP_FLOOR = -80.0            # exponents below (row max + floor) are clipped (no subnormals)
+_BLOCK = 1 << 17             # (outer x inner) entries per block
+
+# (log2 outer, log2 inner, replicates) per (L, M)
+DEFAULT_RULE = {(2, 2): (12, 13, 16), (3, 2): (12, 14, 16), (4, 2): (12, 14, 16),
+                (2, 3): (12, 14, 16)}
+# scans in q for the roots (coarse), per (L, M)
+DEFAULT_SCAN = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.994, 0.997, 0.9985, 0.9993)
+
+
+def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
+    """InputError (one line naming the option) outside the supported set."""
+    require(isinstance(layers, (int, np.integer)) and isinstance(tokens, (int, np.integer))
+            and (int(layers), int(tokens)) in SUPPORTED, "layers",
+            f"with tokens one of {SUPPORTED} (layers, tokens) for the branch kernel",
+            (layers, tokens))
+    require(isinstance(skip, (int, float)) and np.isfinite(skip)
+            and SKIP_RANGE[0] <= skip <= SKIP_RANGE[1], "skip",
+            f"in [{SKIP_RANGE[0]:g}, {SKIP_RANGE[1]:g}] for the branch kernel", skip)
+    require(isinstance(beta, (int, float)) and np.isfinite(beta)
+            and BETA_RANGE[0] <= beta <= BETA_RANGE[1], "beta",
+            f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the branch kernel", beta)
+
+
+def _check_rule(log2_outer, log2_inner, replicates) -> None:
+    require(isinstance(log2_outer, (int, np.integer)) and 6 <= log2_outer <= 18, "log2_outer",
+            "an integer in [6, 18]", log2_outer)
+    require(isinstance(log2_inner, (int, np.integer)) and 6 <= log2_inner <= 18, "log2_inner",
+            "an integer in [6, 18]", log2_inner)
+    require(isinstance(replicates, (int, np.integer)) and 4 <= replicates <= 256, "replicates",
+            "an integer in [4, 256]", replicates)
+
+
+def _pairs(m: int):
+    return [(a, b) for a in range(m) for b in range(a, m)]
+
+
+def _gauss_sobol(log2n: int, dims: int, rng) -> np.ndarray:
+    """2^log2n scrambled Sobol points mapped to N(0, I_dims)."""
+    u = qmc.Sobol(d=dims, scramble=True, seed=rng).random_base2(log2n)
+    return stats.norm.ppf(u)
+
+
+# ----------------------------------------------------------------------------- inner rule
+def inner_features(z_free: np.ndarray, *, layers: int, tokens: int, skip: float,
+                   beta: float) -> dict:
+    """Per inner node (free rows ``z_free`` (n, L-1, M)): ``B`` (n, Q) with ``|Mat^{-1} h|^2 =
+    B . hh``, ``Y`` (n, M^2) with ``omega^T Mat^{-1} h = Y . (omega (x) h)``, ``logw =
+    -log det Mat``, the sign-even moment features ``FS`` (1, z_l z_l^T pairs for l < L, B) and
+    the sign-odd ones ``FD`` (entries of ``Mat^{-1}``)."""
+    m = tokens
+    Mi, logdet = fibre_map(z_free, skip=skip, beta=beta)
+    pairs = _pairs(m)
+    B = np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
+                  for a, b in pairs], 1)
+    Y = Mi.reshape(-1, m * m)                      # Y[a * m + b] = Mi[a, b]
+    zz = [z_free[:, l, a] * z_free[:, l, b] for l in range(layers - 1) for a, b in pairs]
+    FS = np.stack([np.ones(len(B)), *zz, *B.T], 1)
+    return dict(B=B, Y=Y, logw=-logdet, FS=FS, FD=Y.copy(), n=len(B))
+
+
+# ----------------------------------------------------------------------------- outer rule
+def teacher(u: np.ndarray, *, layers: int, tokens: int, skip: float, beta: float) -> dict:
+    """Teacher draws from Gaussian points ``u`` (n, M (L + 1)): rows ``z`` (n, L, M), ``xi``
+    (n, M) and the last-layer scores ``h``."""
+    z = u[:, :layers * tokens].reshape(-1, layers, tokens)
+    xi = u[:, layers * tokens:]
+    return dict(z=z, xi=xi, h=scores(z, skip=skip, beta=beta))
+
+
+def posterior_sums(h: np.ndarray, omega: np.ndarray, v: float, inner: dict,
+                   splits: tuple) -> list:
+    """Inner-rule sums at outer points ``(h, omega)``: for each slice of inner nodes in
+    ``splits``, ``(sum S FS, sum D FD)`` with ``S, D = e+ +- e-`` and ``e+- = exp(logw -
+    |Mat^{-1} h|^2 / (2V) +- omega^T Mat^{-1} h / V - shift)``, a common row shift for all
+    slices."""
+    m = h.shape[1]
+    pairs = _pairs(m)
+    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    oh = (omega[:, :, None] * h[:, None, :]).reshape(len(h), m * m)
+    out = [[np.empty((len(h), inner["FS"].shape[1])), np.empty((len(h), m * m))]
+           for _ in splits]
+    step = max(8, _BLOCK // inner["n"])
+    Pin = np.vstack([inner["B"].T, inner["logw"][None, :]])
+    Yt = inner["Y"].T
+    FS32, FD32 = (np.asarray(inner[k], dtype=np.float32) for k in ("FS", "FD"))
+    for s0 in range(0, len(h), step):
+        sl = slice(s0, s0 + step)
+        P = np.hstack([-0.5 / v * hh[sl], np.ones((len(hh[sl]), 1))]) @ Pin
+        X = (oh[sl] / v) @ Yt
+        Ep = P + X
+        mp = Ep.max(1)
+        # the sign -1 matters only where omega . Mat^{-1} h is within ~80 V of 0
+        need = P.max(1) - X.min(1) > mp + EXP_FLOOR
+        shift = mp.copy()
+        if need.any():
+            Em = P[need] - X[need]
+            shift[need] = np.maximum(mp[need], Em.max(1))
+        S = _exp32(Ep, shift)
+        D = S.copy()
+        if need.any():
+            em = _exp32(Em, shift[need])
+            S[need] += em
+            D[need] -= em
+        for (oS, oD), part in zip(out, splits, strict=True):
+            oS[sl] = S[:, part] @ FS32[part]
+            oD[sl] = D[:, part] @ FD32[part]
+    return out
+
+
+def _exp32(E: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``exp(E - shift)`` row-wise in float32 (relative error ~1e-7 per weight, far below the
+    statistical bars; sums of the moment products in float32 blocks are accumulated per row),
+    exponents clipped below at :data:`EXP_FLOOR`."""
+    E -= shift[:, None]
+    np.maximum(E, EXP_FLOOR, out=E)
+    e = E.astype(np.float32)
+    np.exp(e, out=e)
+    return e
+
+
+def _moments(sums, h: np.ndarray, *, layers: int):
+    """Posterior moments from one slice's sums: ``C`` (n, L-1, Q) pair entries of
+    ``E[z_l z_l^T | .]``, ``m`` (n, M) = ``E[z_L | .]``, ``n2`` (n,) = ``E |z_L|^2``."""
+    S, D = sums
+    m = h.shape[1]
+    q = m * (m + 1) // 2
+    Z = S[:, 0]
+    C = S[:, 1:1 + q * (layers - 1)].reshape(len(h), layers - 1, q) / Z[:, None, None]
+    hh = np.stack([h[:, a] * h[:, b] for a, b in _pairs(m)], 1)
+    n2 = (S[:, 1 + q * (layers - 1):] * hh).sum(1) / Z
+    Mi = D.reshape(len(h), m, m) / Z[:, None, None]
+    return C, np.einsum("nab,nb->na", Mi, h), n2
+
+
+def sample_columns(layers: int, tokens: int) -> tuple:
+    """Names of the per-outer-sample columns of :func:`branch_samples`."""
+    free = range(1, layers)
+    return (*(f"mu{l}" for l in free), f"K{layers}",
+            *(f"r{l}" for l in free),
+            *(f"trace{l}" for l in free), f"trcov{layers}", "nishimori",
+            *(f"g{a}" for a in range(tokens)),
+            *(f"u_mu{l}" for l in free), f"u_K{layers}", *(f"u_r{l}" for l in free))
+
+
+def branch_samples(qs, *, layers: int, tokens: int, skip: float, beta: float, outer_pts,
+                   inner_pts) -> dict:
+    """Per-outer-sample values at every ``q`` in ``qs`` for one replicate (teacher points
+    ``outer_pts``, inner points ``inner_pts`` (n, M (L-1)), common to every q): for the full inner
+    set (``full``) and the mean of its two halves (``half``), arrays (n_q, n_outer, columns of
+    :func:`sample_columns`), and the control variates ``cv`` (n_q, n_outer, k) (known mean 0)."""
+    m = tokens
+    fro = np.array([1.0 if a == b else 2.0 for a, b in _pairs(m)])
+    eye = np.array([1.0 if a == b else 0.0 for a, b in _pairs(m)])
+    inner = inner_features(inner_pts.reshape(-1, layers - 1, m), layers=layers, tokens=m,
+                           skip=skip, beta=beta)
+    t = teacher(outer_pts, layers=layers, tokens=m, skip=skip, beta=beta)
+    z, xi, h = t["z"], t["xi"], t["h"]
+    pr = _pairs(m)
+    T = np.stack([np.stack([z[:, l, a] * z[:, l, b] for a, b in pr], 1)
+                  for l in range(layers - 1)], 1)                       # (n, L-1, Q)
+    r2 = (z[:, :layers - 1] ** 2).sum(2)                                  # (n, L-1)
+    n = inner["n"]
+    splits = (slice(0, n // 2), slice(n // 2, n))
+    full, half, cvs = [], [], []
+    for q in qs:
+        v = 1.0 - q
+        omega = q * z[:, -1] + math.sqrt(q * v) * xi
+        g_true = (z[:, -1] - omega) / v
+        sa, sb = posterior_sums(h, omega, v, inner, splits)
+        whole = [sa[0] + sb[0], sa[1] + sb[1]]
+        est = []
+        moms = {k: _moments(s, h, layers=layers) for k, s in (("f", whole), ("a", sa),
+                                                               ("b", sb))}
+        for key in ("f", "a", "b"):
+            C, mz, n2 = moms[key]
+            g = (mz - omega) / v
+            mu = ((T - eye) * (C - eye) * fro).sum(2)                      # (n, L-1)
+            K = (g_true * g).sum(1)
+            trace = (C * eye).sum(2)
+            trcov = n2 - (moms["a"][1] * moms["b"][1]).sum(1)
+            nis = K - (m - trcov / v) / v
+            u_mu = ((moms["a"][0] - eye) * (moms["b"][0] - eye) * fro).sum(2)
+            ga, gb = (moms["a"][1] - omega) / v, (moms["b"][1] - omega) / v
+            u_K = (ga * gb).sum(1)
+            res = mu - ((1 - q) / q) * K[:, None]
+            u_r = u_mu - ((1 - q) / q) * u_K[:, None]
+            est.append(np.column_stack([mu, K, res, trace, trcov, nis, g, u_mu, u_K, u_r]))
+        full.append(est[0])
+        half.append(0.5 * (est[1] + est[2]))
+        cv = np.column_stack([r2 - m, r2**2 - 2 * r2 + m - m * (m + 1),
+                              (g_true**2).sum(1) - m / v,
+                              (z[:, -1] ** 2).sum(1) - m])
+        cvs.append(cv)
+    return dict(full=np.array(full), half=np.array(half), cv=np.array(cvs))
+
+
+def _replicates(qs, *, layers, tokens, skip, beta, log2_outer, log2_inner, replicates, seed):
+    """:func:`branch_samples` over independent scrambles (seeded): arrays (R, n_q, n, k)."""
+    dims_o, dims_i = tokens * (layers + 1), tokens * (layers - 1)
+    seeds = np.random.SeedSequence(seed).spawn(replicates)
+    full, half, cv = [], [], []
+    for s in seeds:
+        ro, ri = (np.random.default_rng(x) for x in s.spawn(2))
+        r = branch_samples(qs, layers=layers, tokens=tokens, skip=skip, beta=beta,
+                           outer_pts=_gauss_sobol(log2_outer, dims_o, ro),
+                           inner_pts=_gauss_sobol(log2_inner, dims_i, ri))
+        full.append(r["full"])
+        half.append(r["half"])
+        cv.append(r["cv"])
+    return np.array(full), np.array(half), np.array(cv)
+
+
+def _partner(names: tuple) -> dict:
+    """Column index -> index of its two-halves U-statistic partner (same mean up to ratio
+    bias): ``mu_l``, ``K_L`` and ``r_l`` have one."""
+    return {i: names.index("u_" + k) for i, k in enumerate(names) if "u_" + k in names}
+
+
+def _adjust(vals: np.ndarray, cv: np.ndarray, partner: dict):
+    """Control-variate adjusted per-replicate means (R, n_q, k) and the weight ``beta`` (n_q, k)
+    given to the U-statistic partner: every column is regressed on the known-mean-zero variates
+    (and on its difference to its partner, whose mean is only a ratio-bias difference),
+    coefficients pooled over replicates per q."""
+    R, nq, n, k = vals.shape
+    out = np.empty((R, nq, k))
+    beta = np.zeros((nq, k))
+    for j in range(nq):
+        X = cv[:, j].reshape(R * n, -1)
+        Y = vals[:, j].reshape(R * n, k)
+        for i in range(k):
+            Xi = X if i not in partner else np.column_stack([X, Y[:, i] - Y[:, partner[i]]])
+            Xc = Xi - Xi.mean(0)
+            coef, *_ = np.linalg.lstsq(Xc, Y[:, i] - Y[:, i].mean(), rcond=None)
+            out[:, j, i] = (Y[:, i] - Xi @ coef).reshape(R, n).mean(1)
+            if i in partner:
+                beta[j, i] = coef[-1]
+    return out, beta
+
+
+def _estimates(full: np.ndarray, half: np.ndarray, cv: np.ndarray, names: tuple) -> dict:
+    """Value, Student-t factor, standard error and ratio-bias bar of every column at every q.
+    The ratio bias of a teacher-paired column at n inner nodes is ``delta = |mean(halves) -
+    mean(whole)|`` (1/n law); its U-statistic partner (halves of n / 2) carries about 4 delta, so
+    a column mixed with weight ``beta`` on its partner gets ``(|1 - beta| + 4 |beta|) delta``."""
+    R = full.shape[0]
+    partner = _partner(names)
+    af, beta = _adjust(full, cv, partner)
+    raw_f = full.mean(2)
+    raw_h = half.mean(2)
+    delta = np.abs(raw_f - raw_h).mean(0)
+    bias = delta * (np.abs(1.0 - beta) + 4.0 * np.abs(beta))
+    t = stats.t.ppf(COVERAGE, R - 1)
+    return dict(per=af, value=af.mean(0), se=standard_error(af, axis=0), t=t, bias=bias,
+                beta=beta, half_value=raw_h.mean(0), full_raw=raw_f.mean(0))
+
+
+def branch_stats_qmc(q: float, *, layers: int, tokens: int = 2, skip: float = 1.0,
+                     beta: float = 1.0, log2_outer: int | None = None,
+                     log2_inner: int | None = None, replicates: int | None = None,
+                     seed: int = 0) -> dict:
+    """``K_L``, ``mu_l`` and ``r_l`` (l < L) on the last layer's SE branch at overlap ``q`` with
+    bars (THEORY 2.2; module docstring), and the identities ``trace_l`` (E tr C_l, equals M),
+    ``nishimori`` (``K_L - (M - E tr Cov_L / V) / V``, equals 0), ``g0 ..`` (E g_L, equal 0):
+    a dict of ``{value, error, se, ratio_bias}`` per name, plus ``seconds`` and ``method``."""
+    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    require(isinstance(q, (int, float)) and np.isfinite(q) and 0 < q < 1, f"q{layers}",
+            "in (0, 1)", q)
+    d = DEFAULT_RULE[(layers, tokens)]
+    lo, li, R = (d[0] if log2_outer is None else log2_outer,
+                 d[1] if log2_inner is None else log2_inner,
+                 d[2] if replicates is None else replicates)
+    _check_rule(lo, li, R)
+    t0 = time.perf_counter()
+    full, half, cv = _replicates([q], layers=layers, tokens=tokens, skip=skip, beta=beta,
+                                 log2_outer=lo, log2_inner=li, replicates=R, seed=seed)
+    names = sample_columns(layers, tokens)
+    e = _estimates(full, half, cv, names)
+    out = {}
+    for i, k in enumerate(names):
+        err = e["t"] * e["se"][0, i] + e["bias"][0, i]
+        out[k] = dict(value=float(e["value"][0, i]), error=float(err),
+                      se=float(e["se"][0, i]), ratio_bias=float(e["bias"][0, i]))
+    out["seconds"] = time.perf_counter() - t0
+    out["method"] = _method(lo, li, R, layers, tokens)
+    return out
+
+
+def _method(lo, li, R, layers, tokens) -> str:
+    return (f"model-sampled branch kernel: {R} replicates of 2^{lo} scrambled Sobol teacher "
+            f"draws (z, xi; {tokens * (layers + 1)} dims) x 2^{li} scrambled Sobol fibre nodes "
+            f"({tokens * (layers - 1)} free coordinates, both signs), teacher-paired and "
+            "two-halves estimators mixed by regression with control variates; "
+            "error = Student-t 99% x SE over replicates + ratio bias "
+            "(inner halves vs whole)")
+
+
+# ----------------------------------------------------------------------------- thresholds
+def _root(xs, r, deg: int):
+    """Root (nearest the points' centre) of the polynomial fit of degree ``deg`` in x."""
+    x0 = float(np.mean(xs))
+    c = np.polyfit(np.asarray(xs) - x0, r, deg)
+    roots = [z.real for z in np.roots(c) if abs(z.imag) < 1e-12]
+    if not roots:
+        return None
+    return x0 + min(roots, key=abs)
+
+
+def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0,
+                              beta: float = 1.0, log2_outer: int | None = None,
+                              log2_inner: int | None = None, replicates: int | None = None,
+                              seed: int = 0, scan=DEFAULT_SCAN, scan_rule=(10, 12, 8),
+                              points: int = 4, spacing: float = 0.2,
+                              progress=None) -> list[dict]:
+    """Sequential thresholds of every unlearned layer ``l = 1 .. L-1`` on the last layer's SE
+    branch (THEORY 2.2): the root ``q*`` of ``r_l = mu_l - (1 - q) K_L / q``, ``alpha_seq,l =
+    1 / mu_l(q*)``.
+
+    A cheap scan (``scan_rule`` = (log2 outer, log2 inner, replicates)) over ``scan`` brackets
+    each sign change; ``points`` values of ``q``, ``spacing`` apart in ``x = log(1 - q)`` and
+    centred on the scan's linear root (moved by their span, at most twice, until ``r_l`` changes
+    sign among them), are evaluated with the main rule and common random numbers.  ``r_l`` and
+    ``mu_l`` are fitted by quadratics in ``x``.  Error = Student-t 99% factor x SE of the
+    per-replicate roots' alpha + ratio bias (the bars' bias terms of ``mu_l`` and ``r_l`` carried
+    through the slopes) + |quadratic - linear fit|.  Records ``layer, kind="sequential", value, error,
+    q{L}, q{L}_error, method, seconds, first`` and the identity checks at the nearest point."""
+    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    d = DEFAULT_RULE[(layers, tokens)]
+    lo, li, R = (d[0] if log2_outer is None else log2_outer,
+                 d[1] if log2_inner is None else log2_inner,
+                 d[2] if replicates is None else replicates)
+    _check_rule(lo, li, R)
+    _check_rule(*scan_rule)
+    require(isinstance(scan, (tuple, list)) and len(scan) >= 2
+            and all(isinstance(x, (int, float)) and 0 < x < 1 for x in scan)
+            and list(scan) == sorted(set(scan)), "scan", "increasing values in (0, 1)", scan)
+    require(isinstance(points, int) and 3 <= points <= 8, "points", "an integer in [3, 8]",
+            points)
+    require(isinstance(spacing, (int, float)) and 0.02 <= spacing <= 1.0, "spacing",
+            "in [0.02, 1] (step in log(1 - q))", spacing)
+    t0 = time.perf_counter()
+    tick = progress or (lambda *a: None)
+    names = sample_columns(layers, tokens)
+    free = range(1, layers)
+    kw = dict(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    sf, sh, sc = _replicates(list(scan), **kw, log2_outer=scan_rule[0],
+                             log2_inner=scan_rule[1], replicates=scan_rule[2], seed=seed + 7919)
+    rs = _estimates(sf, sh, sc, names)["value"]
+    tick(1, 1 + layers - 1, "sequential (branch QMC): scan")
+    out = []
+    for l in free:
+        r = rs[:, names.index(f"r{l}")]
+        idx = [i for i in range(len(scan) - 1) if r[i] < 0 <= r[i + 1]]
+        if not idx:
+            raise ConvergenceError(f"sequential threshold of layer {l} not bracketed in q",
+                                   last_iterate=list(scan), residual=[float(x) for x in r])
+        xa, xb = math.log1p(-scan[idx[0]]), math.log1p(-scan[idx[0] + 1])
+        ra, rb = r[idx[0]], r[idx[0] + 1]
+        xc = xa + (xb - xa) * ra / (ra - rb)            # linear interpolation in the bracket
+        for _attempt in range(3):
+            xs = [xc + spacing * (k - 0.5 * (points - 1)) for k in range(points)]
+            qs = [-math.expm1(x) for x in xs]
+            require(all(0 < x < 1 for x in qs), "scan", "brackets whose points stay in (0, 1)",
+                    qs)
+            full, half, cv = _replicates(qs, **kw, log2_outer=lo, log2_inner=li,
+                                         replicates=R, seed=seed)
+            e = _estimates(full, half, cv, names)
+            rv = e["value"][:, names.index(f"r{l}")]
+            if min(rv) < 0 < max(rv):
+                break
+            # r_l rises with q (falls with x): all negative -> the root lies at smaller x
+            xc += (-1.0 if max(rv) < 0 else 1.0) * spacing * (points - 1)
+        ir, im = names.index(f"r{l}"), names.index(f"mu{l}")
+
+        def alpha_at(rv, mv, deg=2, xs=xs):
+            xr = _root(xs, rv, deg)
+            if xr is None:
+                xr = _root(xs, rv, 1)
+            x0 = float(np.mean(xs))
+            return xr, 1.0 / float(np.polyval(np.polyfit(np.asarray(xs) - x0, mv, deg),
+                                               xr - x0))
+
+        xr, a = alpha_at(e["value"][:, ir], e["value"][:, im])
+        if not min(xs) - 1e-12 <= xr <= max(xs) + 1e-12:
+            raise ConvergenceError(f"layer-{l} root outside the refinement points",
+                                   last_iterate=qs,
+                                   residual=[float(x) for x in e["value"][:, ir]])
+        per = np.array([alpha_at(e["per"][k, :, ir], e["per"][k, :, im]) for k in range(R)])
+        xl, al = alpha_at(e["value"][:, ir], e["value"][:, im], deg=1)
+        x0 = float(np.mean(xs))
+        s_r, s_mu = (float(np.polyval(np.polyder(np.polyfit(np.asarray(xs) - x0,
+                                                            e["value"][:, i], 2)), xr - x0))
+                     for i in (ir, im))
+        # ratio bias: shifts mu_l by up to b_mu and the root by up to b_r / |s_r|
+        b_r, b_mu = float(e["bias"][:, ir].max()), float(e["bias"][:, im].max())
+        bias_a = a**2 * (b_mu + abs(s_mu / s_r) * b_r)
+        se_a, se_x = standard_error(per[:, 1]), standard_error(per[:, 0])
+        err = e["t"] * se_a + bias_a + abs(a - al)
+        q_star = -math.expm1(xr)
+        q_err = (e["t"] * se_x + b_r / abs(s_r) + abs(xr - xl)) * (1.0 - q_star)
+        j = int(np.argmin([abs(x - xr) for x in xs]))
+        checks = {k: (float(e["value"][j, names.index(k)]),
+                      float(e["t"] * e["se"][j, names.index(k)] + e["bias"][j, names.index(k)]))
+                  for k in (*(f"trace{k}" for k in free), "nishimori",
+                            *(f"g{b}" for b in range(tokens)))}
+        out.append({
+            "layer": l, "kind": "sequential", "value": float(a), "error": float(err),
+            f"q{layers}": float(q_star), f"q{layers}_error": float(q_err),
+            "stat_error": float(e["t"] * se_a), "ratio_bias": float(bias_a),
+            "slope_r": s_r, "slope_mu": s_mu,
+            "interpolation": float(abs(a - al)), "points": qs,
+            "residuals": [float(x) for x in e["value"][:, ir]],
+            "residual_errors": [float(e["t"] * s + b) for s, b in
+                                zip(e["se"][:, ir], e["bias"][:, ir], strict=True)],
+            f"K{layers}": float(e["value"][j, names.index(f"K{layers}")]),
+            "checks": checks, "seconds": 0.0,
+            "method": (f"root in q{layers} of mu_{l} - (1-q{layers}) K{layers}/q{layers} on the "
+                       f"layer-{layers} SE branch, quadratic fit in log(1 - q) over {points} "
+                       "points with common random numbers; " + _method(lo, li, R, layers, tokens)
+                       + " + |quadratic - linear fit|")})
+        tick(1 + l, 1 + layers - 1, f"sequential (branch QMC): layer {l}")
+    secs = time.perf_counter() - t0
+    first = min(out, key=lambda r: r["value"])
+    for r in out:
+        r["seconds"] = secs
+        r["first"] = r is first
+    return out

@@ -1,0 +1,184 @@
+"""Branch statistics and sequential thresholds of deep attention at any (L, M) by the
+model-sampled branch kernel (numerics/smi_branch_qmc.py; THEORY 2.2, 2.5)."""
+
+import math
+
+import numpy as np
+import pytest
+from aim_sym.numerics import smi_branch_qmc as bq
+from aim_sym.numerics import smi_weak
+from aim_sym.numerics.records import ConvergenceError, InputError
+
+SEQ_L2 = 0.71963568          # L = 2, M = 2, c = 1 (numerics.smi_sequential ladder, +- 4e-8)
+
+
+# ----------------------------------------------------------------------------- plain Monte Carlo
+def _forward(z_free, z_last, *, skip, beta):
+    """``Mat = A_{L-1} .. A_1`` (..., M, M) written out from THEORY 2.1 (h^(1) = z_1, A_l =
+    softmax_rows(beta h^(l) h^(l)T) + c I, h^(l+1) = A_l .. A_1 z_{l+1}) and ``h^(L)``."""
+    m = z_free.shape[-1]
+    mat = np.broadcast_to(np.eye(m), z_free.shape[:-2] + (m, m))
+    h = z_free[..., 0, :]
+    for l in range(z_free.shape[-2]):
+        s = beta * h[..., :, None] * h[..., None, :]
+        e = np.exp(s - s.max(-1, keepdims=True))
+        mat = (e / e.sum(-1, keepdims=True) + skip * np.eye(m)) @ mat
+        nxt = z_free[..., l + 1, :] if l + 1 < z_free.shape[-2] else z_last
+        if nxt is not None:
+            h = (mat @ nxt[..., None])[..., 0]
+    return mat, h
+
+
+def _adjugate(a):
+    """Adjugate and determinant of (..., M, M) matrices, M = 2 or 3 (cofactors written out)."""
+    if a.shape[-1] == 2:
+        adj = np.stack([np.stack([a[..., 1, 1], -a[..., 0, 1]], -1),
+                        np.stack([-a[..., 1, 0], a[..., 0, 0]], -1)], -2)
+        return adj, a[..., 0, 0] * a[..., 1, 1] - a[..., 0, 1] * a[..., 1, 0]
+    cof = np.empty_like(a)
+    for i in range(3):
+        for j in range(3):
+            r, c = [k for k in range(3) if k != i], [k for k in range(3) if k != j]
+            minor = (a[..., r[0], c[0]] * a[..., r[1], c[1]]
+                     - a[..., r[0], c[1]] * a[..., r[1], c[0]])
+            cof[..., i, j] = (-1) ** (i + j) * minor
+    return np.swapaxes(cof, -1, -2), (a[..., 0, :] * cof[..., 0, :]).sum(-1)
+
+
+def plain_branch_mc(q, *, layers, tokens, samples, inner, seed, skip=1.0, beta=1.0):
+    """Seeded plain Monte Carlo on the branch Q = diag(0, .., 0, q), independent of the kernel:
+    teacher z ~ N(0, I), xi ~ N(0, I), omega_L = q z_L + sqrt(q V) xi; per teacher its own iid
+    prior draws of the free rows, weighted by N(s Mat^{-1} h; omega_L, V I) / det Mat (both signs,
+    solved per draw), cut into two independent halves: per-sample <C_a - I, C_b - I>_F of every
+    free row and g_a . g_b (no variance bias; the ratio bias is O(1 / inner)).  Returns
+    (samples, L) arrays: mu_1 .. mu_{L-1}, K_L."""
+    rng = np.random.default_rng(seed)
+    m, v = tokens, 1.0 - q
+    out = []
+    step = max(1, 200_000 // inner)
+    for s0 in range(0, samples, step):
+        n = min(step, samples - s0)
+        z = rng.standard_normal((n, layers, m))
+        xi = rng.standard_normal((n, m))
+        _, h = _forward(z[:, :-1], z[:, -1], skip=skip, beta=beta)
+        om = q * z[:, -1] + math.sqrt(q * v) * xi
+        zf = rng.standard_normal((n, inner, layers - 1, m))
+        mat, _ = _forward(zf, None, skip=skip, beta=beta)
+        adj, det = _adjugate(mat)
+        u = np.einsum("niab,nb->nia", adj, h) / det[..., None]
+        logdet = np.log(det)
+        lp = -((u - om[:, None]) ** 2).sum(-1) / (2 * v) - logdet
+        lm = -((u + om[:, None]) ** 2).sum(-1) / (2 * v) - logdet
+        top = np.maximum(lp.max(1), lm.max(1))[:, None]
+        wp, wm = np.exp(lp - top), np.exp(lm - top)
+        res = []
+        for part in (slice(0, inner // 2), slice(inner // 2, inner)):
+            w, d = (wp + wm)[:, part], (wp - wm)[:, part]
+            zz = np.einsum("nila,nilb->nlab", zf[:, part] * w[..., None, None],
+                           zf[:, part]) / w.sum(1)[:, None, None, None]
+            g = ((d[..., None] * u[:, part]).sum(1) / w.sum(1)[:, None] - om) / v
+            res.append((zz - np.eye(m), g))
+        (ca, ga), (cb, gb) = res
+        out.append(np.column_stack([(ca * cb).sum((2, 3)), (ga * gb).sum(1)]))
+    return np.concatenate(out)
+
+
+# ----------------------------------------------------------------------------- input checks
+@pytest.mark.parametrize("kw", [dict(layers=5, tokens=2), dict(layers=3, tokens=3),
+                                dict(layers=2, tokens=2, skip=0.1),
+                                dict(layers=2, tokens=2, beta=3.0)])
+def test_unsupported_inputs_are_refused(kw):
+    with pytest.raises(InputError):
+        bq.branch_stats_qmc(0.5, **kw)
+
+
+@pytest.mark.parametrize("q", [0.0, 1.0, -0.2, float("nan")])
+def test_overlap_outside_the_unit_interval_is_refused(q):
+    with pytest.raises(InputError, match="q2"):
+        bq.branch_stats_qmc(q, layers=2, tokens=2)
+
+
+def test_rule_sizes_are_checked():
+    with pytest.raises(InputError, match="replicates"):
+        bq.branch_stats_qmc(0.5, layers=2, tokens=2, replicates=2)
+    with pytest.raises(InputError, match="spacing"):
+        bq.sequential_thresholds_qmc(layers=2, spacing=5.0)
+
+
+def test_unbracketed_root_raises_convergence_error():
+    # below the root (q2* = 0.974) the residual is negative at every scan point
+    with pytest.raises(ConvergenceError, match="not bracketed"):
+        bq.sequential_thresholds_qmc(layers=2, scan=(0.5, 0.6, 0.7), scan_rule=(8, 9, 4))
+
+
+# ----------------------------------------------------------------------------- the kernel
+@pytest.mark.parametrize("layers,tokens", [(2, 2), (2, 3), (4, 2)])
+def test_identities_on_the_branch(layers, tokens):
+    # E tr C_l = M (Nishimori), E g_L = 0 (sign symmetry), the Nishimori form of K_L
+    st = bq.branch_stats_qmc(0.9, layers=layers, tokens=tokens, log2_outer=9, log2_inner=11,
+                             replicates=8, seed=3)
+    for l in range(1, layers):
+        e = st[f"trace{l}"]
+        assert abs(e["value"] - tokens) <= e["error"] and e["error"] < 0.05 * tokens
+    for a in range(tokens):
+        assert abs(st[f"g{a}"]["value"]) <= st[f"g{a}"]["error"]
+    nis, K = st["nishimori"], st[f"K{layers}"]
+    assert abs(nis["value"]) <= nis["error"] and nis["error"] < 0.1 * K["value"]
+    # teacher-paired and U-statistic forms share their mean
+    for k in (*(f"mu{l}" for l in range(1, layers)), f"K{layers}"):
+        a, b = st[k], st["u_" + k]
+        assert abs(a["value"] - b["value"]) <= a["error"] + b["error"]
+
+
+def test_small_overlap_limit_is_the_weak_coefficients():
+    # q -> 0: mu_l -> lambda_l and K_L / q -> lambda_L (THEORY 2.2 linearisation); the O(q)
+    # term is removed by the linear extrapolation 2 f(q) - f(2 q) (common random numbers)
+    w = smi_weak.stability(layers=2, tokens=2, rule="gh")
+    kw = dict(layers=2, tokens=2, log2_outer=11, log2_inner=11, replicates=8, seed=4)
+    q = 0.01
+    a, b = bq.branch_stats_qmc(q, **kw), bq.branch_stats_qmc(2 * q, **kw)
+    mu = 2 * a["mu1"]["value"] - b["mu1"]["value"]
+    mu_err = 2 * a["mu1"]["error"] + b["mu1"]["error"]
+    assert abs(mu - w["lam1"].value) <= mu_err + w["lam1"].error
+    k = 2 * a["K2"]["value"] / q - b["K2"]["value"] / (2 * q)
+    k_err = 2 * a["K2"]["error"] / q + b["K2"]["error"] / (2 * q)
+    assert abs(k - w["lam2"].value) <= k_err + w["lam2"].error
+    assert mu_err < 0.1 * mu and k_err < 0.2 * k
+
+
+def test_sequential_threshold_l2_matches_the_lattice_value():
+    out = bq.sequential_thresholds_qmc(layers=2, tokens=2, log2_outer=10, log2_inner=11,
+                                       replicates=8, scan_rule=(9, 10, 8),
+                                       scan=(0.9, 0.95, 0.97, 0.98, 0.99))
+    (r,) = out
+    assert r["layer"] == 1 and r["kind"] == "sequential" and r["first"]
+    assert abs(r["value"] - SEQ_L2) <= r["error"] and r["error"] < 0.05
+    assert 0.96 < r["q2"] < 0.985
+
+
+def test_plain_monte_carlo_agrees_with_the_kernel_l2():
+    # the independent oracle itself, at L = 2 near the root q2* = 0.9738
+    q = 0.974
+    mc = plain_branch_mc(q, layers=2, tokens=2, samples=3000, inner=512, seed=9)
+    st = bq.branch_stats_qmc(q, layers=2, tokens=2, log2_outer=10, log2_inner=12,
+                             replicates=8, seed=9)
+    for j, k in enumerate(("mu1", "K2")):
+        se = mc[:, j].std(ddof=1) / math.sqrt(len(mc))
+        assert abs(mc[:, j].mean() - st[k]["value"]) <= 3.5 * se + st[k]["error"]
+
+
+@pytest.mark.slow
+def test_plain_monte_carlo_confirms_the_l4_layer1_root():
+    # the new L = 4 value: at the kernel's root q4* the plain Monte Carlo residual r_1 vanishes
+    # and its mu_1 equals 1 / alpha_seq,1 (within 3.5 of its standard errors + the kernel's bar)
+    out = bq.sequential_thresholds_qmc(layers=4, tokens=2, log2_outer=11, log2_inner=13,
+                                       replicates=8)
+    r1 = next(r for r in out if r["layer"] == 1)
+    q = r1["q4"]
+    mc = plain_branch_mc(q, layers=4, tokens=2, samples=6000, inner=2048, seed=21)
+    res = mc[:, 0] - (1 - q) / q * mc[:, 3]
+    se = res.std(ddof=1) / math.sqrt(len(res))
+    slope = abs(r1["slope_r"]) / (1 - q)                 # d r_1 / d q
+    assert abs(res.mean()) <= 3.5 * se + slope * r1["q4_error"]
+    se_mu = mc[:, 0].std(ddof=1) / math.sqrt(len(mc))
+    assert abs(mc[:, 0].mean() - 1 / r1["value"]) <= 3.5 * se_mu + r1["error"] / r1["value"] ** 2
