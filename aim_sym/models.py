@@ -640,7 +640,8 @@ def _polyhedral_threshold(m: AIM, kind: str, *, small_width: bool, digits: int,
         raise InputError("certified must be False for a polyhedral channel: its threshold is a "
                          "quadrature (error bar by refinement), not a closed form; got True")
     params = {k: v for k, v in m.parameters().items() if k != "rho"}
-    if digits > 15:  # mpmath route (numerics/polytope_mp.py), rank <= 3, 16..60 digits
+    if digits > 16:  # mpmath route (numerics/polytope_mp.py), rank <= 3, 17..60 digits (the
+        # default 16 keeps the double-precision route, capped at 15 digits)
         from .numerics import polytope_mp as pmp
 
         if digits > 60:
@@ -653,7 +654,8 @@ def _polyhedral_threshold(m: AIM, kind: str, *, small_width: bool, digits: int,
                                "closed_form": "1 / (2 E(0, 1)), E = sum_y |grad Z_y|_C^2 / Z_y "
                                "at omega = 0: Gaussian polytope integrals in mpmath (no closed "
                                "form)", "sympy": None})
-    est = ps.weak_threshold(m.polyhedral)  # double precision: at most 15 significant digits
+    digits = min(digits, 15)  # double precision: at most 15 significant digits
+    est = ps.weak_threshold(m.polyhedral)
     return Result(quantity="alpha_bar_c", value=f"{est.value:.{digits}g}", error=est.error,
                   method=est.method, precision=digits, parameters=params,
                   details={"kind": "weak (small width)", "digits": digits,
