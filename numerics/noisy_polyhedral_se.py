@@ -564,7 +564,6 @@ def fixed_points_noisy(ch: NoisyPolyhedralOutput, *, alpha: float, rho: float,
     require(math.isfinite(alpha) and alpha > 0, "alpha", "a finite real > 0", alpha)
     require(math.isfinite(rho) and rho > 0, "rho", "a finite real > 0", rho)
     t0 = time.perf_counter()
-    Q0 = 1.0 + rho
     coarse, fine = points
     r_scan = [_residual(ch, alpha=alpha, rho=rho, V=v, points=coarse, rule=rule)[0]
               for v in V_SCAN]
@@ -576,7 +575,6 @@ def fixed_points_noisy(ch: NoisyPolyhedralOutput, *, alpha: float, rho: float,
     for (a, ra), (b, rb) in zip(zip(V_SCAN, r_scan), zip(V_SCAN[1:], r_scan[1:])):
         if ra * rb > 0:
             continue
-        dr = (rb - ra) / (b - a)
 
         def f(v):
             return _residual(ch, alpha=alpha, rho=rho, V=v, points=coarse, rule=rule)[0]
@@ -586,18 +584,8 @@ def fixed_points_noisy(ch: NoisyPolyhedralOutput, *, alpha: float, rho: float,
         # the local slope on the coarse rule (a secant over 1e-3)
         dv = 1e-3 * min(v0, 1.0)
         dr = (f(v0 + dv) - f(v0 - dv)) / (2 * dv)
-        v1 = v0 - r1 / dr
-        E = q_hat / (2 * alpha)
-        dE = 1e-6 * E
-        dmmse = abs(float(wishart.mmse(1.0 / (2 * alpha * (E + dE)), rho=rho))
-                    - float(wishart.mmse(1.0 / q_hat, rho=rho))) / dE
-        prior = wishart.mmse_estimate(1.0 / q_hat, rho=rho).error
-        err = abs(v1 - v0) + (dmmse * bar + prior) / abs(dr) + 1e-9
-        q = Q0 - v1
-        I_S = float(wishart.mutual_information(1.0 / q_hat, rho=rho))
-        phi = -q * q_hat / 4 + q_hat * Q0 / 4 - I_S + alpha * psi
-        out.append({"q": q, "q_hat": q_hat, "mmse": v1, "error": err, "phi": phi,
-                    "slope": dr + 1.0, "stable": bool(abs(dr + 1.0) < 1),
+        out.append({**ps.newton_row(v0=v0, r1=r1, dr=dr, q_hat=q_hat, psi=psi, bar=bar,
+                                    alpha=alpha, rho=rho, tol=1e-9),
                     "rule": f"randomised QMC over (omega, y), 2^{coarse[0]} and 2^{fine[0]} "
                     f"points x {fine[1]} scrambles",
                     "seconds": time.perf_counter() - t0})

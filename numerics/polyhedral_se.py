@@ -524,7 +524,6 @@ def _roots(ch, *, alpha: float, rho: float, grid, r_grid, coarse: dict, fine: di
            xtol: float, t0: float, label: str) -> list:
     """Each sign change of ``r_grid`` on ``grid``: Brent's method on the ``coarse`` rule, one
     Newton step on the ``fine`` rule; error = that step + the bars over |1 - slope|."""
-    Q0 = 1.0 + rho
     out = []
     for (a, ra), (b, rb) in zip(zip(grid, r_grid), zip(grid[1:], r_grid[1:])):
         if ra * rb > 0:
@@ -540,20 +539,32 @@ def _roots(ch, *, alpha: float, rho: float, grid, r_grid, coarse: dict, fine: di
                                    f"{label}", last_iterate=(a, b), residual=(fa, fb))
         v0 = brentq(f, a, b, xtol=xtol, rtol=1e-12)
         r1, q_hat, psi, bar = _residual(ch, alpha=alpha, rho=rho, V=v0, rule=rule, **fine)
-        v1 = v0 - r1 / dr
-        E = q_hat / (2 * alpha)
-        dE = 1e-6 * E
-        dmmse = abs(float(wishart.mmse(1.0 / (2 * alpha * (E + dE)), rho=rho))
-                    - float(wishart.mmse(1.0 / q_hat, rho=rho))) / dE
-        prior = wishart.mmse_estimate(1.0 / q_hat, rho=rho).error
-        err = abs(v1 - v0) + (dmmse * bar + prior) / abs(dr) + xtol
-        q = Q0 - v1
-        I_S = float(wishart.mutual_information(1.0 / q_hat, rho=rho))
-        phi = -q * q_hat / 4 + q_hat * Q0 / 4 - I_S + alpha * psi
-        out.append({"q": q, "q_hat": q_hat, "mmse": v1, "error": err, "phi": phi,
-                    "slope": dr + 1.0, "stable": bool(abs(dr + 1.0) < 1),
+        out.append({**newton_row(v0=v0, r1=r1, dr=dr, q_hat=q_hat, psi=psi, bar=bar,
+                                 alpha=alpha, rho=rho, tol=xtol),
                     "rule": label, "seconds": time.perf_counter() - t0})
     return out
+
+
+def newton_row(*, v0: float, r1: float, dr: float, q_hat: float, psi: float, bar: float,
+               alpha: float, rho: float, tol: float) -> dict:
+    """One SE fixed point from a root ``v0`` of the coarse rule's residual mmse(1/q_hat) - V
+    and the fine rule's residual ``r1`` there (slope ``dr`` = d residual / dV): one Newton step
+    v1 = v0 - r1 / dr; error = |v1 - v0| + (the bar ``bar`` of E through mmse + the prior's
+    quadrature bar) / |dr| + ``tol``; phi = -q q_hat / 4 + q_hat Q0 / 4 - I(1/q_hat) + alpha
+    Psi_out (THEORY 1.1). Keys q, q_hat, mmse, error, phi, slope, stable."""
+    Q0 = 1.0 + rho
+    v1 = v0 - r1 / dr
+    E = q_hat / (2 * alpha)
+    dE = 1e-6 * E
+    dmmse = abs(float(wishart.mmse(1.0 / (2 * alpha * (E + dE)), rho=rho))
+                - float(wishart.mmse(1.0 / q_hat, rho=rho))) / dE
+    prior = wishart.mmse_estimate(1.0 / q_hat, rho=rho).error
+    err = abs(v1 - v0) + (dmmse * bar + prior) / abs(dr) + tol
+    q = Q0 - v1
+    I_S = float(wishart.mutual_information(1.0 / q_hat, rho=rho))
+    phi = -q * q_hat / 4 + q_hat * Q0 / 4 - I_S + alpha * psi
+    return {"q": q, "q_hat": q_hat, "mmse": v1, "error": err, "phi": phi, "slope": dr + 1.0,
+            "stable": bool(abs(dr + 1.0) < 1)}
 
 
 def fixed_points(ch: PolyhedralOutput, *, alpha: float, rho: float,
