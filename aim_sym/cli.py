@@ -279,6 +279,37 @@ def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> Non
         + [o["note"]]))
 
 
+def _smi_cascade_cli(kind: str, kw: dict, **flags) -> None:
+    """``threshold weak --model smi --layers 3 --cascade``: layer 2's cascade threshold
+    (aim_sym.thresholds.smi_cascade)."""
+    from .thresholds import smi_cascade
+
+    if kw["model"] != "smi" or (kw.get("layers") or 2) != 3 or kw["tokens"] != 2:
+        fail("--cascade", "used with --model smi --layers 3 --tokens 2", True)
+    if kind != "weak":
+        fail("KIND", "weak with --cascade", kind)
+    for opt, value in flags.items():
+        if given(opt):
+            fail("--" + opt.replace("_", "-"), "omitted with --cascade", value)
+    if kw.get("channel") not in (None, "deep-attention") or general.wants_general(kw):
+        fail("--channel", "deep-attention with --cascade",
+             kw.get("channel") or kw.get("channel_file") or kw.get("noise"))
+    skip = 1.0 if kw.get("skip") is None else kw["skip"]
+    beta = 1.0 if kw.get("beta") is None else kw["beta"]
+    progress_printer(0, 1, "L = 3 cascade: joint branch of layers 3 and 1 (QMC grid)")
+    r = smi_cascade(skip=skip, beta=beta)
+    progress_printer(1, 1, "done")
+    out = {**r.parameters, "threshold": r.quantity, "value": r.value, "error": r.error,
+           "method": r.method, **r.details,
+           "note": "layer 2's stability on the joint branch Q = diag(q1, 0, q3); 'sequential' is "
+                   "layer 2 on the layer-3-only branch from the same points (docs/smi_depth.md)"}
+    emit(out, kw["as_json"], lambda o: (
+        f"SMI deep attention L=3 M=2 skip={skip} beta={beta}: cascade (layer 2 once layers 3 "
+        f"and 1 are learned) alpha = {o['value']:.6g} +- {o['error']:.1e} at q1 = {o['q1']:.4g}, "
+        f"q3 = {o['q3']:.6g}\n  layer-3-only branch, same points: {o['sequential']:.6g} +- "
+        f"{o['sequential_error']:.1e}; shift {o['shift']:+.4g} +- {o['shift_error']:.1e}"))
+
+
 # ----------------------------------------------------------------------------- commands
 @click.group()
 @click.version_option(package_name="aim-sym")
@@ -497,12 +528,18 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
 @click.option("--certified", is_flag=True, help="aim: a guaranteed interval by ball "
               "arithmetic (python-flint)")
 @click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only")
+@click.option("--cascade", is_flag=True, help="smi --layers 3: layer 2's threshold once layers "
+              "3 and 1 are both learned (~2-4 min)")
 @click.option("--direct", is_flag=True, help="erm perfect: the direct (element-wise, "
               "Frobenius) parameterisation instead of the factorised one")
-def threshold(kind, small_width, digits, certified, no_sequential, direct, **kw):
+def threshold(kind, small_width, digits, certified, no_sequential, cascade, direct, **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists); for
     --model erm the interpolation or perfect-recovery threshold (THEORY 3)."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
+    if cascade:
+        _smi_cascade_cli(kind, kw, no_sequential=no_sequential, digits=digits,
+                         certified=certified, small_width=small_width, direct=direct)
+        return
     if model == "aim" and kw.get("layers") == 2:
         aim_channels.deep_aim_weak(kw, kind, small_width, certified, no_sequential, direct)
         return

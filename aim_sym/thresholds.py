@@ -308,3 +308,24 @@ def smi_depth_sequential(*, layers: int, tokens: int = 2, skip: float = 1.0, bet
                         f"q{layers}": r[f"q{layers}"], f"q{layers}_error": r[f"q{layers}_error"],
                         "seconds": r["seconds"]})
         for r in rows), params)
+
+
+def smi_cascade(*, skip: float = 1.0, beta: float = 1.0):
+    """Layer 2's cascade threshold of deep tied attention at L = 3, M = 2 (THEORY 2.2;
+    docs/smi_depth.md, "The L = 3 cascade"): the alpha at which Q_22 = 0 becomes unstable on
+    the joint branch Q = diag(q1, 0, q3), layers 3 and 1 learned, by
+    :mod:`aim_sym.numerics.smi_cascade` (model-sampled QMC, about 2-4 minutes). A Result
+    "alpha_cascade"; details q1, q3 with errors, the layer-3-only sequential value from the
+    same points and the shift alpha_cascade - alpha_sequential with its error. Validated at
+    c = 1, beta = 1."""
+    from .numerics import smi_cascade as sc
+    from .results import Result
+
+    r = sc.cascade_threshold(skip=skip, beta=beta)
+    keys = ("q1", "q1_error", "q3", "q3_error", "sequential", "sequential_error", "shift",
+            "shift_error", "stat_error", "ratio_bias", "interpolation", "seconds")
+    return Result(quantity="alpha_cascade", value=r["value"], error=r["error"],
+                  method=r["method"], precision=None,
+                  parameters={"model": "smi", "channel": "deep-attention", "layers": 3,
+                              "tokens": 2, "skip": skip, "beta": beta},
+                  details={k: r[k] for k in keys if k in r})

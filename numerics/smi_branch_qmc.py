@@ -99,7 +99,7 @@ def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
             f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the branch kernel", beta)
 
 
-def _check_rule(log2_outer, log2_inner, replicates) -> None:
+def check_rule(log2_outer, log2_inner, replicates) -> None:
     require(isinstance(log2_outer, (int, np.integer)) and 6 <= log2_outer <= 18, "log2_outer",
             "an integer in [6, 18]", log2_outer)
     require(isinstance(log2_inner, (int, np.integer)) and 6 <= log2_inner <= 18, "log2_inner",
@@ -108,11 +108,11 @@ def _check_rule(log2_outer, log2_inner, replicates) -> None:
             "an integer in [4, 256]", replicates)
 
 
-def _pairs(m: int):
+def pair_list(m: int):
     return [(a, b) for a in range(m) for b in range(a, m)]
 
 
-def _gauss_sobol(log2n: int, dims: int, rng) -> np.ndarray:
+def gauss_sobol(log2n: int, dims: int, rng) -> np.ndarray:
     """2^log2n scrambled Sobol points mapped to N(0, I_dims)."""
     u = qmc.Sobol(d=dims, scramble=True, seed=rng).random_base2(log2n)
     return stats.norm.ppf(u)
@@ -127,7 +127,7 @@ def inner_features(z_free: np.ndarray, *, layers: int, tokens: int, skip: float,
     the sign-odd ones ``FD`` (entries of ``Mat^{-1}``)."""
     m = tokens
     Mi, logdet = fibre_map(z_free, skip=skip, beta=beta)
-    pairs = _pairs(m)
+    pairs = pair_list(m)
     B = np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
                   for a, b in pairs], 1)
     Y = Mi.reshape(-1, m * m)                      # Y[a * m + b] = Mi[a, b]
@@ -152,19 +152,31 @@ def posterior_sums(h: np.ndarray, omega: np.ndarray, v: float, inner: dict,
     |Mat^{-1} h|^2 / (2V) +- omega^T Mat^{-1} h / V - shift)``, a common row shift for all
     slices."""
     m = h.shape[1]
-    pairs = _pairs(m)
+    pairs = pair_list(m)
     hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
     oh = (omega[:, :, None] * h[:, None, :]).reshape(len(h), m * m)
-    out = [[np.empty((len(h), inner["FS"].shape[1])), np.empty((len(h), m * m))]
+    Pout = np.hstack([-0.5 / v * hh, np.ones((len(h), 1))])
+    Pin = np.vstack([inner["B"].T, inner["logw"][None, :]])
+    return signed_sums(Pout, Pin, oh / v, inner, splits)
+
+
+def signed_sums(Pout: np.ndarray, Pin: np.ndarray, X_out: np.ndarray, inner: dict,
+                splits: tuple) -> list:
+    """The block kernel of :func:`posterior_sums` (and of the cascade's): the sign-even exponent
+    of outer row i and inner node j is ``(Pout @ Pin)_ij``, the sign-odd one ``(X_out @ Y^T)_ij``
+    (``Y = inner["Y"]``); per slice of inner nodes in ``splits`` it returns
+    ``(sum_j S_ij FS_j, sum_j D_ij FD_j)`` with ``S, D = e+ +- e-``, ``e+- = exp(even +- odd -
+    shift_i)``, one row shift for all slices (float32 exponentials, :func:`exp32`)."""
+    n = len(Pout)
+    out = [[np.empty((n, inner["FS"].shape[1])), np.empty((n, inner["FD"].shape[1]))]
            for _ in splits]
     step = max(8, _BLOCK // inner["n"])
-    Pin = np.vstack([inner["B"].T, inner["logw"][None, :]])
     Yt = inner["Y"].T
     FS32, FD32 = (np.asarray(inner[k], dtype=np.float32) for k in ("FS", "FD"))
-    for s0 in range(0, len(h), step):
+    for s0 in range(0, n, step):
         sl = slice(s0, s0 + step)
-        P = np.hstack([-0.5 / v * hh[sl], np.ones((len(hh[sl]), 1))]) @ Pin
-        X = (oh[sl] / v) @ Yt
+        P = Pout[sl] @ Pin
+        X = X_out[sl] @ Yt
         Ep = P + X
         mp = Ep.max(1)
         # the sign -1 matters only where omega . Mat^{-1} h is within ~80 V of 0
@@ -173,10 +185,10 @@ def posterior_sums(h: np.ndarray, omega: np.ndarray, v: float, inner: dict,
         if need.any():
             Em = P[need] - X[need]
             shift[need] = np.maximum(mp[need], Em.max(1))
-        S = _exp32(Ep, shift)
+        S = exp32(Ep, shift)
         D = S.copy()
         if need.any():
-            em = _exp32(Em, shift[need])
+            em = exp32(Em, shift[need])
             S[need] += em
             D[need] -= em
         for (oS, oD), part in zip(out, splits, strict=True):
@@ -185,7 +197,7 @@ def posterior_sums(h: np.ndarray, omega: np.ndarray, v: float, inner: dict,
     return out
 
 
-def _exp32(E: np.ndarray, shift: np.ndarray) -> np.ndarray:
+def exp32(E: np.ndarray, shift: np.ndarray) -> np.ndarray:
     """``exp(E - shift)`` row-wise in float32 (relative error ~1e-7 per weight, far below the
     statistical bars; sums of the moment products in float32 blocks are accumulated per row),
     exponents clipped below at :data:`EXP_FLOOR`."""
@@ -204,7 +216,7 @@ def _moments(sums, h: np.ndarray, *, layers: int):
     q = m * (m + 1) // 2
     Z = S[:, 0]
     C = S[:, 1:1 + q * (layers - 1)].reshape(len(h), layers - 1, q) / Z[:, None, None]
-    hh = np.stack([h[:, a] * h[:, b] for a, b in _pairs(m)], 1)
+    hh = np.stack([h[:, a] * h[:, b] for a, b in pair_list(m)], 1)
     n2 = (S[:, 1 + q * (layers - 1):] * hh).sum(1) / Z
     Mi = D.reshape(len(h), m, m) / Z[:, None, None]
     return C, np.einsum("nab,nb->na", Mi, h), n2
@@ -227,13 +239,13 @@ def branch_samples(qs, *, layers: int, tokens: int, skip: float, beta: float, ou
     set (``full``) and the mean of its two halves (``half``), arrays (n_q, n_outer, columns of
     :func:`sample_columns`), and the control variates ``cv`` (n_q, n_outer, k) (known mean 0)."""
     m = tokens
-    fro = np.array([1.0 if a == b else 2.0 for a, b in _pairs(m)])
-    eye = np.array([1.0 if a == b else 0.0 for a, b in _pairs(m)])
+    fro = np.array([1.0 if a == b else 2.0 for a, b in pair_list(m)])
+    eye = np.array([1.0 if a == b else 0.0 for a, b in pair_list(m)])
     inner = inner_features(inner_pts.reshape(-1, layers - 1, m), layers=layers, tokens=m,
                            skip=skip, beta=beta)
     t = teacher(outer_pts, layers=layers, tokens=m, skip=skip, beta=beta)
     z, xi, h = t["z"], t["xi"], t["h"]
-    pr = _pairs(m)
+    pr = pair_list(m)
     T = np.stack([np.stack([z[:, l, a] * z[:, l, b] for a, b in pr], 1)
                   for l in range(layers - 1)], 1)                       # (n, L-1, Q)
     r2 = (z[:, :layers - 1] ** 2).sum(2)                                  # (n, L-1)
@@ -280,8 +292,8 @@ def _replicates(qs, *, layers, tokens, skip, beta, log2_outer, log2_inner, repli
     for s in seeds:
         ro, ri = (np.random.default_rng(x) for x in s.spawn(2))
         r = branch_samples(qs, layers=layers, tokens=tokens, skip=skip, beta=beta,
-                           outer_pts=_gauss_sobol(log2_outer, dims_o, ro),
-                           inner_pts=_gauss_sobol(log2_inner, dims_i, ri))
+                           outer_pts=gauss_sobol(log2_outer, dims_o, ro),
+                           inner_pts=gauss_sobol(log2_inner, dims_i, ri))
         full.append(r["full"])
         half.append(r["half"])
         cv.append(r["cv"])
@@ -315,7 +327,7 @@ def _adjust(vals: np.ndarray, cv: np.ndarray, partner: dict):
     return out, beta
 
 
-def _estimates(full: np.ndarray, half: np.ndarray, cv: np.ndarray, names: tuple) -> dict:
+def estimates(full: np.ndarray, half: np.ndarray, cv: np.ndarray, names: tuple) -> dict:
     """Value, Student-t factor, standard error and ratio-bias bar of every column at every q.
     The ratio bias of a teacher-paired column at n inner nodes is ``delta = |mean(halves) -
     mean(whole)|`` (1/n law); its U-statistic partner (halves of n / 2) carries about 4 delta, so
@@ -347,12 +359,12 @@ def branch_stats_qmc(q: float, *, layers: int, tokens: int = 2, skip: float = 1.
     lo, li, R = (d[0] if log2_outer is None else log2_outer,
                  d[1] if log2_inner is None else log2_inner,
                  d[2] if replicates is None else replicates)
-    _check_rule(lo, li, R)
+    check_rule(lo, li, R)
     t0 = time.perf_counter()
     full, half, cv = _replicates([q], layers=layers, tokens=tokens, skip=skip, beta=beta,
                                  log2_outer=lo, log2_inner=li, replicates=R, seed=seed)
     names = sample_columns(layers, tokens)
-    e = _estimates(full, half, cv, names)
+    e = estimates(full, half, cv, names)
     out = {}
     for i, k in enumerate(names):
         err = e["t"] * e["se"][0, i] + e["bias"][0, i]
@@ -406,8 +418,8 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
     lo, li, R = (d[0] if log2_outer is None else log2_outer,
                  d[1] if log2_inner is None else log2_inner,
                  d[2] if replicates is None else replicates)
-    _check_rule(lo, li, R)
-    _check_rule(*scan_rule)
+    check_rule(lo, li, R)
+    check_rule(*scan_rule)
     require(isinstance(scan, (tuple, list)) and len(scan) >= 2
             and all(isinstance(x, (int, float)) and 0 < x < 1 for x in scan)
             and list(scan) == sorted(set(scan)), "scan", "increasing values in (0, 1)", scan)
@@ -422,7 +434,7 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
     kw = dict(layers=layers, tokens=tokens, skip=skip, beta=beta)
     sf, sh, sc = _replicates(list(scan), **kw, log2_outer=scan_rule[0],
                              log2_inner=scan_rule[1], replicates=scan_rule[2], seed=seed + 7919)
-    rs = _estimates(sf, sh, sc, names)["value"]
+    rs = estimates(sf, sh, sc, names)["value"]
     tick(1, 1 + layers - 1, "sequential (branch QMC): scan")
     out = []
     for l in free:
@@ -441,7 +453,7 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
                     qs)
             full, half, cv = _replicates(qs, **kw, log2_outer=lo, log2_inner=li,
                                          replicates=R, seed=seed)
-            e = _estimates(full, half, cv, names)
+            e = estimates(full, half, cv, names)
             rv = e["value"][:, names.index(f"r{l}")]
             if min(rv) < 0 < max(rv):
                 break
