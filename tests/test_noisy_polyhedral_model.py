@@ -22,6 +22,7 @@ def run(*args):
     return CliRunner().invoke(cli, list(args))
 
 
+@pytest.mark.slow
 def test_threshold_cli_matches_scalar_route():
     """alpha_bar_c of noisy ReLU (T = 2, Delta = 0.1) on the command line, against the
     separable scalar route the helper measured (0.28064388, adaptive quadrature of the scalar
