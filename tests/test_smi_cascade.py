@@ -263,3 +263,23 @@ def test_plain_monte_carlo_sees_layer1_raise_layer2_residual():
     dk_err = e["t"] * sk + mix * bias
     assert dk > dk_err
     assert abs(dr - dk) <= 3.5 * dse + dk_err
+
+
+@pytest.mark.slow
+def test_cli_cascade():
+    """`threshold weak --model smi --layers 3 --cascade --json` (~2-4 min): the command's value
+    is the numeric module's at its default rule, inside (0.977, 1.1358 + 0.0044) (after layer 1's
+    sequential threshold, not after the layer-3-only bound), and refusals are one line."""
+    import json
+
+    from click.testing import CliRunner
+
+    from aim_sym.cli import cli
+
+    r = CliRunner().invoke(cli, ["threshold", "weak", "--model", "smi", "--layers", "3",
+                                 "--cascade", "--json"])
+    assert r.exit_code == 0, r.output
+    o = json.loads(r.output[r.output.index("{"):])
+    assert o["threshold"] == "alpha_cascade"
+    assert 0.977 < o["value"] - o["error"] and o["value"] + o["error"] < 1.1358 + 0.0044
+    assert o["shift"] + o["shift_error"] < 0
