@@ -238,6 +238,12 @@ CASES = [
      "--noise"),
     ("deep-noise-one-layer", ["se", "--model", "aim", "--noise", "0.1", "--alpha", "0.1"],
      "--noise"),
+    # the L = 3 cascade (numerics/smi_cascade.py)
+    ("cascade-layers", ["threshold", "weak", "--model", "smi", "--layers", "2", "--cascade"],
+     "--cascade"),
+    ("cascade-digits", ["threshold", "weak", "--model", "smi", "--layers", "3", "--cascade",
+                        "--digits", "5"], "--digits"),
+    ("cascade-aim", ["threshold", "weak", "--cascade", "--small-width"], "--cascade"),
 ]
 
 
