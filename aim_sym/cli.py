@@ -296,6 +296,12 @@ def _smi_cascade_cli(kind: str, kw: dict, **flags) -> None:
              kw.get("channel") or kw.get("channel_file") or kw.get("noise"))
     skip = 1.0 if kw.get("skip") is None else kw["skip"]
     beta = 1.0 if kw.get("beta") is None else kw["beta"]
+    from .numerics import smi_branch_qmc
+
+    try:
+        smi_branch_qmc.check(layers=3, tokens=2, skip=skip, beta=beta)
+    except InputError as e:          # the numeric layer names the parameter: add the dashes
+        raise InputError("--" + str(e)) from None
     progress_printer(0, 1, "L = 3 cascade: joint branch of layers 3 and 1 (QMC grid)")
     r = smi_cascade(skip=skip, beta=beta)
     progress_printer(1, 1, "done")

@@ -244,6 +244,8 @@ CASES = [
     ("cascade-digits", ["threshold", "weak", "--model", "smi", "--layers", "3", "--cascade",
                         "--digits", "5"], "--digits"),
     ("cascade-aim", ["threshold", "weak", "--cascade", "--small-width"], "--cascade"),
+    ("cascade-skip", ["threshold", "weak", "--model", "smi", "--layers", "3", "--cascade",
+                      "--skip", "0.1"], "--skip"),
 ]
 
 
