@@ -178,6 +178,7 @@ class AIM:
             if self.polyhedral is not None:
                 from .numerics import polyhedral_se as ps
 
+                _polyhedral_refuse_high_rank(self.polyhedral, "the generalisation error")
                 est = ps.generalisation_error(self.polyhedral, spec.readout, q=float(q),
                                               V=float(V), V_error=float(V_error))
             else:
@@ -607,25 +608,54 @@ def _polyhedral_output(ch: Channel, values: dict):
     return out
 
 
+def _polyhedral_high_rank(out) -> bool:
+    """Whether an event spans more than 3 directions of h (the engine's cube rule,
+    Monte-Carlo-grade; docs/polyhedral.md "Events of rank > 3")."""
+    from .numerics import polyhedral_se as ps
+
+    return ps.event_rank(out) > ps.DETERMINISTIC_RANK
+
+
+def _polyhedral_refuse_high_rank(out, what: str) -> None:
+    """One-line refusal of ``what`` for a channel file with an event of rank > 3."""
+    from .numerics import polyhedral_se as ps
+
+    if _polyhedral_high_rank(out):
+        raise InputError(
+            f"channel-file: an event spans {ps.event_rank(out)} > {ps.DETERMINISTIC_RANK} "
+            f"directions of h; {what} of rank > {ps.DETERMINISTIC_RANK} events is not served "
+            "(the cube rule costs minutes per omega expectation); threshold weak --small-width "
+            "and check are")
+
+
 def _polyhedral_checks(out) -> list[dict]:
     """Identity checks of a polyhedral channel at omega = 0 (V = 1) and at three seeded omega
-    (V = 0.7) (THEORY 1.2; numerics/polyhedral_se.check_identities)."""
+    (V = 0.7) (THEORY 1.2; numerics/polyhedral_se.check_identities). With an event of rank > 3
+    (cube rule) the first-order identities and one seeded finite-difference direction
+    (numerics/polyhedral_se.check_identities_first_order)."""
     import numpy as np
 
     from .numerics import polyhedral_se as ps
 
     rng = np.random.default_rng(2026)
     omega = 0.6 * rng.standard_normal((3, out.dim)) * np.sqrt(np.asarray(out.weights))
+    high = _polyhedral_high_rank(out)
+    direction = rng.standard_normal(out.dim)
     rows = []
     for om, V in ((np.zeros((1, out.dim)), 1.0), (omega, 0.7)):
-        for r in ps.check_identities(out, omega=om, V=V):
+        checks = (ps.check_identities_first_order(out, omega=om, V=V, direction=direction)
+                  if high else ps.check_identities(out, omega=om, V=V))
+        for r in checks:
             rows.append({**r, "name": f"{r['name']} (V = {V:g}, {len(om)} omega)"})
     return rows
 
 
 def _polyhedral_threshold(m: AIM, kind: str, *, small_width: bool, digits: int,
                           certified: bool) -> Result:
-    """alpha_bar_c = 1 / (2 E(0, 1)) of a polyhedral channel (THEORY 1.2, 1.4)."""
+    """alpha_bar_c = 1 / (2 E(0, 1)) of a polyhedral channel (THEORY 1.2, 1.4); an event of rank
+    > 3 goes to the engine's cube rule (numerics/polyhedral_se.CUBE_RULE)."""
+    import numpy as np
+
     from .numerics import polyhedral_se as ps
 
     if kind != "weak":
@@ -640,9 +670,15 @@ def _polyhedral_threshold(m: AIM, kind: str, *, small_width: bool, digits: int,
         raise InputError("certified must be False for a polyhedral channel: its threshold is a "
                          "quadrature (error bar by refinement), not a closed form; got True")
     params = {k: v for k, v in m.parameters().items() if k != "rho"}
+    high = _polyhedral_high_rank(m.polyhedral)
     if digits > 16:  # mpmath route (numerics/polytope_mp.py), rank <= 3, 17..60 digits (the
         # default 16 keeps the double-precision route, capped at 15 digits)
         from .numerics import polytope_mp as pmp
+
+        if high:
+            raise DomainError(THRESHOLD_DIGITS, digits, "digits",
+                              allowed="at most 16 for a channel file with an event of rank > 3 "
+                              "(its cube rule gives about 5 digits)")
 
         if digits > 60:
             raise DomainError(THRESHOLD_DIGITS, digits, "digits",
@@ -655,7 +691,10 @@ def _polyhedral_threshold(m: AIM, kind: str, *, small_width: bool, digits: int,
                                "at omega = 0: Gaussian polytope integrals in mpmath (no closed "
                                "form)", "sympy": None})
     digits = min(digits, 15)  # double precision: at most 15 significant digits
-    est = ps.weak_threshold(m.polyhedral)
+    est = (ps.weak_threshold(m.polyhedral, rule=ps.CUBE_RULE) if high
+           else ps.weak_threshold(m.polyhedral))
+    if high:  # the cube rule: the digits its bar supports, and one guard digit
+        digits = max(2, min(digits, 2 + int(-np.log10(est.error / abs(est.value)))))
     return Result(quantity="alpha_bar_c", value=f"{est.value:.{digits}g}", error=est.error,
                   method=est.method, precision=digits, parameters=params,
                   details={"kind": "weak (small width)", "digits": digits,
@@ -676,6 +715,7 @@ def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None,
     if digits is not None:
         raise DomainError(SE_DIGITS, digits, "digits", allowed="omitted for a channel without a "
                           "closed-form output map (polyhedral channels)")
+    _polyhedral_refuse_high_rank(m.polyhedral, "the state evolution")
     if alpha == 0:
         fps = [{"q": m.rho, "q_hat": 0.0, "mmse": 1.0, "error": 0.0, "phi": 0.0, "stable": True,
                 "slope": 0.0}]
@@ -717,6 +757,7 @@ def _polyhedral_curve(m: AIM, *, alphas: list, tol: float, method: str,
     if method != "traced":
         raise InputError(f"method must be omitted for a polyhedral channel (each alpha is "
                          f"solved on its own); got {method!r}")
+    _polyhedral_refuse_high_rank(m.polyhedral, "the state evolution")
     rows = []
     for k, a in enumerate(alphas):
         if progress:

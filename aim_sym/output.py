@@ -159,9 +159,12 @@ def tidy(e):
     )
 
 
-#: the largest rank of an event the polyhedral route accepts (the polytope engine's deterministic
-#: iterated rule, ~1e-12; beyond it the engine is Monte-Carlo-grade)
-POLYHEDRAL_MAX_RANK = 3
+#: the largest rank of an event the polyhedral route integrates by the deterministic iterated
+#: rule (~1e-12); events of higher rank go to the engine's cube rule (Monte-Carlo-grade, ~1e-6)
+POLYHEDRAL_DETERMINISTIC_RANK = 3
+#: the largest rank of an event the polyhedral route accepts (T = 3: h has 6 entries); events of
+#: rank > POLYHEDRAL_DETERMINISTIC_RANK are served by threshold and check, not by the SE
+POLYHEDRAL_MAX_RANK = 6
 
 
 def _derive_polyhedral(ch: DiscreteChannel, all_events: list[list[Event]],
@@ -180,9 +183,8 @@ def _derive_polyhedral(ch: DiscreteChannel, all_events: list[list[Event]],
             if r > POLYHEDRAL_MAX_RANK:
                 raise ChannelError(
                     f"an event of {len(ev.forms)} half-spaces spans {r} directions of h; the "
-                    f"polyhedral route integrates events of rank <= {POLYHEDRAL_MAX_RANK} "
-                    "(deterministic rule); write the channel with fewer independent half-spaces "
-                    "per term")
+                    f"polyhedral route integrates events of rank <= {POLYHEDRAL_MAX_RANK}; "
+                    "write the channel with fewer independent half-spaces per term")
             forms.extend(ev.forms)
     basis, m, omega_of_m = _basis_and_map(forms, T)
     return OutputDerivation(

@@ -52,7 +52,8 @@ __all__ = ["Term", "PolyhedralOutput", "OutputValues", "z_out", "output_moments"
            "GH_ORDERS", "FAST_RULE", "fixed_points", "SE_ORDERS", "V_MIN", "V_GH",
            "face_frame", "face_moments", "face_estimate", "FACE_STEPS",
            "generalisation_error", "plugin_error", "plugin_estimate", "EGEN_ORDERS",
-           "joint_bayes_error", "pair_probabilities", "likelihood_at_zero"]
+           "joint_bayes_error", "pair_probabilities", "likelihood_at_zero",
+           "DETERMINISTIC_RANK", "CUBE_RULE", "event_rank", "check_identities_first_order"]
 
 #: Gauss-Hermite orders per axis of the omega expectation (coarse, fine): the error is their
 #: difference. Geometric convergence needs V >= q (the integrand varies on the scale sqrt(V),
@@ -61,6 +62,12 @@ GH_ORDERS = (8, 12)
 #: a cheaper polytope rule for the omega expectation: 10/7 Gauss points on 10 pieces, five times
 #: faster than the default and within ~1e-9 of it (its own bar), far below the omega rule's error
 FAST_RULE = pt.PolytopeRule(nodes=10, coarse_nodes=7, pieces=10)
+#: the largest event rank the engine integrates by its deterministic iterated rule (~1e-12)
+DETERMINISTIC_RANK = 3
+#: the rule for channels with an event of rank > DETERMINISTIC_RANK (the cube rule, Genz's
+#: separation of variables on 8 x 2^15 scrambled Sobol points; hardmax at T = 3: alpha_bar_c to
+#: 2e-6, bar 2.9e-5, docs/polyhedral.md "Events of rank > 3")
+CUBE_RULE = pt.PolytopeRule(points=1 << 15)
 
 
 @dataclass(frozen=True)
@@ -431,9 +438,17 @@ def weak_threshold(ch: PolyhedralOutput, *, rule: pt.PolytopeRule = pt.DEFAULT_R
     require(E.value > 0, "channel", "informative at q = 0 (E[g^2] > 0)", E.value)
     a = 1.0 / (2.0 * E.value)
     err = E.error / (2.0 * E.value ** 2) + 4 * np.finfo(float).eps * a
-    return Estimate(a, err, "1 / (2 E(0, 1)), E by the Gaussian polytope engine at omega = 0 "
-                    "(closed forms, iterated Gauss-Legendre up to rank 3); error = the engine's "
-                    "refinement bar, propagated")
+    how = ("closed forms, iterated Gauss-Legendre up to rank 3" if event_rank(ch) <= 3 else
+           f"cube rule for rank > 3: Genz's separation of variables, {rule.replicates} x "
+           f"{rule.points} scrambled Sobol points, seed {rule.seed}")
+    return Estimate(a, err, f"1 / (2 E(0, 1)), E by the Gaussian polytope engine at omega = 0 "
+                    f"({how}); error = the engine's refinement bar, propagated")
+
+
+def event_rank(ch: PolyhedralOutput) -> int:
+    """The largest rank of a term's half-space normals (the dimension the engine integrates)."""
+    return max((int(np.linalg.matrix_rank(np.asarray(t.A, dtype=float), tol=1e-10))
+                for ts in ch.terms for t in ts if t.A), default=0)
 
 
 # ----------------------------------------------------------------------------- identity checks
@@ -487,6 +502,48 @@ def check_identities(ch: PolyhedralOutput, *, omega, V: float, step: float = 1e-
         float(np.max(base.dZ_error.sum(axis=0))) + 1e-13, "max |sum_y dZ_out/domega|")
     row("Nishimori: sum_y Z (dg_out + g g^T) = 0", float(np.max(np.abs(base.d2Z.sum(axis=0)))),
         float(np.max(base.d2Z_error.sum(axis=0))) + 1e-13, "max |sum_y d2Z_out/domega2|")
+    return rows
+
+
+def check_identities_first_order(ch: PolyhedralOutput, *, omega, V: float, direction,
+                                 step: float = 0.05,
+                                 rule: pt.PolytopeRule = pt.DEFAULT_RULE) -> list[dict]:
+    """The first-order identities of THEORY 1.2 for events of rank > 3 (cube rule: the second
+    order and n finite differences cost minutes): sum_y Z = 1, Nishimori sum_y dZ = 0, and the
+    central difference of log Z along the unit ``direction`` against g . direction. The same
+    seeded points at omega +- step u keep the difference smooth; its tolerance is the engine's
+    bars over 2 step plus step^2 times a third-derivative scale (|g|^3 + 1)."""
+    om = np.atleast_2d(np.asarray(omega, dtype=float))
+    u = np.asarray(direction, dtype=float)
+    require(u.shape == (ch.dim,) and np.all(np.isfinite(u)) and np.linalg.norm(u) > 0,
+            "direction", f"a nonzero vector of {ch.dim} entries", u.shape)
+    require(math.isfinite(step) and 0 < step <= 0.2, "step", "in (0, 0.2]", step)
+    u = u / np.linalg.norm(u)
+    base = z_out(ch, omega=om, V=V, order=1, rule=rule)
+    plus = z_out(ch, omega=om + step * u, V=V, order=0, rule=rule)
+    minus = z_out(ch, omega=om - step * u, V=V, order=0, rule=rule)
+    rows = []
+
+    def row(name, value, tol, detail):
+        rows.append({"name": name, "passed": bool(value <= tol), "value": float(value),
+                     "tolerance": float(tol), "detail": f"{detail}: {value:.1e} (tol {tol:.1e})"})
+
+    row("probabilities sum to 1", float(np.max(np.abs(base.Z.sum(axis=0) - 1))),
+        float(np.max(base.Z_error.sum(axis=0))) + 1e-13, "max |sum_y Z_out - 1|")
+    live = (base.Z > 1e-3) & (plus.Z > 0) & (minus.Z > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fd = (np.log(np.where(live, plus.Z, 1.0)) - np.log(np.where(live, minus.Z, 1.0))) / (
+            2 * step)
+        tol = (plus.Z_error / np.abs(plus.Z) + minus.Z_error / np.abs(minus.Z)) / (2 * step)
+    g_u = base.g @ u
+    g_u_err = base.g_error @ np.abs(u)
+    scale = 1.0 + float(np.max(np.abs(base.g[live]))) if live.any() else 1.0
+    trunc = step ** 2 * scale ** 3
+    dev = np.where(live, np.abs(fd - g_u) - tol - g_u_err, -np.inf)
+    row("finite differences of log Z_out vs g_out", float(max(np.max(dev), 0.0)), trunc,
+        f"max excess of |FD - g_out . u| over the engine's bars (step {step:g}, one direction)")
+    row("Nishimori: sum_y Z g_out = 0", float(np.max(np.abs(base.dZ.sum(axis=0)))),
+        float(np.max(base.dZ_error.sum(axis=0))) + 1e-13, "max |sum_y dZ_out/domega|")
     return rows
 
 

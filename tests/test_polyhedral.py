@@ -17,7 +17,7 @@ import sympy as sp
 from aim_sym.numerics import polyhedral_se as ps
 
 from aim_sym.channel_file import from_file
-from aim_sym.channels import ChannelError, discrete, h_matrix
+from aim_sym.channels import discrete, h_matrix
 from aim_sym.codegen import compile_expr
 from aim_sym.models import AIM
 from aim_sym.output import derive
@@ -228,7 +228,9 @@ def test_cli_check_threshold_derive_and_refusals(run_cli):
         assert rc == 2 and "polyhedral" in err and err.count("\n") == 1, (args, err)
 
 
-def test_rank_four_event_is_refused_clearly(tmp_path, run_cli):
+def test_rank_four_event_se_is_refused_clearly(tmp_path, run_cli):
+    """An event spanning 4 directions of h is served by threshold weak --small-width and check
+    (tests/test_polyhedral_rank.py); its state evolution is refused in one line."""
     f = tmp_path / "four.py"
     f.write_text(
         "import sympy as sp\n"
@@ -238,10 +240,9 @@ def test_rank_four_event_is_refused_clearly(tmp_path, run_cli):
         "    H = sp.Heaviside\n"
         "    e = H(h[0, 0]) * H(h[0, 1]) * H(h[1, 1]) * H(h[0, 2])\n"
         "    return discrete(name='four', tokens=tokens, likelihood={1: e, 0: 1 - e})\n")
-    rc, out, err = run_cli(["check", "--channel-file", str(f), "--tokens", "3"])
-    assert rc == 2 and "rank <= 3" in err and err.count("\n") == 1, err
-    with pytest.raises(ChannelError, match="spans 4 directions"):
-        from_file(str(f), tokens=3)
+    rc, out, err = run_cli(["se", "--channel-file", str(f), "--tokens", "3", "--alpha", "0.1"])
+    assert rc == 2 and "spans 4" in err and err.count("\n") == 1, err
+    from_file(str(f), tokens=3)          # the derivation accepts it (rank <= 6)
 
 
 def test_se_below_the_served_error_exits_3(run_cli):

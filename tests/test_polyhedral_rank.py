@@ -1,0 +1,147 @@
+"""Channel files whose events span more than 3 directions of h (issue 15; docs/polyhedral.md,
+"Events of rank > 3"): threshold and check by the engine's cube rule, the SE refused."""
+
+import itertools
+import json
+import math
+import os
+
+import pytest
+import sympy as sp
+from aim_sym.numerics import polyhedral_se as ps
+
+from aim_sym.channel_file import from_file
+from aim_sym.channels import ChannelError, discrete, h_matrix
+from aim_sym.models import AIM
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOP2 = os.path.join(ROOT, "examples", "channels", "polyhedral", "top2_t3.py")
+#: hardmax at T = 3 (`aim-sym threshold weak --small-width --channel hardmax --tokens 3`, the
+#: project's own route numerics/hardmax_se.py, 15 digits)
+HARDMAX_T3 = 0.175392535447599
+
+
+def hardmax_t3():
+    """Hardmax at T = 3 written as a channel file: y_a = argmax_c h_ac, the likelihood a product
+    of Heaviside factors; the cyclic labels (probability 0) left out."""
+    h = h_matrix(3)
+    H = sp.Heaviside
+    like = {}
+    for y in itertools.product(range(3), repeat=3):
+        if y in ((1, 2, 0), (2, 0, 1)):
+            continue
+        p = sp.Integer(1)
+        for a in range(3):
+            for c in range(3):
+                if c != y[a]:
+                    p *= H(h[a, y[a]] - h[a, c])
+        like[y] = p
+    return discrete(name="hardmax-file", tokens=3, likelihood=like)
+
+
+def orthant(K: int):
+    """y = 1 iff K distinct entries of h (T = 3) are positive: independent half-spaces."""
+    h = h_matrix(3)
+    entries = [h[0, 0], h[0, 1], h[1, 1], h[0, 2], h[1, 2], h[2, 2]][:K]
+    e = sp.Mul(*[sp.Heaviside(x) for x in entries])
+    return discrete(name=f"orthant-{K}", tokens=3, likelihood={1: e, 0: 1 - e})
+
+
+@pytest.mark.parametrize("K", [4, 6])
+def test_orthant_threshold_against_its_closed_form(K):
+    """At omega = 0 the K entries are independent: Z_1 = 2^-K, |grad Z_1|_C^2 =
+    K 4^(1 - K) / (2 pi), E = |grad Z_1|_C^2 (1 / Z_1 + 1 / (1 - Z_1)), alpha = 1 / (2 E)."""
+    p = 2.0 ** -K
+    E = K * 4.0 ** (1 - K) / (2 * math.pi) * (1 / p + 1 / (1 - p))
+    m = AIM(orthant(K))
+    assert ps.event_rank(m.polyhedral) == K
+    r = m.threshold("weak", small_width=True)
+    assert abs(r.details["value_float"] - 1 / (2 * E)) <= r.error, (r.details, 1 / (2 * E))
+    assert r.error < 1e-4 * r.details["value_float"]
+
+
+def test_hardmax_file_default_rule_against_the_hardmax_route():
+    """The engine's default cube rule (8 x 2^13 points): within its bar, bar < 1e-4."""
+    out = AIM(hardmax_t3()).polyhedral
+    assert ps.event_rank(out) == 5
+    est = ps.weak_threshold(out)
+    assert abs(est.value - HARDMAX_T3) <= est.error and est.error < 1e-4, est
+
+
+@pytest.mark.slow
+def test_hardmax_file_served_threshold_and_top2_example():
+    """The served rule (CUBE_RULE, 8 x 2^15) on hardmax and on the top-2 example (equal to
+    hardmax at omega = 0 by h -> -h), ~30 s each."""
+    r = AIM(hardmax_t3()).threshold("weak", small_width=True)
+    assert abs(r.details["value_float"] - HARDMAX_T3) <= r.error and r.error < 5e-5, r
+    t = AIM(from_file(TOP2, tokens=3)).threshold("weak", small_width=True)
+    assert abs(t.details["value_float"] - HARDMAX_T3) <= t.error and t.error < 5e-5, t
+
+
+@pytest.mark.slow
+def test_top2_check_passes():
+    rows = AIM(from_file(TOP2, tokens=3)).check()
+    assert len(rows) == 6 and all(row["passed"] for row in rows), rows
+
+
+def test_first_order_check_catches_a_wrong_gradient(monkeypatch):
+    """The finite-difference row fails when g_out is off (dZ scaled by 1.5 in one outcome)."""
+    out = AIM(orthant(4)).polyhedral
+    u = [1.0, 0.5, -0.3, 0.2, 0.0, 0.0]
+    good = ps.check_identities_first_order(out, omega=[[0.0] * 6], V=1.0, direction=u)
+    assert all(r["passed"] for r in good), good
+    z_out = ps.z_out
+
+    def wrong(ch, **kw):
+        o = z_out(ch, **kw)
+        if o.dZ is not None:
+            o.dZ[1] *= 1.5
+        return o
+
+    monkeypatch.setattr(ps, "z_out", wrong)
+    bad = ps.check_identities_first_order(out, omega=[[0.0] * 6], V=1.0, direction=u)
+    fd = [r for r in bad if r["name"].startswith("finite differences")]
+    assert fd and not fd[0]["passed"], bad
+
+
+FOUR = (
+    "import sympy as sp\n"
+    "from aim_sym.channels import discrete, h_matrix\n"
+    "def channel(tokens):\n"
+    "    h = h_matrix(tokens)\n"
+    "    H = sp.Heaviside\n"
+    "    e = H(h[0, 0]) * H(h[0, 1]) * H(h[1, 1]) * H(h[0, 2])\n"
+    "    return discrete(name='four', tokens=tokens, likelihood={1: e, 0: 1 - e})\n")
+
+
+def test_se_curve_and_digits_refused_in_one_line(tmp_path, run_cli):
+    f = tmp_path / "four.py"
+    f.write_text(FOUR)
+    for args in (["se", "--alpha", "0.3"], ["curve", "--alphas", "0.1:0.2:2"],
+                 ["threshold", "weak", "--small-width", "--digits", "30"]):
+        rc, out, err = run_cli([*args, "--channel-file", str(f), "--tokens", "3"])
+        assert rc == 2 and err.count("\n") == 1, (args, err)
+        assert ("channel-file" in err and "not served" in err) or "digits" in err, (args, err)
+
+
+def test_cli_threshold_and_check_of_a_rank_four_file(tmp_path, run_cli):
+    """y = 1 iff four independent entries of h are positive: alpha_bar_c in closed form."""
+    f = tmp_path / "four.py"
+    f.write_text(FOUR)
+    rc, out, err = run_cli(["threshold", "weak", "--small-width", "--channel-file", str(f),
+                            "--tokens", "3", "--json"])
+    assert rc == 0, err
+    o = json.loads(out)
+    p = 1 / 16
+    exact = 1 / (2 * 4 * 4.0 ** -3 / (2 * math.pi) * (1 / p + 1 / (1 - p)))
+    assert abs(float(o["value"]) - exact) <= o["error"] + 10.0 ** -(o["digits"] - 1)
+    rc, out, err = run_cli(["check", "--channel-file", str(f), "--tokens", "3"])
+    assert rc == 0 and "all checks passed" in out and out.count("PASS") == 6, (out, err)
+
+
+def test_rank_seven_event_at_four_tokens_is_refused():
+    h = h_matrix(4)
+    e = sp.Mul(*[sp.Heaviside(h[a, b]) for a, b in
+                 ((0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2), (0, 3))])
+    with pytest.raises(ChannelError, match="spans 7 directions"):
+        _ = AIM(discrete(name="seven", tokens=4, likelihood={1: e, 0: 1 - e})).polyhedral
