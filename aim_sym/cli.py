@@ -316,6 +316,49 @@ def _smi_cascade_cli(kind: str, kw: dict, **flags) -> None:
         f"{o['sequential_error']:.1e}; shift {o['shift']:+.4g} +- {o['shift_error']:.1e}"))
 
 
+def _smi_branch_se(kw: dict, alpha: float) -> None:
+    """``se --model smi --layers 3|4`` or ``--tokens 3``: the fixed point on the last layer's
+    branch and each unlearned layer's stability there (numerics.smi_branch_qmc, ~1 % bars);
+    Q = 0 is always a fixed point (its stability: threshold weak)."""
+    from .numerics import smi_branch_qmc
+    from .numerics.records import ConvergenceError
+
+    if kw.get("channel") not in (None, "deep-attention"):
+        fail("--channel", "deep-attention for se with --layers 3, 4 or --tokens 3", kw["channel"])
+    for name in ("param", "rows", "seed"):
+        if kw.get(name) not in (None, ()):
+            fail("--" + name, "used only with a general SMI channel", kw[name])
+    if not (isinstance(alpha, float) and alpha > 0 and alpha < float("inf")):
+        fail("--alpha", "a finite number > 0", alpha)
+    args = {"layers": kw.get("layers") or 2, "tokens": kw["tokens"],
+            "skip": 1.0 if kw.get("skip") is None else kw["skip"],
+            "beta": 1.0 if kw.get("beta") is None else kw["beta"]}
+    try:
+        smi_branch_qmc.check(**args)
+    except InputError as e:          # the numeric layer names the parameter: add the dashes
+        raise InputError("--" + str(e)) from None
+    L = args["layers"]
+    out = {"model": "smi", "channel": "deep-attention", **args, "alpha": alpha,
+           "fixed_points": [{"branch": "Q = 0", "note": "always a fixed point; stable below "
+                             "every layer's weak threshold (threshold weak)"}]}
+    try:
+        r = smi_branch_qmc.branch_fixed_point(alpha=alpha, **args, progress=progress_printer)
+        out["fixed_points"].append({"branch": f"layer {L} learned", **r,
+                                    "stability": {str(k): v for k, v in
+                                                  r["stability"].items()}})
+    except ConvergenceError as e:
+        out["fixed_points"].append({"branch": f"layer {L} learned", "note": str(e)})
+    emit(out, kw["as_json"], lambda o: "\n".join(
+        [f"SMI deep attention L={L} M={args['tokens']} skip={args['skip']} alpha={alpha}:"]
+        + [f"  {f['branch']}: " + (f"q{L} = {f[f'q{L}']:.5g} +- {f[f'q{L}_error']:.1e}; "
+                                  + "; ".join(f"layer {k}: alpha mu = {v['eigenvalue']:.4g} +- "
+                                              f"{v['error']:.1e} ("
+                                              + {True: "stable", False: "unstable",
+                                                 None: "undecided"}[v["stable"]] + ")"
+                                              for k, v in f["stability"].items())
+                                  if f"q{L}" in f else f["note"]) for f in o["fixed_points"]]))
+
+
 # ----------------------------------------------------------------------------- commands
 @click.group()
 @click.version_option(package_name="aim-sym")
@@ -377,6 +420,9 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
             fail("--digits", "used only with --model aim", digits)
         if general.wants_general(kw):
             emit(general.se(kw, alpha=alpha), kw["as_json"])
+            return
+        if ((kw.get("layers") or 2), kw["tokens"]) in ((3, 2), (4, 2), (2, 3)):
+            _smi_branch_se(kw, alpha)
             return
         r = smi_model(kw).fixed_point(alpha=alpha)
         emit({"alpha": alpha, "Q": list(r.value), "error": list(r.error), **r.details},

@@ -514,3 +514,93 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
         r["seconds"] = secs
         r["first"] = r is first
     return out
+
+
+# ----------------------------------------------------------------------------- SE fixed point
+#: overlaps q_L scanned (cheap rule) to bracket the last layer's fixed point
+FIXED_POINT_SCAN = (0.05, 0.2, 0.4, 0.6, 0.75, 0.85, 0.9, 0.94, 0.97, 0.985, 0.993, 0.997)
+
+
+def branch_fixed_point(*, alpha: float, layers: int, tokens: int = 2, skip: float = 1.0,
+                       beta: float = 1.0, log2_outer: int | None = None,
+                       log2_inner: int | None = None, replicates: int | None = None,
+                       seed: int = 0, scan=FIXED_POINT_SCAN, scan_rule=(10, 12, 8),
+                       progress=None) -> dict:
+    """The SE fixed point on the last layer's branch Q = diag(0, .., 0, q) at ``alpha`` (THEORY
+    2.1: q_hat = alpha K_L(q), q = q_hat / (1 + q_hat), i.e. q / (1 - q) = alpha K_L(q)): the
+    cheap ``scan_rule`` brackets the root on ``scan``, Brent's method in x = log(1 - q) on the
+    main rule (common random numbers: a smooth function of q). Error of q: the bar of K_L
+    through the residual's slope + the root tolerance. At the root, each unlearned layer's
+    stability eigenvalue alpha mu_l with its bar (the branch is stable in layer l when it is
+    below 1 by more than its bar (that of mu_l plus mu_l's change over q's bar), unstable when
+    above; otherwise undecided). Raises
+    ConvergenceError when no sign change is found (alpha below the last layer's weak threshold
+    gives only Q = 0, or the root lies beyond the scan)."""
+    from scipy.optimize import brentq
+
+    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    require(isinstance(alpha, (int, float)) and np.isfinite(alpha) and alpha > 0, "alpha",
+            "a finite number > 0", alpha)
+    t0 = time.perf_counter()
+    tick = progress or (lambda *a: None)
+    kw = dict(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    L = layers
+
+    def resid(q, rule):
+        st = branch_stats_qmc(q, **kw, log2_outer=rule[0], log2_inner=rule[1],
+                              replicates=rule[2], seed=seed)
+        return q / (1 - q) - alpha * st[f"K{L}"]["value"], st
+
+    d = DEFAULT_RULE[(layers, tokens)]
+    main = (d[0] if log2_outer is None else log2_outer, d[1] if log2_inner is None else log2_inner,
+            d[2] if replicates is None else replicates)
+    rs = []
+    for k, q in enumerate(scan):
+        rs.append(resid(q, scan_rule)[0])
+        tick(k + 1, len(scan) + 1, f"branch fixed point: scan q{L} = {q:g}")
+        if k and rs[-2] < 0 <= rs[-1]:
+            break
+    idx = [i for i in range(len(rs) - 1) if rs[i] < 0 <= rs[i + 1]]
+    if not idx:
+        raise ConvergenceError(f"no fixed point on the layer-{L} branch in q{L} in "
+                               f"[{scan[0]}, {scan[-1]}] at alpha = {alpha} (below the weak "
+                               "threshold only Q = 0 exists)", last_iterate=list(scan[:len(rs)]),
+                               residual=rs)
+    i = idx[0]
+    seen = {}
+
+    def f(x):
+        q = -math.expm1(x)
+        if q not in seen:
+            seen[q] = resid(q, main)
+        return seen[q][0]
+
+    xa, xb = math.log1p(-scan[i]), math.log1p(-scan[i + 1])
+    if f(xa) * f(xb) > 0:
+        raise ConvergenceError(f"the scan's bracket of the layer-{L} branch point is lost on the "
+                               "main rule", last_iterate=(scan[i], scan[i + 1]),
+                               residual=(f(xa), f(xb)))
+    x = brentq(f, xa, xb, xtol=1e-7, rtol=1e-10)
+    q = -math.expm1(x)
+    _, st = seen[q] if q in seen else resid(q, main)
+    dx = 1e-3
+    slope = (f(x + dx) - f(x - dx)) / (2 * dx)          # d resid / dx
+    dq_dx = 1 - q
+    q_err = alpha * st[f"K{L}"]["error"] / abs(slope) * dq_dx + 1e-7
+    up, dn = seen[-math.expm1(x + dx)][1], seen[-math.expm1(x - dx)][1]
+    stab = {}
+    for l in range(1, L):
+        mu = st[f"mu{l}"]
+        dmu_dx = (up[f"mu{l}"]["value"] - dn[f"mu{l}"]["value"]) / (2 * dx)
+        e = alpha * mu["value"]
+        # the bar of mu_l at q plus the change of mu_l over q's own bar
+        err = alpha * (mu["error"] + abs(dmu_dx) * q_err / dq_dx)
+        stab[l] = {"eigenvalue": e, "error": err,
+                   "stable": (True if e + err < 1 else False if e - err > 1 else None)}
+    tick(len(scan) + 1, len(scan) + 1, "branch fixed point: done")
+    K = st[f"K{L}"]
+    return {"alpha": alpha, "layers": L, "tokens": tokens, f"q{L}": q, f"q{L}_error": q_err,
+            f"q_hat{L}": alpha * K["value"], f"q_hat{L}_error": alpha * K["error"],
+            "stability": stab, "seconds": time.perf_counter() - t0,
+            "method": "root of q / (1 - q) = alpha K_L(q) in log(1 - q) (Brent), K_L by the "
+                      + _method(*main, layers, tokens)}

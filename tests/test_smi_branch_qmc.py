@@ -182,3 +182,25 @@ def test_plain_monte_carlo_confirms_the_l4_layer1_root():
     assert abs(res.mean()) <= 3.5 * se + slope * r1["q4_error"]
     se_mu = mc[:, 0].std(ddof=1) / math.sqrt(len(mc))
     assert abs(mc[:, 0].mean() - 1 / r1["value"]) <= 3.5 * se_mu + r1["error"] / r1["value"] ** 2
+
+
+def test_branch_fixed_point_l2_against_the_lattice_se():
+    """The last layer's branch point at L = 2, alpha = 0.5 by the kernel (a cheap rule, ~6 s)
+    against the deterministic L = 2 SE of numerics/smi.py (Q2 = 0.77213 +- 0.0011 there, and
+    layer 1's stability eigenvalue 0.19645): both within the kernel's bars."""
+    from aim_sym.numerics import smi
+
+    r = bq.branch_fixed_point(alpha=0.5, layers=2, tokens=2, log2_outer=10, log2_inner=12,
+                               replicates=8)
+    ref = smi.fixed_point(alpha=0.5)
+    assert abs(r["q2"] - ref["Q"][1]) <= r["q2_error"] + ref["error"][1]
+    st = r["stability"][1]
+    assert st["stable"] is True
+    assert abs(st["eigenvalue"] - ref["eigenvalue"]) <= st["error"]
+
+
+def test_branch_fixed_point_below_the_weak_threshold_has_none():
+    """Below the last layer's weak threshold (0.1855 at L = 2) only Q = 0 exists."""
+    with pytest.raises(ConvergenceError):
+        bq.branch_fixed_point(alpha=0.1, layers=2, tokens=2, log2_outer=8, log2_inner=10,
+                               replicates=4, scan=(0.05, 0.3, 0.6, 0.9))
