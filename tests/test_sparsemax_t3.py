@@ -194,6 +194,19 @@ def test_threshold_rqmc_against_plain_monte_carlo():
     assert s.value > 1 / (2 * t3.HARDMAX_LIMIT)
 
 
+def test_threshold_bounds_where_they_are_nearly_tight():
+    """S_hardmax <= S <= 5 checked where each bound is nearly attained, so a few-percent error of
+    the engine would break it: beta = 0.1 (near softmax, S -> 5; the raw QMC mean, before the
+    cut at 5, must stay below 5 within its bar and within 0.1 of it) and beta = 100 (near
+    hardmax, S -> S_hardmax = 2.8507: above it within the bar and within 0.05)."""
+    s_hard = 1 / (2 * t3.HARDMAX_LIMIT)
+    lo = t3.small_width_s(beta=0.1, points=128, replicates=4, pilot=256)
+    raw = lo.extra["unclipped"]
+    assert raw < 5 + lo.error and 5 - raw < 0.1
+    hi = t3.small_width_s(beta=100.0, points=128, replicates=4, pilot=256)
+    assert hi.value > s_hard - hi.error and hi.value - s_hard < 0.05
+
+
 @pytest.mark.slow
 def test_threshold_table_point_beta_1():
     """beta = 1 at the table's settings (~1-2 min): the RQMC bar covers plain Monte Carlo."""
