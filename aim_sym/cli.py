@@ -230,6 +230,15 @@ class _Deferred:
             sys.exit(2)
 
 
+def _dashed(check, **args) -> None:
+    """Run a numeric layer's input ``check``; its InputError names the parameter without the
+    dashes of the option, so they are added."""
+    try:
+        check(**args)
+    except InputError as e:
+        raise InputError("--" + str(e)) from None
+
+
 def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> None:
     """``threshold weak --model smi --layers 4`` or ``--tokens 3``: weak thresholds of every layer
     (numerics.smi_weak) and, where the branch kernel serves (L, M) and ``sequential``, the
@@ -249,10 +258,7 @@ def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> Non
     args = {"layers": kw.get("layers") or 2, "tokens": kw["tokens"],
             "skip": 1.0 if kw.get("skip") is None else kw["skip"],
             "beta": 1.0 if kw.get("beta") is None else kw["beta"]}
-    try:
-        smi_weak.check(**args)
-    except InputError as e:          # the numeric layer names the parameter: add the dashes
-        raise InputError("--" + str(e)) from None
+    _dashed(smi_weak.check, **args)
     table = smi_depth_weak(**args, progress=progress_printer)
     served = (args["layers"], args["tokens"]) in smi_branch_qmc.SUPPORTED
     seq = (smi_depth_sequential(**args, progress=progress_printer)
@@ -298,10 +304,7 @@ def _smi_cascade_cli(kind: str, kw: dict, **flags) -> None:
     beta = 1.0 if kw.get("beta") is None else kw["beta"]
     from .numerics import smi_branch_qmc
 
-    try:
-        smi_branch_qmc.check(layers=3, tokens=2, skip=skip, beta=beta)
-    except InputError as e:          # the numeric layer names the parameter: add the dashes
-        raise InputError("--" + str(e)) from None
+    _dashed(smi_branch_qmc.check, layers=3, tokens=2, skip=skip, beta=beta)
     progress_printer(0, 1, "L = 3 cascade: joint branch of layers 3 and 1 (QMC grid)")
     r = smi_cascade(skip=skip, beta=beta)
     progress_printer(1, 1, "done")
@@ -333,10 +336,7 @@ def _smi_branch_se(kw: dict, alpha: float) -> None:
     args = {"layers": kw.get("layers") or 2, "tokens": kw["tokens"],
             "skip": 1.0 if kw.get("skip") is None else kw["skip"],
             "beta": 1.0 if kw.get("beta") is None else kw["beta"]}
-    try:
-        smi_branch_qmc.check(**args)
-    except InputError as e:          # the numeric layer names the parameter: add the dashes
-        raise InputError("--" + str(e)) from None
+    _dashed(smi_branch_qmc.check, **args)
     L = args["layers"]
     out = {"model": "smi", "channel": "deep-attention", **args, "alpha": alpha,
            "fixed_points": [{"branch": "Q = 0", "note": "always a fixed point; stable below "
