@@ -714,15 +714,16 @@ def check(**kw):
         results = deep_aim_se.run_checks(aim_channels.deep_aim_se_model(kw))
     elif (model == "aim" and (kw.get("channel") or "hardmax") == "hardmax" and kw["tokens"] >= 3
             and not kw.get("channel_file")):
-        from .numerics import hardmax_se
+        from .numerics import hardmax_qmc, hardmax_se
 
-        if kw["tokens"] > 4:
-            fail("--tokens", "2..4 for check --channel hardmax", kw["tokens"])
+        if kw["tokens"] > 5:
+            fail("--tokens", "2..5 for check --channel hardmax", kw["tokens"])
         for name in ("rho", "beta", "delta_out", "epsilon"):
             if kw.get(name) is not None:
                 fail("--" + name.replace("_", "-"), "omitted for check --channel hardmax "
-                     "--tokens 3 or 4", kw[name])
-        results = hardmax_se.run_checks(T=kw["tokens"])
+                     "--tokens 3..5", kw[name])
+        results = (hardmax_qmc.run_checks(T=5) if kw["tokens"] == 5
+                   else hardmax_se.run_checks(T=kw["tokens"]))
     elif model == "aim" and kw.get("channel") == "sparsemax":
         results = aim_channels.sparsemax_check(kw)
     else:

@@ -740,3 +740,73 @@ def winner_moments(ys: Sequence[tuple[int, ...]], w: np.ndarray, nodes: int,
             G = {S: (acc.reshape(-1, nodes) @ up).reshape(acc.shape) * half[:, None, None]
                  for S, acc in new.items()}
     return out
+
+
+def _z_out_t(T: int, omega: np.ndarray, V: float, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Z_y and g_y (every outcome, rows of ``omega``) at variance V by :func:`winner_moments`."""
+    W = weights(T)
+    mom = winner_moments(all_outcomes(T), np.atleast_2d(omega) / math.sqrt(V), nodes)
+    Z = mom[:, :, 0]
+    pos = Z > 1e-300
+    G = np.where(pos[..., None], mom[:, :, 1:] * math.sqrt(V)
+                 / np.where(pos, Z, 1.0)[..., None], 0.0) / (W * V)
+    return Z, G
+
+
+def run_checks(*, T: int = 5, seed: int = 2026, nodes: int = 160) -> list[dict]:
+    """The identity checks of THEORY 4 for hardmax at T tokens by the winner kernel (``aim-sym
+    check --channel hardmax --tokens 5``; T = 3, 4 are checked in full by
+    :func:`aim_sym.numerics.hardmax_se.run_checks`). At T = 5 the 3125 outcomes cost ~10 s per
+    omega, so the derivative identities are taken along one seeded direction d: normalisation
+    sum_y Z_y = 1 and the first Nishimori identity sum_y Z_y g_y = 0 at two seeded omega (V = 0.7);
+    g_y . d against the Richardson-extrapolated central difference of log Z_y along d; the
+    second Nishimori identity along d, sum_y Z_y ((g_y . d)^2 + d^T dg_y d) = 0 (d^T dg d by
+    central differences of g . d); and omega = 0, V = 1 against the q = 0 recursion of
+    :mod:`.hardmax` (S). Each row: name, passed, detail."""
+    from .hardmax import weak_threshold
+
+    _check(T, 16, 4)
+    rng = np.random.default_rng(seed)
+    n = T * (T + 1) // 2
+    W = weights(T)
+    om = 0.6 * rng.standard_normal((2, n)) * np.sqrt(W)
+    d = rng.standard_normal(n)
+    d /= np.linalg.norm(d)
+    V = 0.7
+    Z, G = _z_out_t(T, om, V, nodes)
+    rows = []
+    err = float(np.max(np.abs(Z.sum(axis=0) - 1)))
+    rows.append({"name": "normalisation", "passed": err < 1e-9,
+                 "detail": f"max |sum_y Z - 1| = {err:.1e} at 2 seeded omega over {len(Z)} "
+                           "outcomes (tol 1e-9)"})
+    err = float(np.max(np.abs(np.einsum("yn,ynk->nk", Z, G))))
+    rows.append({"name": "nishimori (first)", "passed": err < 1e-8,
+                 "detail": f"max |sum_y Z g| = {err:.1e} (tol 1e-8)"})
+    o, Z0, g0 = om[0], Z[:, 0], G[:, 0]
+    live = Z0 > 1e-8
+    zs = {h: _z_out_t(T, np.stack([o + h * d, o - h * d]), V, nodes) for h in (2e-3, 1e-3)}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fd = [(np.log(zs[h][0][:, 0]) - np.log(zs[h][0][:, 1])) / (2 * h) for h in (2e-3, 1e-3)]
+    fd_r = (4 * fd[1] - fd[0]) / 3
+    err = float(np.max(np.abs(fd_r[live] - (g0 @ d)[live])))
+    rows.append({"name": "g_out . d = d log Z_out / d omega along d", "passed": err < 1e-6,
+                 "detail": f"max |g.d - finite difference| = {err:.1e} over {int(live.sum())} "
+                           "outcomes (one seeded direction; Richardson, steps 2e-3, 1e-3; "
+                           "tol 1e-6)"})
+    h = 1e-3
+    gp, gm = zs[h][1][:, 0] @ d, zs[h][1][:, 1] @ d
+    ddg = (gp - gm) / (2 * h)
+    gd2 = (g0 @ d) ** 2
+    err = abs(float(Z0 @ (gd2 + ddg)))
+    rows.append({"name": "nishimori (second, along d)", "passed": err < 1e-5,
+                 "detail": f"|sum_y Z ((g.d)^2 + d^T dg d)| = {err:.1e} against sum_y Z "
+                           f"(g.d)^2 = {float(Z0 @ gd2):.4g} (central differences, tol 1e-5)"})
+    Zq, Gq = _z_out_t(T, np.zeros((1, n)), 1.0, nodes)
+    S = float(np.einsum("y,yk,k->", Zq[:, 0], Gq[:, 0] ** 2, W))
+    ref = weak_threshold(T)
+    S_ref, S_err = ref.extra["S"], 2 * ref.extra["S"] ** 2 * ref.error
+    err = abs(S - S_ref)
+    rows.append({"name": "omega = 0, V = 1 against the q = 0 recursion", "passed":
+                 err < 1e-10 + S_err,
+                 "detail": f"S = {S:.15g} against {S_ref:.15g} (tol 1e-10 + its bar)"})
+    return rows

@@ -239,3 +239,37 @@ def test_cli_hardmax_t5_se(run_cli):
     assert abs(mc.value - f["E_hat"]) <= f["E_hat_error"] + 4 * mc.error
     g = hq.generalisation_error_qmc(T=5, q=1.5 - f["mmse"], V=f["mmse"], seed=5)
     assert abs(g.value - f["e_gen"]) <= f["e_gen_error"] + g.error
+
+
+def test_t5_identity_checks_pass():
+    """`check --channel hardmax --tokens 5` (hq.run_checks): every identity holds at T = 5 by the
+    winner kernel."""
+    rows = hq.run_checks(T=5)
+    assert [r["name"] for r in rows] == [
+        "normalisation", "nishimori (first)", "g_out . d = d log Z_out / d omega along d",
+        "nishimori (second, along d)", "omega = 0, V = 1 against the q = 0 recursion"]
+    assert all(r["passed"] for r in rows), rows
+
+
+@pytest.mark.slow
+def test_t5_identity_checks_can_fail():
+    """A wrong g (scaled by 1 + 1e-4) fails the T = 5 derivative row."""
+    orig = hq._z_out_t
+
+    def scaled(T, omega, V, nodes):
+        Z, G = orig(T, omega, V, nodes)
+        return Z, G * (1 + 1e-4)
+
+    hq._z_out_t = scaled
+    try:
+        bad = {r["name"]: r["passed"] for r in hq.run_checks(T=5)}
+    finally:
+        hq._z_out_t = orig
+    assert not bad["g_out . d = d log Z_out / d omega along d"]
+    assert not bad["nishimori (first)"] or not bad["nishimori (second, along d)"]
+
+
+def test_cli_check_hardmax_tokens_range(run_cli):
+    """`check --channel hardmax --tokens 6` is refused in one line naming 2..5."""
+    rc, _, err = run_cli(["check", "--channel", "hardmax", "--tokens", "6"])
+    assert rc == 2 and "2..5" in err and len(err.strip().splitlines()) == 1, err
