@@ -258,14 +258,14 @@ def test_cli_hardmax_t3_se_fixed_point_and_range(run_cli):
 
 
 def test_cli_check_hardmax_t3(run_cli):
-    """`check --channel hardmax --tokens 3`: five identity checks, all passing; T = 5 refused."""
+    """`check --channel hardmax --tokens 3`: five identity checks, all passing; T = 6 refused."""
     import json
 
     rc, out, err = run_cli(["check", "--channel", "hardmax", "--tokens", "3", "--json"])
     assert rc == 0, err
     o = json.loads(out)
     assert o["passed"] and len(o["checks"]) == 5
-    rc, _, err = run_cli(["check", "--channel", "hardmax", "--tokens", "5"])
+    rc, _, err = run_cli(["check", "--channel", "hardmax", "--tokens", "6"])
     assert rc == 2 and "--tokens" in err
 
 
