@@ -1,8 +1,8 @@
-"""Equation sheets of the AIM with the hardmax channel, T = 2 and 3, and the small-width
+"""Equation sheets of the AIM with the hardmax channel, T = 2 to 5, and the small-width
 threshold table.
 
 T = 2 is derived symbolically (its outputs are intersections of two half-spaces: Phi and Phi2).
-For T >= 3 an output is an intersection of T (T - 1) half-spaces: the T = 3 sheet
+For T >= 3 an output is an intersection of T (T - 1) half-spaces: the T = 3, 4, 5 sheets
 (aim_sym.hardmax_sheet) writes the half-spaces, the integrals, the invariances and the orbits; the
 integrals themselves are numeric (aim_sym.numerics.hardmax_se). The small-width threshold
 alpha_bar_c(T) (THEORY 1.4) is computed for T = 2..5 by the ordered-cone recursion of
@@ -20,6 +20,8 @@ from aim_sym.sheets import aim_expressions, aim_sheet
 SHEETS = {
     "aim_hardmax_T2.md": (lambda: aim_sheet(hardmax(2)), lambda: aim_expressions(hardmax(2))),
     "aim_hardmax_T3.md": (lambda: hardmax_sheet(3), lambda: hardmax_expressions(3)),
+    "aim_hardmax_T4.md": (lambda: hardmax_sheet(4), lambda: hardmax_expressions(4)),
+    "aim_hardmax_T5.md": (lambda: hardmax_sheet(5), lambda: hardmax_expressions(5)),
 }
 
 
