@@ -178,9 +178,14 @@ class AIM:
             if self.polyhedral is not None:
                 from .numerics import polyhedral_se as ps
 
-                _polyhedral_refuse_high_rank(self.polyhedral, "the generalisation error")
-                est = ps.generalisation_error(self.polyhedral, spec.readout, q=float(q),
-                                              V=float(V), V_error=float(V_error))
+                if _polyhedral_high_rank(self.polyhedral):  # randomised QMC over the model
+                    from .numerics import polyhedral_qmc_se as pq
+
+                    est = pq.generalisation_error_qmc(self.polyhedral, spec.readout, q=float(q),
+                                                      V=float(V), V_error=float(V_error))
+                else:
+                    est = ps.generalisation_error(self.polyhedral, spec.readout, q=float(q),
+                                                  V=float(V), V_error=float(V_error))
             else:
                 est = egen.generalisation_error(spec, self.compiled, q=float(q), V=float(V),
                                                 V_error=float(V_error), level=-1)
@@ -616,18 +621,6 @@ def _polyhedral_high_rank(out) -> bool:
     return ps.event_rank(out) > ps.DETERMINISTIC_RANK
 
 
-def _polyhedral_refuse_high_rank(out, what: str) -> None:
-    """One-line refusal of ``what`` for a channel file with an event of rank > 3."""
-    from .numerics import polyhedral_se as ps
-
-    if _polyhedral_high_rank(out):
-        raise InputError(
-            f"channel-file: an event spans {ps.event_rank(out)} > {ps.DETERMINISTIC_RANK} "
-            f"directions of h; {what} of rank > {ps.DETERMINISTIC_RANK} events is not served "
-            "(the cube rule costs minutes per omega expectation); threshold weak --small-width "
-            "and check are")
-
-
 def _polyhedral_checks(out) -> list[dict]:
     """Identity checks of a polyhedral channel at omega = 0 (V = 1) and at three seeded omega
     (V = 0.7) (THEORY 1.2; numerics/polyhedral_se.check_identities). With an event of rank > 3
@@ -709,16 +702,22 @@ def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None,
     numerics/polyhedral_se.fixed_points), the Bayes-optimal one (largest phi among the stable)
     flagged, each with e_gen and the plug-in error (THEORY 1.5;
     numerics/polyhedral_se.generalisation_error); about 40 s per fixed point on two cores, and
-    about 10 s more for its e_gen."""
+    about 10 s more for its e_gen. Channels with an event of rank > 3 go to randomised QMC over
+    the model itself (numerics/polyhedral_qmc_se.py, docs/polyhedral_rank.md: V >= 0.05, bars
+    about 1e-3 in mmse)."""
     from .numerics import polyhedral_se as ps
 
     if digits is not None:
         raise DomainError(SE_DIGITS, digits, "digits", allowed="omitted for a channel without a "
                           "closed-form output map (polyhedral channels)")
-    _polyhedral_refuse_high_rank(m.polyhedral, "the state evolution")
+    high = _polyhedral_high_rank(m.polyhedral)
     if alpha == 0:
         fps = [{"q": m.rho, "q_hat": 0.0, "mmse": 1.0, "error": 0.0, "phi": 0.0, "stable": True,
                 "slope": 0.0}]
+    elif high:
+        from .numerics import polyhedral_qmc_se as pq
+
+        fps = pq.fixed_points_qmc(m.polyhedral, alpha=alpha, rho=m.rho)
     else:
         fps = ps.fixed_points(m.polyhedral, alpha=alpha, rho=m.rho)
     bo = bayes_optimal(fps) or max(fps, key=lambda f: f["phi"])
@@ -732,6 +731,14 @@ def _polyhedral_state_evolution(m: AIM, *, alpha: float, digits: int | None,
             for f, e in zip(fps, egens)]
     details = {"q": bo["q"], "q_hat": bo["q_hat"], "phi": bo["phi"],
                **egens[[f is bo for f in fps].index(True)], "fixed_points": rows}
+    if high:
+        method = ("fixed points with V >= 0.05 (scan, Brent's method, a line through three "
+                  "served residuals): output side by randomised QMC over the model (omega, h "
+                  "and rejection draws of h given (y, omega); Nishimori form of |g|^2, phi by "
+                  "thermodynamic integration) + Wishart prior quadrature; error = Student-t "
+                  "99% bars over scrambles carried through the root")
+        return Result(quantity="mmse", value=bo["mmse"], error=bo["error"], method=method,
+                      precision=16, parameters=m.parameters(alpha=alpha), details=details)
     return Result(quantity="mmse", value=bo["mmse"], error=bo["error"],
                   method=f"fixed points with V >= {ps.V_MIN} (scan, Brent's method): output "
                   "side over omega by the " + bo.get(
@@ -757,7 +764,6 @@ def _polyhedral_curve(m: AIM, *, alphas: list, tol: float, method: str,
     if method != "traced":
         raise InputError(f"method must be omitted for a polyhedral channel (each alpha is "
                          f"solved on its own); got {method!r}")
-    _polyhedral_refuse_high_rank(m.polyhedral, "the state evolution")
     rows = []
     for k, a in enumerate(alphas):
         if progress:

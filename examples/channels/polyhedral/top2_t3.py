@@ -3,8 +3,9 @@ largest scores and drops the smallest, so the kept set of row a is {0, 1, 2} min
 y_a = argmin_c h_ac. The label y = (y_0, y_1, y_2) (the dropped token of each row) carries the
 same information as the three kept sets. P(y | h) is a product of six Heaviside factors
 (h_ac > h_a,y_a for c != y_a); with h symmetric the event spans 5 directions of h, so Z_out is
-integrated by the polytope engine's cube rule (docs/polyhedral.md, "Events of rank > 3"):
-threshold weak --small-width and check are served, the state evolution is not.
+integrated by the polytope engine's cube rule (docs/polyhedral.md, "Events of rank > 3") for
+threshold weak --small-width and check, and se / curve / e_gen by randomised QMC over the model
+(docs/polyhedral_rank.md; its SE equals hardmax's at every q by h -> -h, omega -> -omega).
 
 The cyclic labels (1, 2, 0) and (2, 0, 1) are impossible (h_01 < h_02 < h_12 < h_01) and are
 left out. At omega = 0, h -> -h maps this channel onto hardmax (argmax of each row), so its
