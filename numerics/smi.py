@@ -280,6 +280,51 @@ LAYER2_ORDERS = ((0.4, 1.9, 0.22), (0.3, 1.5, 0.2))
 LAYER2_SCAN = (0.1, 0.5, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 
 
+#: below this skip the two fixed orders are not trusted (docs/smi_branch_skip.md: at c = 0.5,
+#: alpha = 0.5 they gave q2 = 0.71586 +- 0.025 against 0.67256 +- 1.6e-4 from rungs 6 -> 7): the
+#: layer-2 point climbs the ladder until its shifts shrink geometrically (:func:`_layer2_ladder`)
+LAYER2_LADDER_BELOW = 1.0
+
+
+def _layer2_ladder(q2, la_coarse, la_ref, slope, alpha, order, stats):
+    """Climb smi_sequential.SEQ_LADDER from ``order`` at the root q2 (log alpha(q2) = la_coarse
+    there at the coarse order, la_ref at ``order``) until a shift of log alpha(q2) is at most
+    half the one before (geometric convergence: the remaining shifts sum to at most the last),
+    then move the root by a Newton step on the finest rung and evaluate it there again. Error on
+    q2: (last shift + relative Nishimori residual + |second Newton step| in log alpha) / |slope|.
+    Returns (q2, error, stats at the finest rung, note)."""
+    ladder = smi_sequential.SEQ_LADDER
+    k = ladder.index(tuple(order))
+    prev, la, d_prev = la_ref, la_ref, abs(la_ref - la_coarse)
+    st = None
+    converged = False
+    while k + 1 < len(ladder):
+        k += 1
+        st = stats(q2, ladder[k])
+        la = math.log(q2 / ((1 - q2) * st["K2"]))
+        d = abs(la - prev)
+        prev = la
+        if d <= 0.5 * d_prev:
+            converged = True
+            break
+        d_prev = d
+    if st is None:
+        raise ConvergenceError("layer-2 point: no finer lattice order on the ladder",
+                               last_iterate=q2, residual=d_prev)
+    q_new = min(max(q2 - (la - math.log(alpha)) / slope, LAYER2_SCAN[0]), LAYER2_SCAN[-1])
+    st2 = stats(q_new, ladder[k])
+    la_new = math.log(q_new / ((1 - q_new) * st2["K2"]))
+    step2 = abs(la_new - math.log(alpha))
+    nish = abs(st2["nishimori"]) / st2["K2"]
+    err = (d + nish + step2) / abs(slope)
+    note = (f"lattice order (tau, dh, dz) raised to {ladder[k]} on the ladder "
+            f"(c < {LAYER2_LADDER_BELOW:g})")
+    if not converged:
+        note += "; its shifts did not halve at the top: bar = twice the last shift"
+        err += d / abs(slope)
+    return q_new, err, st2, note
+
+
 def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=None) -> dict:
     """SE fixed point on the branch Q = diag(0, q2) (layer 1 unlearned).
 
@@ -340,14 +385,17 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
         la_ref = math.log(q2 / ((1 - q2) * ref["K2"]))
         nish = abs(ref["nishimori"]) / ref["K2"]
         err = (abs(la_ref - la2) + nish) / abs(slope)
+        q_root = q2
+        if skip < LAYER2_LADDER_BELOW and tuple(orders[1]) in smi_sequential.SEQ_LADDER:
+            q2, err, ref, note = _layer2_ladder(q2, la2, la_ref, slope, alpha, orders[1], stats)
         mu1, K2 = ref["mu1"], ref["K2"]
         if abs(ref["mass"] - 1) > 1e-4:
-            note = f"outer mass {ref['mass']:.6f}"
+            note = "; ".join(x for x in (note, f"outer mass {ref['mass']:.6f}") if x)
     qhat2 = alpha * K2
     psi = psi_lo = psi0_err = 0.0
     if q2 > 0:      # E log Z_out on the lattice rule, relative to Q = 0 (route A is exact there)
         psi0, psi0_err = smi_branches.psi_zero(skip, beta)
-        psi, psi_lo = ref["psi"] - psi0, seen[q2][1]["psi"] - psi0
+        psi, psi_lo = ref["psi"] - psi0, seen[q_root][1]["psi"] - psi0
     phi = -q2 * qhat2 / 2 + qhat2 / 2 - math.log1p(qhat2) / 2 + alpha * psi
     e_gen, e_err = smi_branches.egen_estimate(0.0, q2, skip=skip, beta=beta, dq=(0.0, err))
     lam = float(alpha * (mu1 if q2 > 0 else max(mu1, lam2)))
