@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
-import pytest
+# one BLAS thread per process, set before numpy loads: the test machines have two cores, and a
+# threaded BLAS made the SMI kernel tests 3-18 times slower under load (docs/smi_branch_skip.md)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture
