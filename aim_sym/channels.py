@@ -79,11 +79,11 @@ TOKENS_GAUSSIAN = Domain(
     "derived symbolically, about 30 s at T = 8 and growing steeply beyond")
 TOKENS_ARGMAX = Domain(
     name="tokens", option="--tokens", kind="integer", low=2, high=2, default=2,
-    note="for this command; hardmax at T = 3..5: se, curve, check, derive and "
+    note="for this command; hardmax at T = 3..5: se, curve, check, derive, amp and "
     "threshold weak --small-width",
     description="tokens T of an argmax channel (hardmax, noisy-hardmax) in the SE, curves, AMP "
     "and checks: T = 2 for the symbolic route; hardmax T = 3..5 by its own engines (se, curve, "
-    "check, derive, threshold weak --small-width)")
+    "check, derive, amp, threshold weak --small-width)")
 TOKENS_HARDMAX_WEAK = Domain(
     name="tokens", option="--tokens", kind="integer", low=2, high=5, default=2,
     note="the ordered-cone recursion integrates over 2^(T(T-1)/2) subsets: 1024 at T = 5",

@@ -60,7 +60,7 @@ def model_options(f):
     opts = [
         click.option("--model", default="aim", show_default=True, help="aim, smi or erm"),
         click.option("--channel", default=None, help="aim: linear, linear-noisy, softmax, "
-                     "hardmax, noisy-hardmax; smi: deep-attention, noisy-deep-attention, "
+                     "hardmax, noisy-hardmax, sparsemax; smi: deep-attention, noisy-deep-attention, "
                      "noisy-attention, sign-product"),
         click.option("--channel-file", default=None, help="a Python file defining a channel "
                      "(runs the file's code)"),
@@ -796,6 +796,18 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
         return
     if (alpha is None) == (alphas is None):
         fail("--alpha", "given (or --alphas, not both)", alpha)
+    poly = None
+    if kw.get("channel_file"):
+        poly = aim_model(kw)
+        poly = poly if getattr(poly, "polyhedral", None) is not None else None
+    if aim_channels.wants_piecewise_amp(kw) or poly is not None:
+        if alpha is None or plot_path:
+            fail("--alpha", "one value for a piecewise channel (no --alphas/--plot)",
+                 alpha or alphas)
+        _check_outputs(out_path, None)
+        aim_channels.piecewise_amp(kw, alpha=alpha, damping=damping, out_path=out_path,
+                                   model=poly, **settings)
+        return
     grid = [alpha] if alpha is not None else [float(a) for a in parse_grid(alphas, "--alphas")]
     m = aim_model(kw)
     _check_outputs(out_path, plot_path)

@@ -758,3 +758,63 @@ def _write_hardmax_curve(rows: list[dict], T: int, rho: float, out_path: str | N
                                              f"e_gen = {r['e_gen']:.8g}" if "mmse" in r
                                              else r.get("note", "no stable fixed point"))
              for r in o["rows"]))
+
+
+def wants_piecewise_amp(kw: dict) -> bool:
+    """``amp`` of hardmax at T >= 3 or of sparsemax (the piecewise AMP views of
+    aim_sym.piecewise_amp; polyhedral channel files are routed by :func:`piecewise_amp` too)."""
+    ch = kw.get("channel")
+    return not kw.get("channel_file") and (
+        (ch == "hardmax" and kw["tokens"] >= 3) or ch == "sparsemax")
+
+
+def piecewise_amp(kw: dict, *, alpha: float, damping, out_path: str | None, dim: int,
+                  seeds: int, max_iter: int, rng_seed: int, model=None) -> None:
+    """``amp --channel hardmax --tokens 3..5``, ``--channel sparsemax [--tokens 3] [--beta B]``
+    and ``--channel-file F`` of a polyhedral file (``model``: its AIM): GAMP-RIE against the
+    channel's own SE, with AMP's test error beside e_gen (docs/amp_piecewise.md)."""
+    from .cli_common import progress_printer
+    from .domains import RHO
+    from .piecewise_amp import run_piecewise_amp
+
+    if model is not None:
+        channel, tokens, beta = "file", None, None
+        rho = model.rho
+    else:
+        channel, tokens = kw["channel"], kw["tokens"]
+        allowed = (3, 5) if channel == "hardmax" else (2, 3)
+        if not allowed[0] <= tokens <= allowed[1]:
+            fail("--tokens", f"{allowed[0]}..{allowed[1]} for amp --channel {channel}"
+                 + (" (T = 2: the symbolic route)" if channel == "hardmax" else ""), tokens)
+        banned = ("beta", "delta_out", "epsilon") if channel == "hardmax" else ("delta_out",
+                                                                              "epsilon")
+        for name in banned:
+            if kw.get(name) is not None:
+                fail("--" + name.replace("_", "-"), f"omitted for amp --channel {channel}",
+                     kw[name])
+        if kw.get("params"):
+            fail("--param", f"omitted for amp --channel {channel}", kw["params"])
+        beta = kw.get("beta")
+        rho = RHO.check(0.5 if kw.get("rho") is None else kw["rho"])
+    r = run_piecewise_amp(channel=channel, tokens=tokens, beta=beta, polyhedral=model, rho=rho,
+                          alpha=alpha, dim=dim, seeds=seeds, max_iter=max_iter,
+                          damping=damping, rng_seed=rng_seed, progress=progress_printer,
+                          out=out_path)
+    d = r.details
+    out = {"alpha": float(alpha), "dim": dim, "mean": r.value, "stderr": r.error,
+           "se_prediction": d["se_prediction"], "per_seed": d["per_seed"],
+           "per_iteration": d["per_iteration"], "converged": d["converged"],
+           "dampings": d["dampings"], "interrupted": d["interrupted"], "dg_form": d["dg_form"],
+           **{k: d[k] for k in ("test_error", "test_error_stderr", "test_error_plugin",
+                                "test_error_plugin_stderr", "e_gen_se", "e_gen_se_error",
+                                "e_gen_se_plugin", "e_gen_se_plugin_error") if k in d}}
+
+    def text(o):
+        line = (f"alpha={o['alpha']:.6g} D={dim}: AMP {o['mean']:.6g} +- "
+                f"{(o['stderr'] or 0):.2g}  SE {o['se_prediction']:.6g}")
+        if o.get("test_error") is not None and o.get("e_gen_se") is not None:
+            line += (f"\n  test error {o['test_error']:.6g} +- {(o['test_error_stderr'] or 0):.2g}"
+                     f"  SE e_gen {o['e_gen_se']:.6g} +- {(o['e_gen_se_error'] or 0):.2g}")
+        return line
+
+    emit(out, kw["as_json"], text)
