@@ -28,6 +28,12 @@ covers the K-point bias whenever the bias falls at least like 1/K. Tensor Gauss-
 rules were tried and converge only algebraically (tanh(beta u / 2) saturates on a scale of
 t much smaller than the prior's: u has a prior standard deviation up to ~10 at skip = 1).
 
+Shared tokens (deep_aim_se module docstring): both layers read the same tokens, so the means
+(a, b) and the truths share the common part sqrt(rho_l) u; per whitened coordinate Cov(a_k, b_k) =
+Cov(xi_k, x_k) = sqrt(rho1 rho2) (``design="shared"``, the default, with the widths ``rho``), the
+deviations staying independent. The cross term E[g_1 . g_2] (q_hat_12 / (2 alpha), the conjugate
+of the neglected cross-overlap) is reported in three forms beside E_l.
+
 SE (THEORY 1.6): q_hat_l = 2 alpha E_l, mmse_l = mmse_{rho_l}(1/q_hat_l), V_l = mmse_l,
 q_l = Q0_l - V_l, solved with the point sets held fixed (a deterministic map) by plain iteration
 and chord-Newton steps, the bars propagated through (I - J)^-1 as in deep_aim_se.
@@ -43,7 +49,7 @@ from scipy.special import expit, ndtri
 from scipy.stats import qmc
 
 from . import wishart
-from .deep_aim_se import DeepAimSE, generalisation_error, prior_potential
+from .deep_aim_se import DESIGNS, DeepAimSE, generalisation_error, mean_pair_cholesky, prior_potential
 from .records import ConvergenceError, Estimate, mean_estimate, require, standard_error
 
 SQRT2 = math.sqrt(2.0)
@@ -55,7 +61,7 @@ COVERAGE = 2.5
 INNER_SIZES = (2**11, 2**13)
 #: names of the per-point quantities (columns of the sums)
 QUANTITIES = ("E1", "E2", "mean_square_1", "mean_square_2", "nishimori_1", "nishimori_2",
-              "psi_out")
+              "psi_out", "cross", "cross_mean_square", "cross_nishimori")
 
 
 def _check_inputs(q1, q2, V1, V2, Delta, skip, beta) -> None:
@@ -104,6 +110,12 @@ def _posterior_sums(o1, o2, a, b, V1, V2, t, *, skip, beta, Delta, sizes, u_true
         mean = (e @ tk.T) / n[:, None]                    # E[t | o], (chunk, 4)
         second = (e @ (tk * tk).T) / n[:, None]
         var = second - mean**2
+        mixed = (e @ np.stack([tk[0] * tk[2], tk[1] * tk[3]]).T) / n[:, None]
+        cov12 = mixed[:, 0] - mean[:, 0] * mean[:, 2] + mixed[:, 1] - mean[:, 1] * mean[:, 3]
+        s12 = math.sqrt(V1 * V2)
+        ms12 = (mean[:, 0] * mean[:, 2] + mean[:, 1] * mean[:, 3]) / s12
+        ni12 = 0.5 * (u_true[:, 0] * mean[:, 2] + u_true[:, 1] * mean[:, 3]
+                      + u_true[:, 2] * mean[:, 0] + u_true[:, 3] * mean[:, 1]) / s12
         tr1, tr2 = V1 * (var[:, 0] + var[:, 1]), V2 * (var[:, 2] + var[:, 3])
         ms1 = (mean[:, 0] ** 2 + mean[:, 1] ** 2) / V1
         ms2 = (mean[:, 2] ** 2 + mean[:, 3] ** 2) / V2
@@ -111,16 +123,19 @@ def _posterior_sums(o1, o2, a, b, V1, V2, t, *, skip, beta, Delta, sizes, u_true
         ni2 = (u_true[:, 2] * mean[:, 2] + u_true[:, 3] * mean[:, 3]) / V2
         log_z = np.log(n / k) + top[:, 0] - math.log(4.0 * math.pi * Delta)
         out.append([np.sum(2.0 * V1 - tr1) / V1**2, np.sum(2.0 * V2 - tr2) / V2**2,
-                    ms1.sum(), ms2.sum(), ni1.sum(), ni2.sum(), log_z.sum()])
+                    ms1.sum(), ms2.sum(), ni1.sum(), ni2.sum(), log_z.sum(),
+                    -np.sum(cov12) / s12, ms12.sum(), ni12.sum()])
     return np.array(out)
 
 
 def _output_sums(*, q1, q2, V1, V2, Delta, skip, beta, m, scrambles, seed, sizes,
-                 chunk: int = 32) -> np.ndarray:
+                 chunk: int = 32, cross: float = 0.0) -> np.ndarray:
     """(len(sizes), scrambles, len(QUANTITIES)): per inner size and outer scramble the RQMC means
-    of the per-point quantities. Outer point: a = sqrt(q1) u, b = sqrt(q2) u', truth = mean +
-    sqrt(V) u'', o = clean(truth) + sqrt(2 Delta) u'''."""
+    of the per-point quantities. Outer point, per whitened coordinate: (a, b) = L (u, u'), L the
+    square root of [[q1, cross], [cross, q2]] (``cross`` = sqrt(rho1 rho2) with shared tokens),
+    truth = mean + sqrt(V) u'', o = clean(truth) + sqrt(2 Delta) u3."""
     res = np.zeros((len(sizes), scrambles, len(QUANTITIES)))
+    L = mean_pair_cholesky(q1=q1, q2=q2, cross=cross)
     kmax = max(sizes)
     for s in range(scrambles):
         u = _sobol_normals(m, 10, [seed, s])
@@ -128,7 +143,8 @@ def _output_sums(*, q1, q2, V1, V2, Delta, skip, beta, m, scrambles, seed, sizes
         n = u.shape[0]
         for st in range(0, n, chunk):
             w = u[st:st + chunk]
-            a, b = math.sqrt(q1) * w[:, 0:2], math.sqrt(q2) * w[:, 2:4]
+            a = L[0, 0] * w[:, 0:2]
+            b = L[1, 0] * w[:, 0:2] + L[1, 1] * w[:, 2:4]
             xi, x = a + math.sqrt(V1) * w[:, 4:6], b + math.sqrt(V2) * w[:, 6:8]
             c1, c2 = clean_observations(xi[:, 0], xi[:, 1], x[:, 0], x[:, 1], skip=skip, beta=beta)
             sd = math.sqrt(2.0 * Delta)
@@ -139,9 +155,22 @@ def _output_sums(*, q1, q2, V1, V2, Delta, skip, beta, m, scrambles, seed, sizes
     return res
 
 
+def _cross(rho, design: str, q1: float, q2: float) -> float:
+    """sqrt(rho1 rho2) with shared tokens (needs q_l >= rho_l), 0 with independent ones."""
+    require(design in DESIGNS, "design", f"one of {DESIGNS}", design)
+    require(len(rho) == 2 and all(math.isfinite(r) and r >= 0 for r in rho), "rho",
+            "two finite numbers >= 0", rho)
+    if design == "independent":
+        return 0.0
+    for name, q, r in (("q1", q1, rho[0]), ("q2", q2, rho[1])):
+        require(q >= r - 1e-12, name, f">= rho = {r:g} (shared tokens)", q)
+    return math.sqrt(rho[0] * rho[1])
+
+
 def output_e_noisy(*, q1: float, q2: float, V1: float, V2: float, Delta: float, skip: float,
                    beta: float = 1.0, m: int = 9, scrambles: int = 8, seed: int = 0,
-                   sizes: tuple[int, int] = INNER_SIZES) -> dict[str, Estimate]:
+                   sizes: tuple[int, int] = INNER_SIZES, rho: tuple[float, float] = (0.0, 0.0),
+                   design: str = "shared") -> dict[str, Estimate]:
     """E_l = E|g_out,l|^2 = E[sum_{a<=b} (1 + delta_ab) (g^l_ab)^2] of the noisy deep AIM channel
     at means of variance q_l and posterior variances V_l (THEORY 1.1, 1.6; the SE has
     V_l = Q0_l - q_l, small width q = 0, V = 1). Keys: E1, E2 (variance form), mean_square_l,
@@ -149,8 +178,12 @@ def output_e_noisy(*, q1: float, q2: float, V1: float, V2: float, Delta: float, 
     E log Z_out(o) (o = (y_11 - y_12, y_22 - y_21), the informative statistics). Randomised QMC
     outside (2^m x ``scrambles``), importance sampling from the prior inside (``sizes`` = (K/4, K)
     nested Sobol sets); error = COVERAGE standard errors over scrambles + |value(K) - value(K/4)|
-    (the ratio bias; module docstring)."""
+    (the ratio bias; module docstring). ``rho``, ``design``: the widths and the token design that
+    set the outer law (shared tokens: Cov(a_k, b_k) = sqrt(rho1 rho2); rho = (0, 0), the default,
+    is the small-width law); the cross term E[g_1 . g_2] in three forms: ``cross`` (variance form,
+    -E tr Cov[xi, x | o]/(V1 V2)), ``cross_mean_square``, ``cross_nishimori``."""
     _check_inputs(q1, q2, V1, V2, Delta, skip, beta)
+    cross = _cross(rho, design, q1, q2)
     require(isinstance(m, int) and 2 <= m <= 16, "m", "an integer in [2, 16]", m)
     require(isinstance(scrambles, int) and scrambles >= 2, "scrambles", "an integer >= 2",
             scrambles)
@@ -159,7 +192,7 @@ def output_e_noisy(*, q1: float, q2: float, V1: float, V2: float, Delta: float, 
             "two increasing powers of 2 >= 16", sizes)
     t0 = time.perf_counter()
     res = _output_sums(q1=q1, q2=q2, V1=V1, V2=V2, Delta=Delta, skip=skip, beta=beta, m=m,
-                       scrambles=scrambles, seed=seed, sizes=tuple(sizes))
+                       scrambles=scrambles, seed=seed, sizes=tuple(sizes), cross=cross)
     secs = time.perf_counter() - t0
     return _estimates(res, extra={"points": 2**m, "scrambles": scrambles, "sizes": tuple(sizes),
                                   "seconds": secs, "seed": seed})
@@ -203,8 +236,9 @@ def _prior_step(q_hat: float, rho: float) -> float:
 class _NoisyMap:
     """The SE map V -> (mmse_1, mmse_2) with the outer and inner point sets held fixed."""
 
-    def __init__(self, *, alpha, rho, Delta, skip, beta, m, scrambles, seed, sizes):
+    def __init__(self, *, alpha, rho, Delta, skip, beta, m, scrambles, seed, sizes, design):
         self.alpha, self.rho, self.delta, self.skip, self.beta = alpha, rho, Delta, skip, beta
+        self.cross = math.sqrt(rho[0] * rho[1]) if design == "shared" else 0.0
         self.m, self.scrambles, self.seed, self.sizes = m, scrambles, seed, tuple(sizes)
         self.q0 = (1.0 + rho[0], 1.0 + rho[1])
         self.calls = 0
@@ -214,7 +248,7 @@ class _NoisyMap:
         return _output_sums(q1=self.q0[0] - v[0], q2=self.q0[1] - v[1], V1=float(v[0]),
                             V2=float(v[1]), Delta=self.delta, skip=self.skip, beta=self.beta,
                             m=self.m, scrambles=self.scrambles, seed=self.seed,
-                            sizes=sizes or self.sizes[1:])
+                            sizes=sizes or self.sizes[1:], cross=self.cross)
 
     def prior(self, e1: float, e2: float) -> np.ndarray:
         return np.array([_prior_step(2.0 * self.alpha * e1, self.rho[0]),
@@ -229,16 +263,17 @@ class _NoisyMap:
         for j in range(2):
             d = rel * v[j]
             vp, vm = v.copy(), v.copy()
-            vp[j] += d
+            vp[j] = min(v[j] + d, 1.0)      # mmse <= 1 (q_l >= rho_l, needed by shared tokens)
             vm[j] -= d
-            jac[:, j] = (self(vp) - self(vm)) / (2.0 * d)
+            jac[:, j] = (self(vp) - self(vm)) / (vp[j] - vm[j])
         return jac
 
 
 def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, skip: float,
                       beta: float = 1.0, init: tuple[float, float] = (1.0, 1.0), m: int = 9,
                       scrambles: int = 8, seed: int = 0, sizes: tuple[int, int] = INNER_SIZES,
-                      tol: float = 1e-7, max_iter: int = 40, e_gen: bool = True) -> dict:
+                      tol: float = 1e-7, max_iter: int = 40, e_gen: bool = True,
+                      design: str = "shared") -> dict:
     """The SE fixed point (V1, V2) = (mmse_1, mmse_2) of the noisy deep AIM reached from ``init``
     (THEORY 1.1, 1.6): plain iteration until the step is below 5 % of V (or 10 steps), then
     chord-Newton steps on V - F(V), on point sets held fixed. Errors (per layer): COVERAGE
@@ -246,16 +281,20 @@ def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, s
     each propagated through (I - J)^-1, plus the last step. Returns per layer q, q_hat, mmse with
     errors, the Jacobian's eigenvalues, psi_out, the free entropy phi (its Psi_out is that of the
     density of o: it ranks fixed points at one alpha and Delta) and, with ``e_gen``, the Bayes generalisation
-    error of the noisy output (clean part + 4 Delta, THEORY 1.5) and the clean part alone."""
+    error of the noisy output (clean part + 4 Delta, THEORY 1.5) and the clean part alone.
+    ``design``: "shared" (both layers read the same tokens; default) or "independent" (module
+    docstring). Also q_hat_12 = 2 alpha E[g_1 . g_2] (three forms) and cross_correlation =
+    q_hat_12 / sqrt(q_hat_1 q_hat_2), the size of the neglected cross-overlap."""
     require(math.isfinite(alpha) and alpha > 0, "alpha", "a finite number > 0", alpha)
     require(len(rho) == 2 and all(math.isfinite(r) and r > 0 for r in rho), "rho",
             "two finite numbers > 0", rho)
     _check_inputs(0.0, 0.0, 1.0, 1.0, Delta, skip, beta)
     require(len(init) == 2 and all(0 < v <= 1 for v in init), "init", "two numbers in (0, 1]",
             init)
+    require(design in DESIGNS, "design", f"one of {DESIGNS}", design)
     t0 = time.perf_counter()
     f = _NoisyMap(alpha=alpha, rho=tuple(rho), Delta=Delta, skip=skip, beta=beta, m=m,
-                  scrambles=scrambles, seed=seed, sizes=sizes)
+                  scrambles=scrambles, seed=seed, sizes=sizes, design=design)
     v = np.array(init, float)
     jac, plain, step = None, True, np.ones(2)
     for it in range(max_iter):
@@ -295,7 +334,17 @@ def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, s
                        "mmse_error": float(err[i]), "q_hat": float(2 * alpha * e[i]),
                        "q_hat_error": float(2 * alpha * (COVERAGE * e_se[i] + abs(e[i] - ec[i]))),
                        "E": float(e[i]), "rho": rho[i]})
-    psi = _estimates(res, {})["psi_out"]
+    est = _estimates(res, {})
+    psi = est["psi_out"]
+    cross = {}
+    for key, name in (("q_hat_12", "cross"), ("q_hat_12_mean_square", "cross_mean_square"),
+                      ("q_hat_12_nishimori", "cross_nishimori")):
+        cross[key], cross[key + "_error"] = 2 * alpha * est[name].value, 2 * alpha * est[name].error
+    norm = math.sqrt(layers[0]["q_hat"] * layers[1]["q_hat"])
+    cc = cross["q_hat_12"] / norm
+    cross["cross_correlation"] = cc
+    cross["cross_correlation_error"] = (cross["q_hat_12_error"] / norm + 0.5 * abs(cc) * sum(
+        x["q_hat_error"] / x["q_hat"] for x in layers))
     # Phi = sum_l [-q_l q_hat_l / 4 + Psi_S(q_hat_l; rho_l)] + alpha Psi_out (THEORY 1.1, 1.6);
     # Psi_out is E log of the density of o (fixed alpha and Delta: ranks fixed points only)
     phi, phi_err = alpha * psi.value, alpha * psi.error
@@ -308,24 +357,28 @@ def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, s
            "jacobian_eigenvalues": np.linalg.eigvals(jac).tolist(), "init_mmse": list(init),
            "iterations": it + 1, "map_calls": f.calls, "standard_error": se.tolist(),
            "inner_size_error": bias.tolist(), "psi_out": psi.value, "psi_out_error": psi.error,
-           "phi": phi, "phi_error": phi_err,
+           "phi": phi, "phi_error": phi_err, **cross, "design": design,
            "points": 2**m, "scrambles": scrambles, "sizes": tuple(sizes), "seed": seed}
     if e_gen:
         out.update(_egen_noisy(q=[x["q"] for x in layers], q_error=[x["q_error"] for x in layers],
-                               rho=tuple(rho), Delta=Delta, skip=skip, beta=beta, seed=seed))
+                               rho=tuple(rho), Delta=Delta, skip=skip, beta=beta, seed=seed,
+                               design=design))
     out["seconds"] = time.perf_counter() - t0
     return out
 
 
-def _egen_noisy(*, q, q_error, rho, Delta, skip, beta, seed, m: int = 14) -> dict:
+def _egen_noisy(*, q, q_error, rho, Delta, skip, beta, seed, m: int = 14,
+                design: str = "shared") -> dict:
     """Bayes e_gen of the noisy output at overlaps q (THEORY 1.5): E||y - E[y | omega]||_F^2 =
     the clean part (deep_aim_se.generalisation_error; the noise is independent of omega) + 4 Delta
     (four noisy entries), with |d e_gen/d q_l| q_error_l added (central differences, same points)."""
-    model = DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta)
+    model = DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta, design=design)
     g = generalisation_error(model, q1=q[0], q2=q[1], m=m, seed=seed)
     prop = {"e_gen": 0.0, "e_gen_plugin": 0.0}
     for i in range(2):
-        d = 1e-3 * min(q[i], model.q0[i] - q[i])
+        d = 1e-3 * min(q[i] - model.q_min[i], model.q0[i] - q[i])
+        if d <= 0:
+            continue
         qp, qm = list(q), list(q)
         qp[i] += d
         qm[i] -= d
@@ -344,22 +397,31 @@ def _egen_noisy(*, q, q_error, rho, Delta, skip, beta, seed, m: int = 14) -> dic
 
 def output_e_noisy_mc(*, q1: float, q2: float, V1: float, V2: float, Delta: float, skip: float,
                       beta: float = 1.0, samples: int = 20_000, inner: int = 4000,
-                      batches: int = 20, seed: int = 0) -> dict[str, Estimate]:
+                      batches: int = 20, seed: int = 0, rho: tuple[float, float] = (0.0, 0.0),
+                      design: str = "shared") -> dict[str, Estimate]:
     """E_1, E_2 by seeded plain Monte Carlo (independent route to :func:`output_e_noisy`): outer
     points from numpy's generator, posterior means by self-normalised importance sampling from
     the prior with two independent halves of ``inner`` iid draws; E_l = E[g_l^(1) . g_l^(2)]
     (the product of the halves has no squared-noise bias; the ratio bias is O(1/inner)).
-    Error = standard error over ``batches``, each with fresh inner draws."""
+    Error = standard error over ``batches``, each with fresh inner draws. Shared tokens: the means
+    are sqrt(rho_l) c + sqrt(q_l - rho_l) n_l with c drawn explicitly (not the Cholesky factor of
+    the QMC route); also the cross term E12 = E[g_1 . g_2]."""
     _check_inputs(q1, q2, V1, V2, Delta, skip, beta)
+    shared = _cross(rho, design, q1, q2) > 0
     require(samples >= batches >= 2, "samples", f">= batches (= {batches}) >= 2", samples)
     require(inner >= 4 and inner % 2 == 0, "inner", "an even integer >= 4", inner)
     rng = np.random.default_rng(seed)
     per = samples // batches
-    res = {"E1": [], "E2": []}
+    res = {"E1": [], "E2": [], "E12": []}
     t0 = time.perf_counter()
     for _ in range(batches):
         w = rng.standard_normal((per, 10))
-        a, b = math.sqrt(q1) * w[:, 0:2], math.sqrt(q2) * w[:, 2:4]
+        if shared:
+            c = rng.standard_normal((per, 2))
+            a = math.sqrt(rho[0]) * c + math.sqrt(max(q1 - rho[0], 0.0)) * w[:, 0:2]
+            b = math.sqrt(rho[1]) * c + math.sqrt(max(q2 - rho[1], 0.0)) * w[:, 2:4]
+        else:
+            a, b = math.sqrt(q1) * w[:, 0:2], math.sqrt(q2) * w[:, 2:4]
         xi, x = a + math.sqrt(V1) * w[:, 4:6], b + math.sqrt(V2) * w[:, 6:8]
         c1, c2 = clean_observations(xi[:, 0], xi[:, 1], x[:, 0], x[:, 1], skip=skip, beta=beta)
         o1, o2 = c1 + math.sqrt(2 * Delta) * w[:, 8], c2 + math.sqrt(2 * Delta) * w[:, 9]
@@ -382,6 +444,7 @@ def output_e_noisy_mc(*, q1: float, q2: float, V1: float, V2: float, Delta: floa
         (g1a, g2a), (g1b, g2b) = halves
         res["E1"].append(np.mean(np.sum(g1a * g1b, axis=1)))
         res["E2"].append(np.mean(np.sum(g2a * g2b, axis=1)))
+        res["E12"].append(np.mean(0.5 * np.sum(g1a * g2b + g1b * g2a, axis=1)))
     secs = time.perf_counter() - t0
     return {k: mean_estimate(v, "monte carlo, two halves of iid prior draws (standard error)",
                              samples=per * batches, inner=inner, seed=seed, seconds=secs)

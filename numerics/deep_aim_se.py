@@ -20,6 +20,20 @@ numerics/aim_se.py per index): a ~ N(0, q1 I2), b ~ N(0, q2 I2), V_l = Q0_l - q_
 
   q_hat_l = 2 alpha E|g_l|^2,   q_l = Q0_l - mmse_{rho_l}(1 / q_hat_l).
 
+Shared tokens (``design="shared"``, the default; docs/deep_aim.md, "Shared tokens"). Both layers
+read the same tokens, and S_l = sqrt(rho_l) I + F_l, so h^l = sqrt(rho_l) u + k^l with u = <Z, I>
+common to the layers (computable from the tokens, whitened c ~ N(0, I2)) and k^l the parts of the
+independent fluctuations F_l. Then the truths and the means share c: xi = sqrt(rho_1) c + k^1,
+a = sqrt(rho_1) c + kappa^1 (kappa^1 the posterior mean of k^1, variance q_1 - rho_1), and the same
+for (x, b), so Cov(xi_k, x_k) = Cov(a_k, b_k) = Cov(xi_k, b_k) = Cov(a_k, x_k) = sqrt(rho_1 rho_2)
+per whitened coordinate, while the deviations xi - a, x - b stay independent of each other and of
+(a, b) (so Z_out and the inner posterior are unchanged). This needs q_l >= rho_l. It neglects
+the cross-overlap q'_12 = Tr(F_hat_1 F_hat_2)/D of the fluctuating parts, whose conjugate
+q_hat_12 = 2 alpha E[g_1 . g_2] is not zero with shared tokens: :func:`fixed_point` reports it
+(``q_hat_12``, ``cross_correlation``) as the size of what is neglected, and
+:func:`cross_overlap_effect` estimates its first-order effect on mmse. ``design="independent"``
+is the law of one token copy per layer (the law of this module before 2026-11-25).
+
 The expectation (over a, b and the truth's deviations, 8 Gaussian dimensions) is a randomised
 quasi-Monte Carlo average (scrambled Sobol, independent scrambles give the standard error) of the
 posterior-variance form E|g_l|^2 = (2 V_l - E tr Cov_l[. | z]) / V_l^2 (law of total variance), on
@@ -66,17 +80,24 @@ COVERAGE = 2.5
 MAX_REFINE = 3.0
 #: (coarse, fine) inner steps, in units of sqrt(V1) (skip >= 1) or of the graded rule (skip < 1)
 INNER_STEPS = (0.35, 0.25)
+#: the token designs: "shared" (one token set read by both layers, THEORY 1.6) and "independent"
+#: (one token copy per layer)
+DESIGNS = ("shared", "independent")
 
 
 @dataclass(frozen=True)
 class DeepAimSE:
     """Two tied attention layers at T = 2 (THEORY 1.6): skip strength ``skip`` (c), rank ratios
-    ``rho1``, ``rho2`` of the two targets, inverse temperature ``beta``; noiseless output."""
+    ``rho1``, ``rho2`` of the two targets, inverse temperature ``beta``; noiseless output.
+    ``design``: "shared" (both layers read the same tokens, the deep attention of THEORY 1.6) or
+    "independent" (one token copy per layer); it sets the outer law of every expectation (module
+    docstring)."""
 
     skip: float
     rho1: float
     rho2: float
     beta: float = 1.0
+    design: str = "shared"
 
     def __post_init__(self) -> None:
         require(math.isfinite(self.skip) and self.skip >= 0, "skip", "a finite number >= 0",
@@ -84,11 +105,24 @@ class DeepAimSE:
         for name in ("rho1", "rho2", "beta"):
             v = getattr(self, name)
             require(math.isfinite(v) and v > 0, name, "a finite number > 0", v)
+        require(self.design in DESIGNS, "design", f"one of {DESIGNS}", self.design)
 
     @property
     def q0(self) -> tuple[float, float]:
         """(Q0_1, Q0_2) = (1 + rho1, 1 + rho2) (THEORY 1.1)."""
         return 1.0 + self.rho1, 1.0 + self.rho2
+
+    @property
+    def cross(self) -> float:
+        """Covariance of the two layers' whitened truths (and means) per seen coordinate:
+        sqrt(rho1 rho2) with shared tokens (the common part sqrt(rho_l) u), 0 otherwise."""
+        return math.sqrt(self.rho1 * self.rho2) if self.design == "shared" else 0.0
+
+    @property
+    def q_min(self) -> tuple[float, float]:
+        """The smallest overlaps the outer law admits: (rho1, rho2) with shared tokens (the mean
+        carries the common part), (0, 0) otherwise."""
+        return (self.rho1, self.rho2) if self.design == "shared" else (0.0, 0.0)
 
 
 # ---------------------------------------------------------------- whitened coordinates
@@ -171,16 +205,24 @@ def _nodes(model: DeepAimSE, a1, a2, v1: float, v2: float, h_in: float):
     return xi1, xi2, logw, mu, kappa
 
 
-def posterior(model: DeepAimSE, z1, z2, a1, a2, b1, b2, v1: float, v2: float, h_in: float):
-    """log Z_out and the posterior means E[xi - a | z], E[x* - b | z] for rows of outer points."""
+def posterior(model: DeepAimSE, z1, z2, a1, a2, b1, b2, v1: float, v2: float, h_in: float,
+              c12: float = 0.0):
+    """log Z_out, the posterior means E[xi - a | z], E[x* - b | z], the traces of the posterior
+    covariances of xi and of x* and of their cross-covariance, for rows of outer points.
+    ``c12``: covariance of the two layers' deviations per whitened coordinate (0 in the SE with
+    one overlap per layer; -q'_12 with a cross-overlap, :func:`cross_overlap_effect`): given xi,
+    x ~ N(b + (c12/V1)(xi - a), V2 - c12^2/V1)."""
     xi1, xi2, logw, mu, kappa = _nodes(model, a1, a2, v1, v2, h_in)
     a1, a2 = np.asarray(a1, float)[:, None], np.asarray(a2, float)[:, None]
     z1, z2 = np.asarray(z1, float)[:, None], np.asarray(z2, float)[:, None]
     b1, b2 = np.asarray(b1, float)[:, None], np.asarray(b2, float)[:, None]
     x1, x2 = fibre_point(mu, kappa, z1, z2, skip=model.skip)
+    k, v2c = c12 / v1, v2 - c12 * c12 / v1
+    require(v2c > 0, "c12", "c12^2 < V1 V2", c12)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        logl = (logw - ((x1 - b1) ** 2 + (x2 - b2) ** 2) / (2.0 * v2) - 3.0 * np.log(np.abs(mu))
-                - math.log(2.0 * math.pi * v2 * 4.0 * SQRT2 * (1.0 + model.skip)))
+        c1, c2 = (b1 + k * (xi1 - a1), b2 + k * (xi2 - a2)) if c12 else (b1, b2)
+        logl = (logw - ((x1 - c1) ** 2 + (x2 - c2) ** 2) / (2.0 * v2c) - 3.0 * np.log(np.abs(mu))
+                - math.log(2.0 * math.pi * v2c * 4.0 * SQRT2 * (1.0 + model.skip)))
     logl = np.where(np.isfinite(logl), logl, -np.inf)
     top = logl.max(axis=1, keepdims=True)
     e = np.exp(logl - top)
@@ -195,11 +237,15 @@ def posterior(model: DeepAimSE, z1, z2, a1, a2, b1, b2, v1: float, v2: float, h_
     def var(f, mf):
         return mean((f - mf[:, None]) ** 2)
 
+    def cov(f, mf, g, mg):
+        return mean((f - mf[:, None]) * (g - mg[:, None]))
+
     return {"log_z_out": np.log(n) + top[:, 0],
             "d_xi": np.stack([m[0] - a1[:, 0], m[1] - a2[:, 0]], axis=-1),
             "d_x": np.stack([m[2] - b1[:, 0], m[3] - b2[:, 0]], axis=-1),
             "tr_cov_xi": var(xi1, m[0]) + var(xi2, m[1]),
-            "tr_cov_x": var(x1, m[2]) + var(x2, m[3])}
+            "tr_cov_x": var(x1, m[2]) + var(x2, m[3]),
+            "tr_cov_cross": cov(xi1, m[0], x1, m[2]) + cov(xi2, m[1], x2, m[3])}
 
 
 def z_out(z1, z2, *, model: DeepAimSE, a, b, v1: float, v2: float,
@@ -253,20 +299,61 @@ def _sobol_normals(m: int, scrambles: int, seed: int, d: int = 8) -> np.ndarray:
 ESTIMATORS = ("variance", "legacy")
 
 
-def _outer_points(model: DeepAimSE, q1: float, q2: float, u: np.ndarray, estimator: str):
+def psd_cholesky(cov: np.ndarray) -> np.ndarray:
+    """Lower-triangular L with L L^T = cov for a positive semi-definite cov (a zero pivot, up to
+    rounding, gives a zero column: degenerate laws such as q_l = rho_l with shared tokens)."""
+    cov = np.asarray(cov, dtype=float)
+    n = cov.shape[0]
+    L = np.zeros_like(cov)
+    scale = max(float(np.max(np.abs(np.diag(cov)))), 1e-300)
+    for j in range(n):
+        d = cov[j, j] - L[j, :j] @ L[j, :j]
+        require(d >= -1e-10 * scale, "overlaps", "a positive semi-definite outer law", d)
+        if d <= 1e-13 * scale:
+            continue
+        L[j, j] = math.sqrt(d)
+        L[j + 1:, j] = (cov[j + 1:, j] - L[j + 1:, :j] @ L[j, :j]) / L[j, j]
+    return L
+
+
+def mean_pair_cholesky(*, q1: float, q2: float, cross: float) -> np.ndarray:
+    """The 2 x 2 square root of the law of one whitened coordinate of the means (a_k, b_k):
+    variances q1, q2, covariance ``cross`` (sqrt(rho1 rho2) with shared tokens)."""
+    return psd_cholesky(np.array([[q1, cross], [cross, q2]]))
+
+
+def outer_covariance(model: DeepAimSE, *, q1: float, q2: float, q12: float = 0.0) -> np.ndarray:
+    """The 4 x 4 covariance of one whitened seen coordinate of (x, xi, a, b) (truths of layer 2
+    and 1, then the means) at overlaps (q1, q2): Var = (Q0_2, Q0_1, q1, q2), Cov(xi, a) = q1,
+    Cov(x, b) = q2, every cross-layer covariance ``model.cross`` (module docstring). The two
+    coordinates are independent and identically distributed. ``q12``: a cross-overlap q'_12 of
+    the fluctuating parts (neglected by the SE; :func:`cross_overlap_effect`) adds q12 to the
+    cross-layer covariances that involve a mean (Nishimori), so the deviations xi - a, x - b
+    get covariance -q12."""
+    (qa, qb), r = model.q0, model.cross
+    s = r + q12
+    return np.array([[qb, r, s, q2], [r, qa, q1, s], [s, q1, q1, s], [q2, s, s, q2]])
+
+
+def _outer_points(model: DeepAimSE, q1: float, q2: float, u: np.ndarray, estimator: str,
+                  q12: float = 0.0):
     """Standard normals (rows, 8) -> whitened means a, b and the truth's deviations e1 = xi - a,
-    e2 = x - b. "variance": truths first, xi ~ N(0, Q0_1 I), x ~ N(0, Q0_2 I) in columns 0-3 and
-    the means given them, a = (q1/Q0_1) xi + N(0, q1 V1/Q0_1 I), in columns 4-7 (an orthogonal
-    rotation of the "legacy" columns (a, b, e1, e2)/sd: same law). It puts the kink of the
+    e2 = x - b. "variance": truths first, the Cholesky factor of :func:`outer_covariance` in the
+    order (x, xi, a, b), column k (0, 1) of x, xi, a, b from normals k, 2 + k, 4 + k, 6 + k (with
+    independent tokens: x ~ N(0, Q0_2 I), xi ~ N(0, Q0_1 I), a = (q1/Q0_1) xi + N(0, q1 V1/Q0_1 I),
+    b likewise; an orthogonal rotation of the "legacy" columns: same law). It puts the kink of the
     integrand at x_1 = 0 (z1 = 0, where the small-mu part of H1 is no longer suppressed) on one
-    coordinate axis."""
-    (qa, qb), (v1, v2) = model.q0, (model.q0[0] - q1, model.q0[1] - q2)
+    coordinate axis. "legacy": means first, (a, b) from :func:`mean_pair_cholesky` on normals
+    0-3, deviations sqrt(V_l) times normals 4-7."""
+    (v1, v2) = (model.q0[0] - q1, model.q0[1] - q2)
     if estimator == "legacy":
-        a, b = math.sqrt(q1) * u[:, 0:2], math.sqrt(q2) * u[:, 2:4]
+        L = mean_pair_cholesky(q1=q1, q2=q2, cross=model.cross)
+        a = L[0, 0] * u[:, 0:2]
+        b = L[1, 0] * u[:, 0:2] + L[1, 1] * u[:, 2:4]
         return a, b, math.sqrt(v1) * u[:, 4:6], math.sqrt(v2) * u[:, 6:8]
-    x, xi = math.sqrt(qb) * u[:, 0:2], math.sqrt(qa) * u[:, 2:4]
-    a = (q1 / qa) * xi + math.sqrt(q1 * v1 / qa) * u[:, 4:6]
-    b = (q2 / qb) * x + math.sqrt(q2 * v2 / qb) * u[:, 6:8]
+    L = psd_cholesky(outer_covariance(model, q1=q1, q2=q2, q12=q12))
+    w = [u[:, 2 * j:2 * j + 2] for j in range(4)]
+    x, xi, a, b = (sum(L[i, j] * w[j] for j in range(i + 1)) for i in range(4))
     return a, b, xi - a, x - b
 
 
@@ -277,13 +364,17 @@ def _output_sums(model: DeepAimSE, q1: float, q2: float, h_in: float, normals: n
     4 log Z_out(z) (Psi_out, THEORY 1.1); 5, 6 the mean-square forms |E[xi - a|z]|^2/V1^2,
     |E[x* - b|z]|^2/V2^2; 7, 8 the variance forms (2 V_l - tr Cov_l[.|z])/V_l^2. All three forms
     have the mean E_l (law of total variance: E|truth - mean|^2 = 2 V_l); the variance form has
-    10 to 35 times less variance per point (the posterior variance is bounded and smooth in z)."""
+    10 to 35 times less variance per point (the posterior variance is bounded and smooth in z).
+    Columns 9-11: the cross term E[g_1 . g_2] in three forms, -E tr Cov[xi, x* | z]/(V1 V2)
+    (variance form: the truth's deviations are independent across layers), the symmetrised
+    Nishimori form ((xi_true - a).E[x* - b|z] + (x_true - b).E[xi - a|z])/(2 V1 V2) and the mean
+    square E[xi - a|z].E[x* - b|z]/(V1 V2)."""
     require(estimator in ESTIMATORS, "estimator", f"one of {ESTIMATORS}", estimator)
     v1, v2 = model.q0[0] - q1, model.q0[1] - q2
     r, n, _ = normals.shape
-    out = np.zeros((r, 9))
+    out = np.zeros((r, 12))
     for k in range(r):
-        acc = np.zeros(9)
+        acc = np.zeros(12)
         for st in range(0, n, chunk):
             a, b, e1, e2 = _outer_points(model, q1, q2, normals[k, st:st + chunk], estimator)
             z1, z2 = statistics(a[:, 0] + e1[:, 0], a[:, 1] + e1[:, 1], b[:, 0] + e2[:, 0],
@@ -291,11 +382,21 @@ def _output_sums(model: DeepAimSE, q1: float, q2: float, h_in: float, normals: n
             p = posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in)
             ms = [np.sum(p["d_xi"] ** 2), np.sum(p["d_x"] ** 2)]
             var = [np.sum(2.0 * v1 - p["tr_cov_xi"]), np.sum(2.0 * v2 - p["tr_cov_x"])]
+            cross = [-np.sum(p["tr_cov_cross"]),
+                     0.5 * (np.sum(e1 * p["d_x"]) + np.sum(e2 * p["d_xi"])),
+                     np.sum(p["d_xi"] * p["d_x"])]
             acc += [*(var if estimator == "variance" else ms), np.sum(e1 * p["d_xi"]),
-                    np.sum(e2 * p["d_x"]), np.sum(p["log_z_out"]), *ms, *var]
+                    np.sum(e2 * p["d_x"]), np.sum(p["log_z_out"]), *ms, *var, *cross]
         out[k] = acc / n / np.array([v1 * v1, v2 * v2, v1 * v1, v2 * v2, 1.0,
-                                     v1 * v1, v2 * v2, v1 * v1, v2 * v2])
+                                     v1 * v1, v2 * v2, v1 * v1, v2 * v2, v1 * v2, v1 * v2,
+                                     v1 * v2])
     return out
+
+
+#: the names of the columns of :func:`_output_sums`
+OUTPUT_COLUMNS = ("E1", "E2", "nishimori_1", "nishimori_2", "psi_out", "mean_square_1",
+                  "mean_square_2", "variance_1", "variance_2", "cross", "cross_nishimori",
+                  "cross_mean_square")
 
 
 def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scrambles: int = 8,
@@ -309,7 +410,9 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     (2 V_l - E tr Cov_l)/V_l^2 and ``nishimori_l`` = E[(h_true - omega).g_l]/V_l, all equal to E_l
     for the exact posterior, and
     ``psi_out`` = Psi_out(q1, q2) = E log Z_out(z) (THEORY 1.1; Z_out the density of z, see
-    :func:`free_entropy`)."""
+    :func:`free_entropy`); the cross term E[g_1 . g_2] (2 alpha times it is q_hat_12, the conjugate
+    of the neglected cross-overlap; module docstring) in its three forms, ``cross`` (variance
+    form), ``cross_nishimori`` and ``cross_mean_square``."""
     _check_q(model, q1, q2)
     normals = _sobol_normals(m, scrambles, seed)
     t0 = time.perf_counter()
@@ -317,8 +420,7 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     fine = _output_sums(model, q1, q2, steps[1], normals, estimator=estimator)
     secs = time.perf_counter() - t0
     out = {}
-    for i, name in enumerate(("E1", "E2", "nishimori_1", "nishimori_2", "psi_out",
-                              "mean_square_1", "mean_square_2", "variance_1", "variance_2")):
+    for i, name in enumerate(OUTPUT_COLUMNS):
         f = fine[:, i]
         se = standard_error(f)
         rule = abs(float(f.mean() - coarse[:, i].mean()))
@@ -331,9 +433,15 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     return out
 
 
-def _check_q(model: DeepAimSE, q1: float, q2: float) -> None:
-    for name, q, q0 in (("q1", q1, model.q0[0]), ("q2", q2, model.q0[1])):
-        require(math.isfinite(q) and 0 <= q < q0, name, f"in [0, Q0 = {q0:g})", q)
+def _check_q(model: DeepAimSE, q1: float, q2: float, closed: bool = False) -> None:
+    """q_l in [q_min_l, Q0_l) (``closed``: Q0_l allowed); q_min_l = rho_l with shared tokens, up
+    to 1e-12 (the mean carries the common part), else 0."""
+    for name, q, q0, lo in (("q1", q1, model.q0[0], model.q_min[0]),
+                            ("q2", q2, model.q0[1], model.q_min[1])):
+        inside = lo - 1e-12 <= q <= q0 if closed else lo - 1e-12 <= q < q0
+        require(math.isfinite(q) and inside, name,
+                f"in [{lo:g}, Q0 = {q0:g}{']' if closed else ')'}"
+                + (" (shared tokens: q_l >= rho_l)" if lo > 0 else ""), q)
 
 
 # ---------------------------------------------------------------- the SE map and fixed points
@@ -399,7 +507,12 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     layer q, q_hat, mmse and their errors, stability (Jacobian eigenvalues), iterations, seconds;
     ``phi``, ``psi_out`` (free entropy, :func:`free_entropy`), ``e_gen`` and ``e_gen_plugin``
     (:func:`generalisation_error`, the fixed point's error propagated), each with ``_error``. At
-    perfect recovery phi is None (``phi_limit`` "+inf" when stable) and e_gen = 0."""
+    perfect recovery phi is None (``phi_limit`` "+inf" when stable) and e_gen = 0. Finite
+    points also carry ``q_hat_12`` = 2 alpha E[g_1 . g_2] (variance form; ``q_hat_12_nishimori``,
+    ``q_hat_12_mean_square`` beside it) and ``cross_correlation`` = q_hat_12 / sqrt(q_hat_1
+    q_hat_2), each with ``_error``: the conjugate of the cross-overlap the SE neglects, zero for
+    independent tokens and not for shared ones (module docstring; :func:`cross_overlap_effect`),
+    the map's ``jacobian`` and the ``design``."""
     _check_alpha(alpha)
     for v in v_init:
         require(0 < v <= 1, "v_init", "pairs in (0, 1]", v_init)
@@ -457,10 +570,10 @@ def _jacobian(model, alpha, v, normals, h, fv, rel: float = 1e-4, estimator="var
     for j in range(2):
         d = rel * v[j]
         vp, vm = v.copy(), v.copy()
-        vp[j] += d
+        vp[j] = min(v[j] + d, 1.0)          # mmse <= 1 (q_l >= rho_l, needed by shared tokens)
         vm[j] -= d
         jac[:, j] = (_map_mean(model, alpha, vp, normals, h, estimator)[0]
-                     - _map_mean(model, alpha, vm, normals, h, estimator)[0]) / (2 * d)
+                     - _map_mean(model, alpha, vm, normals, h, estimator)[0]) / (vp[j] - vm[j])
     return jac
 
 
@@ -490,6 +603,8 @@ def _finite_result(model, alpha, v, normals, steps, v_init, iterations, t0, seed
                        "rho": (model.rho1, model.rho2)[i]})
     q = [x["q"] for x in layers]
     psi = _estimate_columns(sums[:, 4:5], sums_c[:, 4:5])[0]
+    cross = _cross_term(alpha, layers, _estimate_columns(sums[:, 9:12], sums_c[:, 9:12]))
+    cross["jacobian"] = jac.tolist()
     phi = _phi_estimate(model, alpha=alpha, layers=layers, psi_out=psi)
     gen = _egen_at(model, q=q, q_error=[float(x) for x in err], m=14,
                    scrambles=normals.shape[0], seed=seed)
@@ -501,8 +616,28 @@ def _finite_result(model, alpha, v, normals, steps, v_init, iterations, t0, seed
             "psi_out": psi.value, "psi_out_error": psi.error,
             "e_gen": gen["e_gen"].value, "e_gen_error": gen["e_gen"].error,
             "e_gen_plugin": gen["e_gen_plugin"].value,
-            "e_gen_plugin_error": gen["e_gen_plugin"].error,
-            "seconds": time.perf_counter() - t0}
+            "e_gen_plugin_error": gen["e_gen_plugin"].error, **cross,
+            "design": model.design, "seconds": time.perf_counter() - t0}
+
+
+def _cross_term(alpha: float, layers: list[dict], est: list[Estimate]) -> dict:
+    """q_hat_12 = 2 alpha E[g_1 . g_2] (variance form; the Nishimori and mean-square forms beside
+    it) and cross_correlation = q_hat_12 / sqrt(q_hat_1 q_hat_2), each with its bar (COVERAGE
+    standard errors + inner-rule difference; the correlation's adds the q_hat_l bars to first
+    order). The SE neglects the cross-overlap of the two layers' fluctuating parts; q_hat_12 is
+    its conjugate, so these measure the size of what is neglected (module docstring)."""
+    out = {}
+    for e, key in zip(est, ("q_hat_12", "q_hat_12_nishimori", "q_hat_12_mean_square")):
+        out[key], out[key + "_error"] = 2 * alpha * e.value, 2 * alpha * e.error
+    qh = [x["q_hat"] for x in layers]
+    qe = [x["q_hat_error"] for x in layers]
+    norm = math.sqrt(qh[0] * qh[1]) if qh[0] > 0 and qh[1] > 0 else math.inf
+    cc = out["q_hat_12"] / norm
+    out["cross_correlation"] = cc
+    out["cross_correlation_error"] = (out["q_hat_12_error"] / norm
+                                      + 0.5 * abs(cc) * sum(e / q for e, q in zip(qe, qh)
+                                                            if q > 0))
+    return out
 
 
 def _pr_result(model, alpha, apr, v_init, history, secs) -> dict:
@@ -514,7 +649,7 @@ def _pr_result(model, alpha, apr, v_init, history, secs) -> dict:
     return {"alpha": alpha, "layers": layers, "perfect_recovery": True, "stable": alpha > apr,
             "alpha_PR": apr, "init_mmse": list(v_init), "iterations": len(history),
             "last_mmse": history[-1], "phi": None, "phi_error": None,
-            "phi_limit": "+inf" if alpha > apr else "-inf", "psi_out": None,
+            "phi_limit": "+inf" if alpha > apr else "-inf", "psi_out": None, "design": model.design,
             "psi_out_error": None, "e_gen": 0.0, "e_gen_error": 0.0, "e_gen_plugin": 0.0,
             "e_gen_plugin_error": 0.0, "seconds": secs}
 
@@ -528,6 +663,99 @@ def fixed_points(model: DeepAimSE, *, alpha: float,
     Bayes-optimal one(s) flagged (:func:`flag_bayes_optimal`; THEORY 1.1, 1.6)."""
     return flag_bayes_optimal([fixed_point(model, alpha=alpha, v_init=init, **kw)
                                for init in inits])
+
+
+# ---------------------------------------------------------------- the neglected cross-overlap
+
+def _matrix_sums(model: DeepAimSE, q1: float, q2: float, q12: float, h_in: float,
+                 normals: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Per scramble: (G_11, G_22, G_12) of G = E[g g^T] (summed over the two whitened
+    coordinates) at a cross-overlap q12, g = Sigma^-1 E[deviation | z], Sigma = [[V1, -q12],
+    [-q12, V2]]: G = 2 Sigma^-1 - Sigma^-1 K Sigma^-1, K the mean posterior covariance (the
+    variance form; law of total variance)."""
+    v1, v2 = model.q0[0] - q1, model.q0[1] - q2
+    sig_inv = np.linalg.inv(np.array([[v1, -q12], [-q12, v2]]))
+    r, n, _ = normals.shape
+    out = np.zeros((r, 3))
+    for k in range(r):
+        acc = np.zeros(3)
+        for st in range(0, n, chunk):
+            a, b, e1, e2 = _outer_points(model, q1, q2, normals[k, st:st + chunk], "variance",
+                                         q12=q12)
+            z1, z2 = statistics(a[:, 0] + e1[:, 0], a[:, 1] + e1[:, 1], b[:, 0] + e2[:, 0],
+                                b[:, 1] + e2[:, 1], skip=model.skip, beta=model.beta)
+            p = posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in,
+                          c12=-q12)
+            acc += [np.sum(p["tr_cov_xi"]), np.sum(p["tr_cov_x"]), np.sum(p["tr_cov_cross"])]
+        kk = acc / n
+        g = 2.0 * sig_inv - sig_inv @ np.array([[kk[0], kk[2]], [kk[2], kk[1]]]) @ sig_inv
+        out[k] = g[0, 0], g[1, 1], g[0, 1]
+    return out
+
+
+def cross_overlap_effect(model: DeepAimSE, *, fp: dict, m: int = 10, scrambles: int = 8,
+                         seed: int = 0, dq12: float = 0.01,
+                         h_in: float = INNER_STEPS[1]) -> dict:
+    """First-order effect on mmse_l of the cross-overlap q'_12 = Tr(F_hat_1 F_hat_2)/D that the SE
+    with one overlap per layer neglects, at a finite fixed point ``fp`` (a dict of
+    :func:`fixed_point`, which carries q_hat_12 and the Jacobian J of the map).
+
+    q'_12 from the linear response of the joint denoiser of two independent matrices seen with
+    noise of precision [[q_hat_1, q_hat_12], [q_hat_12, q_hat_2]]: to first order in q_hat_12,
+    q'_12 = q_hat_12 E Tr(C_1 C_2)/n with C_l the two (independent) posterior covariance
+    operators, whose rotation average is mmse_l Id plus a rank-one trace part, so q'_12 ~
+    q_hat_12 mmse_1 mmse_2 (exact for Gaussian priors; for rotation-invariant ones to leading
+    order in 1/D, an argument not checked numerically; beyond first order this is the open 2 x 2
+    SE). The output side at a cross-overlap
+    is exact (:func:`outer_covariance` with q12, the inner posterior with correlated deviations):
+    dE_l/dq'_12 by central differences (+- dq12 and +- 2 dq12, one point set); error COVERAGE
+    standard errors of the paired differences + |D(dq12) - D(2 dq12)|. Then
+    delta mmse = (I - J)^-1 (d mmse_l / d q_hat_l) 2 alpha (dE_l/dq'_12) q'_12 (the prior side's
+    per-layer mmse moves only at second order in q_hat_12). Returns dE_dq12 (two Estimates),
+    q12 (Estimate), delta_mmse and delta_mmse_error (lists), below_bars (|delta| + error below
+    the fixed point's mmse bars, per layer); dE12_dq12, loop_gain = 2 alpha mmse_1 mmse_2
+    dE12/dq12 and q12_self_consistent = q12/(1 - loop_gain) (q_hat_12 fed by q'_12 itself, same
+    first-order approximation)."""
+    require(not fp.get("perfect_recovery") and "q_hat_12" in fp, "fp",
+            "a finite fixed point of fixed_point", fp.get("perfect_recovery"))
+    alpha = fp["alpha"]
+    q = [x["q"] for x in fp["layers"]]
+    v = [x["mmse"] for x in fp["layers"]]
+    require(math.isfinite(dq12) and 0 < 2 * dq12 < 0.5 * min(v), "dq12",
+            "in (0, min(V)/4)", dq12)
+    normals = _sobol_normals(m, scrambles, seed)
+    diffs = []
+    for d in (dq12, 2 * dq12):
+        up = _matrix_sums(model, q[0], q[1], d, h_in, normals)
+        dn = _matrix_sums(model, q[0], q[1], -d, h_in, normals)
+        diffs.append((up - dn) / (2 * d))
+    slopes = []
+    for i in range(3):
+        d1, d2 = diffs[0][:, i], diffs[1][:, i]
+        se = standard_error(d1)
+        slopes.append(Estimate(float(d1.mean()), COVERAGE * se + abs(float(d1.mean() - d2.mean())),
+                               "central difference in q12 of the RQMC E_l, one point set",
+                               extra={"standard_error": se, "dq12": dq12}))
+    q12 = fp["q_hat_12"] * v[0] * v[1]
+    q12_err = fp["q_hat_12_error"] * v[0] * v[1]
+    # q_hat_12 grows with q'_12 itself (dG_12/dq12): loop gain of the first-order 2 x 2 map
+    gain = 2 * alpha * v[0] * v[1] * slopes[2].value
+    dmmse = []
+    for x, rho in zip(fp["layers"], (model.rho1, model.rho2)):
+        h = 1e-4 * x["q_hat"]
+        dmmse.append((_prior_step(x["q_hat"] + h, rho) - _prior_step(x["q_hat"] - h, rho))
+                     / (2 * h))
+    inv = np.linalg.inv(np.eye(2) - np.array(fp["jacobian"]))
+    df = np.array([dmmse[i] * 2 * alpha * slopes[i].value for i in range(2)])
+    df_err = np.array([abs(dmmse[i]) * 2 * alpha * slopes[i].error for i in range(2)])
+    delta = inv @ df * q12
+    err = np.abs(inv) @ (df_err * abs(q12) + np.abs(df) * q12_err)
+    return {"dE_dq12": slopes[:2], "dE12_dq12": slopes[2],
+            "q12": Estimate(q12, q12_err, "q_hat_12 mmse_1 mmse_2 (first-order response)"),
+            "loop_gain": gain, "q12_self_consistent": q12 / (1 - gain) if gain < 1 else math.inf,
+            "delta_mmse": delta.tolist(), "delta_mmse_error": err.tolist(),
+            "below_bars": [bool(abs(delta[i]) + err[i] < fp["layers"][i]["mmse_error"])
+                           for i in range(2)]}
 
 
 # ---------------------------------------------------------------- free entropy
@@ -619,9 +847,9 @@ def stationarity(model: DeepAimSE, *, q1: float, q2: float, dq: float = 0.02, m:
     of :func:`output_overlaps` without the rule term, the same inner step)."""
     _check_q(model, q1, q2)
     require(math.isfinite(dq) and dq > 0, "dq", "a finite number > 0", dq)
-    for q, q0 in zip((q1, q2), model.q0):
-        require(q - 2 * dq >= 0 and q + 2 * dq < q0, "dq", f"q_l +- 2 dq inside [0, Q0 = {q0:g})",
-                dq)
+    for q, q0, lo in zip((q1, q2), model.q0, model.q_min):
+        require(q - 2 * dq >= lo and q + 2 * dq < q0, "dq",
+                f"q_l +- 2 dq inside [{lo:g}, Q0 = {q0:g})", dq)
     normals = _sobol_normals(m, scrambles, seed)
     base = _output_sums(model, q1, q2, h_in, normals, estimator=estimator)
     out = {}
@@ -679,11 +907,14 @@ def _diagonal_outputs(xi1, xi2, x1, x2, *, model: DeepAimSE):
 
 def _egen_sums(model: DeepAimSE, q1: float, q2: float, normals: np.ndarray) -> np.ndarray:
     """Per scramble: the RQMC means of ||y(h) - y(h')||_F^2 / 2 (h, h' two draws given omega: its
-    mean is the Bayes e_gen) and of ||y(h) - y(omega)||_F^2 (plug-in), over 12 dimensions."""
+    mean is the Bayes e_gen) and of ||y(h) - y(omega)||_F^2 (plug-in), over 12 dimensions; the
+    means (a, b) correlated across layers with shared tokens (:func:`mean_pair_cholesky`), the
+    deviations independent given them."""
     v1, v2 = model.q0[0] - q1, model.q0[1] - q2
-    s1, s2, r1, r2 = (math.sqrt(max(x, 0.0)) for x in (q1, q2, v1, v2))
+    r1, r2 = (math.sqrt(max(x, 0.0)) for x in (v1, v2))
     u = normals
-    a, b = s1 * u[..., 0:2], s2 * u[..., 2:4]
+    L = mean_pair_cholesky(q1=q1, q2=q2, cross=model.cross)
+    a, b = L[0, 0] * u[..., 0:2], L[1, 0] * u[..., 0:2] + L[1, 1] * u[..., 2:4]
     ys = []
     for k in (4, 8):
         xi, x = a + r1 * u[..., k:k + 2], b + r2 * u[..., k + 2:k + 4]
@@ -702,8 +933,7 @@ def generalisation_error(model: DeepAimSE, *, q1: float, q2: float, m: int = 14,
     integral), and the plug-in error E||y(h) - y(omega)||_F^2 (a different quantity, larger),
     both by randomised QMC in 12 dimensions (scrambled Sobol, 2^m points x ``scrambles``);
     error COVERAGE standard errors over scrambles. q_l = Q0_l gives 0 exactly."""
-    for name, q, q0 in (("q1", q1, model.q0[0]), ("q2", q2, model.q0[1])):
-        require(math.isfinite(q) and 0 <= q <= q0, name, f"in [0, Q0 = {q0:g}]", q)
+    _check_q(model, q1, q2, closed=True)
     sums = _egen_sums(model, q1, q2, _sobol_normals(m, scrambles, seed, d=12))
     out = {}
     for i, name in enumerate(("e_gen", "e_gen_plugin")):
@@ -722,7 +952,10 @@ def _egen_at(model: DeepAimSE, *, q: list[float], q_error: list[float], m: int, 
     normals = _sobol_normals(m, scrambles, seed, d=12)
     slope = []
     for i in range(2):
-        d = 1e-3 * min(q[i], model.q0[i] - q[i])
+        d = 1e-3 * min(q[i] - model.q_min[i], model.q0[i] - q[i])
+        if d <= 0:
+            slope.append(np.zeros(2))
+            continue
         qp, qm = list(q), list(q)
         qp[i] += d
         qm[i] -= d
@@ -741,7 +974,8 @@ def _egen_at(model: DeepAimSE, *, q: list[float], q_error: list[float], m: int, 
 def generalisation_error_mc(model: DeepAimSE, *, q1: float, q2: float, outer: int = 4000,
                             inner: int = 64, seed: int = 0) -> dict[str, Estimate]:
     """Independent route for :func:`generalisation_error`: nested seeded Monte Carlo on the
-    matrices themselves (no whitening, no reduction to z): omega^l_ab ~ N(0, (1 + delta_ab) q_l),
+    matrices themselves (no whitening, no reduction to z): omega^l_ab ~ N(0, (1 + delta_ab) q_l)
+    (shared tokens: omega^l = sqrt(rho_l) U + sqrt(q_l - rho_l) N^l with U common to the layers),
     ``inner`` draws H^l = omega^l + N(0, (1 + delta_ab) V_l) per omega, A = c I + softmax_beta(H1),
     y = softmax_beta(A H2 A^T) row-wise; e_gen = E_omega of the unbiased sample variance summed over
     the entries of y; plug-in E||y(H) - y(omega)||_F^2. Standard error over omega."""
@@ -762,10 +996,17 @@ def generalisation_error_mc(model: DeepAimSE, *, q1: float, q2: float, outer: in
         return row_softmax(a @ sym(h2) @ np.swapaxes(a, -1, -2))
 
     scale = np.sqrt(np.array([2.0, 1.0, 2.0]))
-    (v1, v2), (q0a, q0b) = (model.q0[0] - q1, model.q0[1] - q2), model.q0
-    require(0 <= q1 <= q0a and 0 <= q2 <= q0b, "q", "in [0, Q0]", (q1, q2))
-    om1 = math.sqrt(q1) * scale * rng.standard_normal((outer, 1, 3))
-    om2 = math.sqrt(q2) * scale * rng.standard_normal((outer, 1, 3))
+    v1, v2 = model.q0[0] - q1, model.q0[1] - q2
+    _check_q(model, q1, q2, closed=True)
+    if model.design == "shared":
+        common = scale * rng.standard_normal((outer, 1, 3))
+        om1 = (math.sqrt(model.rho1) * common + math.sqrt(max(q1 - model.rho1, 0.0)) * scale
+               * rng.standard_normal((outer, 1, 3)))
+        om2 = (math.sqrt(model.rho2) * common + math.sqrt(max(q2 - model.rho2, 0.0)) * scale
+               * rng.standard_normal((outer, 1, 3)))
+    else:
+        om1 = math.sqrt(q1) * scale * rng.standard_normal((outer, 1, 3))
+        om2 = math.sqrt(q2) * scale * rng.standard_normal((outer, 1, 3))
     h1 = om1 + math.sqrt(v1) * scale * rng.standard_normal((outer, inner, 3))
     h2 = om2 + math.sqrt(v2) * scale * rng.standard_normal((outer, inner, 3))
     y = output(h1, h2)
@@ -808,7 +1049,9 @@ def se_step_mc(model: DeepAimSE, *, alpha: float, q1: float, q2: float, samples:
     """One SE step by seeded plain Monte Carlo (independent route): truths (a, xi, b, x) from the
     Gaussian laws, posterior means by self-normalised importance sampling from xi ~ N(a, V1 I) in two
     independent halves (their product has no squared-noise bias), standard error over batches.
-    Returns E1, E2 and q_hat_l = 2 alpha E_l."""
+    With shared tokens the means carry an explicitly drawn common part (not the Cholesky factor
+    of the RQMC route). Returns E1, E2, the cross term E12 = E[g_1 . g_2] and q_hat_l =
+    2 alpha E_l."""
     _check_alpha(alpha)
     _check_q(model, q1, q2)
     require(samples >= batches >= 2, "samples", f">= batches (= {batches}) >= 2", samples)
@@ -816,12 +1059,18 @@ def se_step_mc(model: DeepAimSE, *, alpha: float, q1: float, q2: float, samples:
     rng = np.random.default_rng(seed)
     v1, v2 = model.q0[0] - q1, model.q0[1] - q2
     per = samples // batches
-    res = {"E1": [], "E2": []}
+    res = {"E1": [], "E2": [], "E12": []}
     t0 = time.perf_counter()
     for _ in range(batches):
         u = rng.standard_normal((8, per))
-        a = math.sqrt(q1) * u[0:2]
-        b = math.sqrt(q2) * u[2:4]
+        if model.design == "shared":
+            # explicit common part: a = sqrt(rho1) c + N(0, q1 - rho1), b = sqrt(rho2) c + ...
+            c = rng.standard_normal((2, per))
+            a = math.sqrt(model.rho1) * c + math.sqrt(max(q1 - model.rho1, 0.0)) * u[0:2]
+            b = math.sqrt(model.rho2) * c + math.sqrt(max(q2 - model.rho2, 0.0)) * u[2:4]
+        else:
+            a = math.sqrt(q1) * u[0:2]
+            b = math.sqrt(q2) * u[2:4]
         xt, yt = a + math.sqrt(v1) * u[4:6], b + math.sqrt(v2) * u[6:8]
         z1, z2 = statistics(xt[0], xt[1], yt[0], yt[1], skip=model.skip, beta=model.beta)
         halves = []
@@ -842,6 +1091,8 @@ def se_step_mc(model: DeepAimSE, *, alpha: float, q1: float, q2: float, samples:
         h1, h2 = halves
         res["E1"].append(np.mean(h1[0] * h2[0] + h1[1] * h2[1]))
         res["E2"].append(np.mean(h1[2] * h2[2] + h1[3] * h2[3]))
+        res["E12"].append(np.mean(0.5 * (h1[0] * h2[2] + h1[1] * h2[3] + h2[0] * h1[2]
+                                         + h2[1] * h1[3])))
     secs = time.perf_counter() - t0
     out = {}
     for k, vals in res.items():
@@ -901,7 +1152,7 @@ def run_checks(model: DeepAimSE, *, seed: int = 4) -> list[dict]:
     err = float(np.max(np.abs(r0["z_out"] - d0["z_out"]) / d0["z_out"]))
     rows.append({"name": "omega = 0, V = 1 is the small-width fibre", "passed": bool(err < 1e-6),
                  "detail": f"max relative |Z_out - deep_aim's| = {err:.1e} (tol 1e-6)"})
-    q1, q2 = 0.8 * model.q0[0] / 1.5, 1.1 * model.q0[1] / 1.5
+    q1, q2 = model.rho1 + 0.3, model.rho2 + 0.6        # V = (0.7, 0.4), q_l > rho_l
     ov = output_overlaps(model, q1=q1, q2=q2, m=8, scrambles=6, steps=(0.45, 0.35))
     for i in (1, 2):
         e, n = ov[f"E{i}"], ov[f"nishimori_{i}"]

@@ -13,6 +13,9 @@ from aim_sym.numerics import wishart
 from aim_sym.numerics.records import InputError
 
 FAST = {"m": 7, "scrambles": 6, "sizes": (2**9, 2**11)}
+#: the noiseless SE fixed point at alpha = 0.1, c = 1, rho = (0.5, 0.5), shared tokens
+#: (numerics.deep_aim_se.fixed_point, 2^11 x 8 points; bars 3.2e-4, 3.7e-4)
+NOISELESS = (0.82349, 0.55611)
 
 
 def _matrix(w1, w2, w3):
@@ -37,11 +40,14 @@ def test_clean_observations_are_the_model(skip, beta):
     np.testing.assert_allclose(s2, y[:, 1, 1] - y[:, 1, 0], atol=1e-12)
 
 
-def test_forms_agree_and_monte_carlo_route():
-    """At a finite-width point the variance, mean-square and Nishimori forms of E_l agree within
-    their bars (THEORY 1.2, Nishimori), and the seeded plain Monte Carlo route (iid outer points,
-    two halves of iid prior draws inside) agrees within 3 combined bars."""
-    kw = {"q1": 0.6, "q2": 0.9, "V1": 0.9, "V2": 0.6, "Delta": 0.1, "skip": 1.0}
+@pytest.mark.parametrize("rho", [(0.0, 0.0), (0.5, 0.5)])
+def test_forms_agree_and_monte_carlo_route(rho):
+    """At a finite-width point the variance, mean-square and Nishimori forms of E_l and of the
+    cross term E[g_1 . g_2] agree within their bars (THEORY 1.2, Nishimori), and the seeded plain
+    Monte Carlo route (iid outer points, the shared tokens' common part drawn explicitly, two
+    halves of iid prior draws inside) agrees within 3 combined bars. rho = (0, 0) is the
+    small-width law (no common part)."""
+    kw = {"q1": 0.6, "q2": 0.9, "V1": 0.9, "V2": 0.6, "Delta": 0.1, "skip": 1.0, "rho": rho}
     r = dn.output_e_noisy(**kw, **FAST)
     mc = dn.output_e_noisy_mc(**kw, samples=3000, inner=2000, batches=10, seed=3)
     for i in (1, 2):
@@ -50,7 +56,21 @@ def test_forms_agree_and_monte_carlo_route():
             assert abs(e.value - other.value) < e.error + other.error, (i, e, other)
         assert abs(e.value - mc[f"E{i}"].value) < 3 * math.hypot(e.error, mc[f"E{i}"].error), \
             (i, e, mc[f"E{i}"])
-        assert e.error < 0.05 * e.value
+        if rho == (0.0, 0.0):       # the bar's size at these points (shared: 7-11 %, inner K)
+            assert e.error < 0.05 * e.value
+    c = r["cross"]
+    for other in (r["cross_mean_square"], r["cross_nishimori"]):
+        assert abs(c.value - other.value) < c.error + other.error, (c, other)
+    assert abs(c.value - mc["E12"].value) < 3 * math.hypot(c.error, mc["E12"].error), (c, mc["E12"])
+
+
+def test_cross_term_zero_for_independent_tokens_positive_for_shared():
+    """E[g_1 . g_2] vanishes without a common part (symmetry (x, b) -> (-x, -b)) and is positive
+    with shared tokens (rho = (0.5, 0.5)), on one point set."""
+    kw = {"q1": 0.7, "q2": 1.0, "V1": 0.8, "V2": 0.5, "Delta": 0.03, "skip": 1.0, **FAST, "m": 8}
+    ind = dn.output_e_noisy(**kw, rho=(0.5, 0.5), design="independent")["cross"]
+    sh = dn.output_e_noisy(**kw, rho=(0.5, 0.5))["cross"]
+    assert abs(ind.value) < ind.error and sh.value > 3 * sh.error, (ind, sh)
 
 
 def test_small_width_against_the_deep_aim_monte_carlo():
@@ -99,7 +119,8 @@ def test_stationarity_of_psi_out():
 
 
 @pytest.mark.parametrize("kw", [{"Delta": 0.0}, {"Delta": -1.0}, {"V1": 0.0}, {"q2": -0.1},
-                                {"skip": -1.0}, {"sizes": (2**9, 2**9)}, {"m": 1}])
+                                {"skip": -1.0}, {"sizes": (2**9, 2**9)}, {"m": 1},
+                                {"rho": (0.7, 0.2)}, {"design": "tied"}])
 def test_bad_input(kw):
     args = {"q1": 0.5, "q2": 0.5, "V1": 1.0, "V2": 1.0, "Delta": 0.1, "skip": 1.0, **FAST}
     args.update(kw)
@@ -112,17 +133,20 @@ def test_fixed_point_bad_input():
         dn.fixed_point_noisy(alpha=0.0, rho=(0.5, 0.5), Delta=0.1, skip=1.0)
     with pytest.raises(InputError):
         dn.fixed_point_noisy(alpha=0.1, rho=(0.5, 0.5), Delta=0.1, skip=1.0, init=(0.0, 1.0))
+    with pytest.raises(InputError):
+        dn.fixed_point_noisy(alpha=0.1, rho=(0.5, 0.5), Delta=0.1, skip=1.0, design="tied")
 
 
 @pytest.mark.slow
 def test_fixed_point_is_self_consistent_and_noise_raises_the_mmse():
     """alpha = 0.1, c = 1, rho = (0.5, 0.5), Delta = 0.1: the fixed point on one seed satisfies
     V_l = mmse_rho(1/(2 alpha E_l)) with E_l from an independent seed (within the bars), and both
-    mmses exceed the noiseless ones (docs/deep_aim.md section 4: 0.82209, 0.55843 +- 3e-4)."""
+    mmses exceed the noiseless ones (shared tokens, docs/deep_aim.md "Shared tokens": NOISELESS
+    +- 4e-4)."""
     fp = dn.fixed_point_noisy(alpha=0.1, rho=(0.5, 0.5), Delta=0.1, skip=1.0, m=8, e_gen=False)
     v = [x["mmse"] for x in fp["layers"]]
     e = dn.output_e_noisy(q1=1.5 - v[0], q2=1.5 - v[1], V1=v[0], V2=v[1], Delta=0.1, skip=1.0,
-                          m=8, seed=9)
+                          m=8, seed=9, rho=(0.5, 0.5))
     jac = np.array(fp["jacobian_eigenvalues"])
     assert fp["stable"] and np.all(np.abs(jac) < 1)
     for i, x in enumerate(fp["layers"]):
@@ -130,22 +154,22 @@ def test_fixed_point_is_self_consistent_and_noise_raises_the_mmse():
         lo = wishart.mmse(1.0 / (0.2 * (ei.value + ei.error)), rho=0.5)
         hi = wishart.mmse(1.0 / (0.2 * (ei.value - ei.error)), rho=0.5)
         assert lo - x["mmse_error"] < x["mmse"] < hi + x["mmse_error"], (i, x, ei)
-        assert x["mmse"] - x["mmse_error"] > (0.82209, 0.55843)[i] + 3e-4
+        assert x["mmse"] - x["mmse_error"] > NOISELESS[i] + 4e-4
 
 
 def test_fixed_point_small_point_set():
     """On a small point set the fixed point solves V_l = mmse_rho(1/(2 alpha E_l)) with E_l
-    recomputed on the same points, lies above the noiseless mmse (docs/deep_aim.md section 4:
-    0.822, 0.558 at alpha = 0.1) and below 1, and e_gen = its clean part + 4 Delta."""
+    recomputed on the same points, lies above the noiseless mmse (shared tokens, NOISELESS at
+    alpha = 0.1) and below 1, and e_gen = its clean part + 4 Delta."""
     pts = {"m": 6, "scrambles": 4, "sizes": (2**9, 2**11)}
     fp = dn.fixed_point_noisy(alpha=0.1, rho=(0.5, 0.5), Delta=0.1, skip=1.0, **pts)
     v = [x["mmse"] for x in fp["layers"]]
     e = dn.output_e_noisy(q1=1.5 - v[0], q2=1.5 - v[1], V1=v[0], V2=v[1], Delta=0.1, skip=1.0,
-                          **pts)
+                          **pts, rho=(0.5, 0.5))
     for i, x in enumerate(fp["layers"]):
         assert wishart.mmse(1.0 / (0.2 * e[f"E{i + 1}"].value), rho=0.5) == pytest.approx(
             x["mmse"], abs=1e-6)
-        assert (0.82209, 0.55843)[i] + x["mmse_error"] < x["mmse"] < 1.0
+        assert NOISELESS[i] + x["mmse_error"] < x["mmse"] < 1.0
         assert x["q"] == pytest.approx(1.5 - x["mmse"])
     assert fp["stable"] and math.isfinite(fp["phi"])
     assert fp["e_gen"] == pytest.approx(fp["e_gen_clean"] + 0.4)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from aim_sym.numerics import aim_se, wishart
+from aim_sym.numerics import aim_se, amp, wishart
 from aim_sym.numerics import deep_aim as da
 from aim_sym.numerics import deep_aim_se as ds
 from aim_sym.numerics.records import InputError
@@ -152,6 +152,9 @@ def test_se_step_against_plain_monte_carlo():
     for k in ("E1", "E2"):
         assert abs(r[k].value - mc[k].value) < math.hypot(2 * r[k].error, 4 * mc[k].error), (k, r[k], mc[k])
         assert mc[f"q_hat{k[1]}"].value == pytest.approx(0.6 * mc[k].value)
+    # the cross term E[g_1 . g_2] (shared tokens; the Monte Carlo draws the common part itself)
+    c, mc12 = r["cross"], mc["E12"]
+    assert abs(c.value - mc12.value) < math.hypot(2 * c.error, 4 * mc12.error), (c, mc12)
 
 
 def test_bad_input():
@@ -172,6 +175,112 @@ def test_bad_input():
         ds.fixed_point(m, alpha=0.1, v_init=(1.0, 1.0), estimator="sparse grid")
     with pytest.raises(InputError):
         ds.output_overlaps(m, q1=0.5, q2=0.5, estimator="mean")
+    with pytest.raises(InputError):
+        ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5, design="tied")
+    with pytest.raises(InputError):       # shared tokens: the mean carries sqrt(rho) u, q >= rho
+        ds.output_overlaps(m, q1=0.4, q2=0.9)
+    with pytest.raises(InputError):
+        ds.generalisation_error(m, q1=0.4, q2=0.9)
+    ind = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5, design="independent")
+    assert ds.output_overlaps(ind, q1=0.4, q2=0.9, m=4, scrambles=2)["E1"].value > 0
+
+
+# ---------------------------------------------------------------- shared tokens (2026-11-25)
+
+def test_shared_token_law_against_matrices():
+    """The outer law of the SE against the model itself: one token set X read by two targets
+    S_l = W W^T / sqrt(R D) (D = 150, 8000 samples) and estimates S_hat_l = sqrt(rho_l) I +
+    q'_l F_l + sqrt(q'_l (1 - q'_l)) G_l (G_l GOE: overlaps q_l, q'_12 = 0). The empirical
+    covariance of the whitened (x, xi, a, b) matches the law that `_outer_points` samples (each
+    entry within 4 standard errors plus 2/D: at finite D, Tr F^2/D = Tr G^2/D = 1 + 1/D on average);
+    the independent-token law misses the cross-layer entries sqrt(rho1 rho2) = 0.42 by more than
+    20 standard errors."""
+    rho, q, dim, n = (0.3, 0.6), (0.8, 1.2), 150, 8000
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((n, 2, dim))
+    cols = []
+    for r, ql in zip(rho, q):
+        S = amp.sample_target(dim, r, rng)
+        F = S - math.sqrt(r) * np.eye(dim)
+        A = rng.standard_normal((dim, dim))
+        G = (A + A.T) / math.sqrt(2 * dim)
+        qp = ql - r
+        S_hat = math.sqrt(r) * np.eye(dim) + qp * F + math.sqrt(qp * (1 - qp)) * G
+        cols.append((ds.whiten(amp.preactivations(X, S)), ds.whiten(amp.preactivations(X, S_hat))))
+    (xi, a), (x, b) = cols
+
+    def cov(vs):
+        return np.cov(np.stack([np.concatenate([v[:, 0], v[:, 1]]) for v in vs]))
+
+    emp = cov((x, xi, a, b))
+    se = np.sqrt((np.outer(np.diag(emp), np.diag(emp)) + emp**2) / (2 * n))
+    u = ds._sobol_normals(12, 1, 0)[0]
+    worst = {}
+    for design in ds.DESIGNS:
+        model = ds.DeepAimSE(skip=1.0, rho1=rho[0], rho2=rho[1], design=design)
+        aa, bb, e1, e2 = ds._outer_points(model, q[0], q[1], u, "variance")
+        law = cov((bb + e2, aa + e1, aa, bb))
+        assert np.max(np.abs(law - ds.outer_covariance(model, q1=q[0], q2=q[1]))) < 0.01
+        worst[design] = float(np.max((np.abs(emp - law) - 2.0 / dim) / se))
+    assert worst["shared"] < 4 and worst["independent"] > 20, worst
+
+
+def test_designs_agree_at_small_rho_and_differ_at_finite_rho():
+    """The two token designs on one point set (paired, at V = (0.82, 0.56)): at rho = 0.01 the
+    common part sqrt(rho) u is negligible, E_l shift far below their bars; at rho = 0.5 they
+    differ: E_2 by more than 3 paired standard errors, and the cross term E[g_1 . g_2] is zero for
+    independent tokens (exactly, by the symmetry (x, b) -> (-x, -b), z -> -z, which the shared
+    law breaks) and positive for shared ones (more than 5 bars)."""
+    normals = ds._sobol_normals(8, 6, 0)
+    for rho in (0.01, 0.5):
+        q1, q2 = rho + 0.18, rho + 0.44
+        res = {}
+        for design in ds.DESIGNS:
+            m = ds.DeepAimSE(skip=1.0, rho1=rho, rho2=rho, design=design)
+            res[design] = ds._output_sums(m, q1, q2, 0.35, normals)
+        d = res["shared"] - res["independent"]
+        se_d = d.std(axis=0, ddof=1) / math.sqrt(d.shape[0])
+        bar = {k: ds.COVERAGE * v.std(axis=0, ddof=1) / math.sqrt(v.shape[0]) for k, v in res.items()}
+        ind, sh = res["independent"].mean(axis=0), res["shared"].mean(axis=0)
+        assert abs(ind[9]) < bar["independent"][9]
+        if rho == 0.01:
+            assert np.all(np.abs(d.mean(axis=0)[:2]) < 0.05 * bar["shared"][:2])
+            assert abs(sh[9]) < bar["shared"][9]
+        else:
+            assert abs(d.mean(axis=0)[1]) > 3 * se_d[1], (d.mean(axis=0), se_d)
+            assert sh[9] > 5 * bar["shared"][9], (sh[9], bar["shared"][9])
+
+
+def test_cross_term_forms_agree_with_and_without_cross_overlap():
+    """E[g g^T] (2 x 2, whitened) in its variance, mean-square and Nishimori forms agree with
+    shared tokens at q'_12 = 0 (the SE) and at q'_12 = 0.12 (outer law with the cross-overlap,
+    inner posterior with correlated deviations): the output side of the 2 x 2 SE is consistent;
+    q'_12 = 0 reproduces the SE's own columns."""
+    model = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    q1, q2 = 0.68, 0.94
+    v1, v2 = 1.5 - q1, 1.5 - q2
+    normals = ds._sobol_normals(7, 6, 2)
+    base = ds._output_sums(model, q1, q2, 0.35, normals)
+    np.testing.assert_allclose(ds._matrix_sums(model, q1, q2, 0.0, 0.35, normals),
+                               base[:, [0, 1, 9]], rtol=1e-10)
+    q12 = 0.12
+    s_inv = np.linalg.inv(np.array([[v1, -q12], [-q12, v2]]))
+    ms, ni = [], []
+    for k in range(normals.shape[0]):
+        a, b, e1, e2 = ds._outer_points(model, q1, q2, normals[k], "variance", q12=q12)
+        z1, z2 = ds.statistics(*(a + e1).T, *(b + e2).T, skip=1.0, beta=1.0)
+        p = ds.posterior(model, z1, z2, *a.T, *b.T, v1, v2, 0.35, c12=-q12)
+        g = np.einsum("ij,njk->nik", s_inv, np.stack([p["d_xi"], p["d_x"]], axis=1))
+        gt = np.einsum("ij,njk->nik", s_inv, np.stack([e1, e2], axis=1))
+        ms.append([np.mean(np.sum(g[:, i] * g[:, j], 1)) for i, j in ((0, 0), (1, 1), (0, 1))])
+        ni.append([np.mean(np.sum(gt[:, i] * g[:, j], 1)) for i, j in ((0, 0), (1, 1), (0, 1))])
+    var = ds._matrix_sums(model, q1, q2, q12, 0.35, normals)
+    for other in (np.array(ms), np.array(ni)):
+        d = var - other
+        se = d.std(axis=0, ddof=1) / math.sqrt(d.shape[0])
+        assert np.all(np.abs(d.mean(axis=0)) < 4 * se + 1e-3), (d.mean(axis=0), se)
+    # the cross-overlap moves E_12 (teeth: the assertion above is not trivially satisfied)
+    assert var[:, 2].mean() - base[:, 9].mean() > 0.05
 
 
 def _one_layer_v(alpha: float, rho: float = 0.5) -> float:
@@ -243,6 +352,27 @@ def test_fixed_point_seeds_agree_and_perfect_recovery():
     assert a["layers"][1]["mmse"] < a["layers"][0]["mmse"]      # layer 2 learned first
     pr = ds.fixed_point(m, alpha=1.0, v_init=(1e-3, 1e-3), m=8)
     assert pr["perfect_recovery"] and pr["stable"]
+
+
+@pytest.mark.slow
+def test_fixed_point_designs_differ_and_cross_term():
+    """c = 1, rho = (0.5, 0.5), alpha = 0.1, 2^9 x 8 points: shared tokens move the fixed point
+    (mmse_1 up, mmse_2 down beyond the combined bars; at 2^11 x 8: +0.0014, -0.0023); the
+    cross term q_hat_12 is zero within its bar for independent tokens and positive (more than 5
+    bars) for shared ones, and its three forms agree; the first-order effect of the neglected
+    cross-overlap on mmse_2 is below the bar."""
+    fps = {d: ds.fixed_point(ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5, design=d), alpha=0.1,
+                             v_init=(1.0, 1.0), m=9) for d in ds.DESIGNS}
+    sh, ind = fps["shared"], fps["independent"]
+    (s1, s2), (i1, i2) = sh["layers"], ind["layers"]
+    assert s1["mmse"] > i1["mmse"]        # paired point sets: the sign is resolved
+    assert i2["mmse"] - s2["mmse"] > s2["mmse_error"] + i2["mmse_error"]
+    assert abs(ind["q_hat_12"]) < ind["q_hat_12_error"]
+    assert sh["q_hat_12"] > 5 * sh["q_hat_12_error"] and sh["cross_correlation"] > 0
+    for key in ("q_hat_12_nishimori", "q_hat_12_mean_square"):
+        assert abs(sh[key] - sh["q_hat_12"]) < sh[key + "_error"] + sh["q_hat_12_error"]
+    eff = ds.cross_overlap_effect(ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5), fp=sh, m=8)
+    assert eff["below_bars"][1] and eff["delta_mmse"][1] < 0
 
 
 # ---------------------------------------------------------------- free entropy, e_gen, curve
@@ -372,3 +502,30 @@ def test_curve_follows_the_uninformed_branch():
         assert 0 < r["e_gen"] < r["e_gen_plugin"] and r["e_gen_error"] < 0.02 * r["e_gen"]
     assert b["e_gen"] + b["e_gen_error"] < a["e_gen"] - a["e_gen_error"]
     assert all(lb["mmse"] < la["mmse"] for la, lb in zip(a["layers"], b["layers"]))
+
+
+def test_cross_overlap_effect_at_a_given_point():
+    """cross_overlap_effect on a point shaped like the alpha = 0.1 shared-token fixed point
+    (c = 1, rho = (0.5, 0.5)): the cross-overlap raises the cross term (dE_12/dq'_12 about 1.2,
+    many bars from 0) and E_2; q'_12 = q_hat_12 mmse_1 mmse_2; delta mmse = (I - J)^-1 dF/dq'_12
+    q'_12 (checked against the returned pieces); a perfect-recovery point
+    is refused."""
+    model = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    layers = [{"q": 0.6765, "mmse": 0.8235, "mmse_error": 3.2e-4, "q_hat": 0.1673},
+              {"q": 0.9439, "mmse": 0.5561, "mmse_error": 3.7e-4, "q_hat": 0.5383}]
+    fp = {"alpha": 0.1, "layers": layers, "perfect_recovery": False, "q_hat_12": 0.008,
+          "q_hat_12_error": 2.4e-4, "jacobian": [[0.137, 0.068], [0.033, 0.397]]}
+    r = ds.cross_overlap_effect(model, fp=fp, m=7, scrambles=4)
+    d12 = r["dE12_dq12"]
+    assert d12.value > 10 * d12.error and 0.8 < d12.value < 1.6, d12
+    assert r["dE_dq12"][1].value > 2 * r["dE_dq12"][1].error
+    assert r["q12"].value == pytest.approx(0.008 * 0.8235 * 0.5561)
+    assert r["delta_mmse"][1] < 0 and abs(r["delta_mmse"][1]) < 3.7e-4
+    assert r["loop_gain"] == pytest.approx(2 * 0.1 * 0.8235 * 0.5561 * d12.value)
+    dmmse = [(ds._prior_step(x["q_hat"] * (1 + 1e-4), 0.5) - ds._prior_step(x["q_hat"] * (1 - 1e-4), 0.5))
+             / (2e-4 * x["q_hat"]) for x in layers]
+    df = [dmmse[i] * 0.2 * r["dE_dq12"][i].value for i in range(2)]
+    expected = np.linalg.solve(np.eye(2) - np.array(fp["jacobian"]), df) * r["q12"].value
+    np.testing.assert_allclose(r["delta_mmse"], expected, rtol=1e-9)
+    with pytest.raises(InputError):
+        ds.cross_overlap_effect(model, fp={**fp, "perfect_recovery": True})
