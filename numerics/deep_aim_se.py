@@ -494,7 +494,7 @@ def _map_mean(model, alpha, v, normals, h_in, estimator="variance"):
 def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], m: int = 10,
                 scrambles: int = 8, seed: int = 0, tol: float = 1e-7, max_iter: int = 60,
                 v_floor: float = 1e-7, steps: tuple[float, float] = INNER_STEPS,
-                estimator: str = "variance") -> dict:
+                estimator: str = "variance", cross_term: bool = True) -> dict:
     """The SE fixed point (V1, V2) = (mmse_1, mmse_2) reached from ``v_init`` (THEORY 1.6), with
     the RQMC point set held fixed (so the map is deterministic): plain iteration until the step is
     below 5 % of V, or both V_l shrink by steady factors below 1 (geometric approach to V = 0),
@@ -552,8 +552,11 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     else:
         raise ConvergenceError("deep AIM SE did not converge", last_iterate=v.tolist(),
                                residual=float(np.max(np.abs(step))))
-    return _finite_result(model, alpha, v, normals, steps, v_init, len(history), t0, seed,
-                          estimator)
+    res = _finite_result(model, alpha, v, normals, steps, v_init, len(history), t0, seed,
+                         estimator)
+    if cross_term and model.design == "shared":
+        res = add_cross_overlap_term(model, res, m=m, scrambles=scrambles, seed=seed)
+    return res
 
 
 def _geometric_to_zero(history: list, rel: float = 0.03) -> bool:
@@ -756,6 +759,38 @@ def cross_overlap_effect(model: DeepAimSE, *, fp: dict, m: int = 10, scrambles: 
             "delta_mmse": delta.tolist(), "delta_mmse_error": err.tolist(),
             "below_bars": [bool(abs(delta[i]) + err[i] < fp["layers"][i]["mmse_error"])
                            for i in range(2)]}
+
+
+#: above this loop gain the first-order estimate of the cross-overlap is not trusted: its term is
+#: taken at this gain and the fixed point is flagged (``cross_overlap["trusted"]`` False)
+CROSS_GAIN_MAX = 0.8
+
+
+def add_cross_overlap_term(model: DeepAimSE, fp: dict, *, m: int = 10, scrambles: int = 8,
+                           seed: int = 0) -> dict:
+    """The fixed point ``fp`` with the neglected cross-overlap's first-order effect
+    (:func:`cross_overlap_effect`) added to each layer's mmse and q bars: |delta mmse_l| + its
+    error, divided by 1 - loop gain (q_hat_12 fed back by q'_12; gain capped at
+    :data:`CROSS_GAIN_MAX`). The SE with one overlap per layer is exact only without
+    cross-overlap (independent tokens); with shared tokens this term is the model error it
+    carries (docs/deep_aim.md, "Shared tokens"). ``fp["cross_overlap"]``: the term per layer,
+    delta_mmse, loop_gain, trusted."""
+    v = [x["mmse"] for x in fp["layers"]]
+    eff = cross_overlap_effect(model, fp=fp, m=m, scrambles=scrambles, seed=seed,
+                               dq12=min(0.01, 0.1 * min(v)))
+    gain = float(eff["loop_gain"])
+    trusted = gain < CROSS_GAIN_MAX
+    scale = 1.0 / (1.0 - min(max(gain, 0.0), CROSS_GAIN_MAX))
+    terms = [scale * (abs(d) + e) for d, e in zip(eff["delta_mmse"], eff["delta_mmse_error"])]
+    layers = [{**x, "mmse_error": x["mmse_error"] + t, "q_error": x["q_error"] + t,
+               "cross_overlap_term": t} for x, t in zip(fp["layers"], terms)]
+    return {**fp, "layers": layers,
+            "cross_overlap": {"term": terms, "delta_mmse": eff["delta_mmse"],
+                              "delta_mmse_error": eff["delta_mmse_error"], "loop_gain": gain,
+                              "trusted": trusted,
+                              "method": "first-order response of the cross-overlap q'_12 = "
+                              "q_hat_12 mmse_1 mmse_2, output side exact at q'_12 (central "
+                              "differences), divided by 1 - loop gain; added to the bars"}}
 
 
 # ---------------------------------------------------------------- free entropy

@@ -529,3 +529,23 @@ def test_cross_overlap_effect_at_a_given_point():
     np.testing.assert_allclose(r["delta_mmse"], expected, rtol=1e-9)
     with pytest.raises(InputError):
         ds.cross_overlap_effect(model, fp={**fp, "perfect_recovery": True})
+
+
+def test_cross_overlap_term_is_added_to_the_bars():
+    """add_cross_overlap_term (called by fixed_point for shared tokens): each layer's mmse and q
+    bars grow by (|delta mmse| + its error) / (1 - loop gain), reported per layer."""
+    model = ds.DeepAimSE(skip=1.0, rho1=0.5, rho2=0.5)
+    layers = [{"q": 0.6765, "q_error": 3.2e-4, "mmse": 0.8235, "mmse_error": 3.2e-4,
+               "q_hat": 0.1673},
+              {"q": 0.9439, "q_error": 3.7e-4, "mmse": 0.5561, "mmse_error": 3.7e-4,
+               "q_hat": 0.5383}]
+    fp = {"alpha": 0.1, "layers": layers, "perfect_recovery": False, "q_hat_12": 0.008,
+          "q_hat_12_error": 2.4e-4, "jacobian": [[0.137, 0.068], [0.033, 0.397]]}
+    out = ds.add_cross_overlap_term(model, fp, m=7, scrambles=4)
+    co = out["cross_overlap"]
+    assert co["trusted"] and 0 < co["loop_gain"] < 0.5
+    for x, y, d, e, t in zip(layers, out["layers"], co["delta_mmse"], co["delta_mmse_error"],
+                             co["term"]):
+        assert t == pytest.approx((abs(d) + e) / (1 - co["loop_gain"]))
+        assert y["mmse_error"] == pytest.approx(x["mmse_error"] + t) and t > 0
+        assert y["cross_overlap_term"] == t
