@@ -76,6 +76,9 @@ def model_options(f):
                      "NAME=VALUE (repeatable)"),
         click.option("--noise", type=float, default=None, help="smi: Gaussian output noise "
                      "variance Delta (noisy channels; with deep-attention: its noisy version)"),
+        click.option("--design", type=click.Choice(["shared", "independent"]), default=None,
+                     help="aim --layers 2, se and curve: the tokens the two layers see, shared "
+                     "(deep attention; default) or independent (one copy per layer)"),
         click.option("--rows", type=int, default=None, help="smi sign-product: rows P"),
         click.option("--seed", type=int, default=None, help="smi general channels: seed of the "
                      "scrambled Sobol rules (default 0)"),
@@ -126,6 +129,8 @@ def check_model(kw: dict, allowed: tuple = ("aim", "smi"), *, deep_aim: bool = F
     if isinstance(kw.get("rho"), tuple) and not (model == "aim" and kw.get("layers") == 2):
         fail("--rho", "one number > 0 (two, r1,r2, only with --model aim --layers 2)",
              ",".join(map(str, kw["rho"])))
+    if kw.get("design") is not None and not (model == "aim" and kw.get("layers") == 2):
+        fail("--design", "used only with --model aim --layers 2 (se and curve)", kw["design"])
     for name in (n for n in NOT_WITH[model] if n not in skip_ok):
         if kw.get(name) not in (None, ()):
             fail("--" + name.replace("_", "-"), f"not given with --model {model} (it does not apply)",
@@ -593,6 +598,9 @@ def threshold(kind, small_width, digits, certified, no_sequential, cascade, dire
                          certified=certified, small_width=small_width, direct=direct)
         return
     if model == "aim" and kw.get("layers") == 2:
+        if kw.get("design") is not None:
+            fail("--design", "omitted for threshold --model aim --layers 2 (the small-width "
+                 "limit has no common token part)", kw["design"])
         aim_channels.deep_aim_weak(kw, kind, small_width, certified, no_sequential, direct)
         return
     if model == "erm":
@@ -914,6 +922,8 @@ def derive(fmt, **kw):
         if kw.get("noise") is not None:
             fail("--noise", "omitted for derive --model aim --layers 2 (the sheet is the "
                  "noiseless channel's)", kw["noise"])
+        if kw.get("design") is not None:
+            fail("--design", "omitted for derive --model aim --layers 2", kw["design"])
         _derive_deep_aim(fmt, kw)
         return
     if model == "smi" and general.wants_general(kw):

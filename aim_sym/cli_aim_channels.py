@@ -401,15 +401,19 @@ def _alpha(alpha: float) -> float:
         raise relabel(e) from None
 
 
-def deep_aim_se_model(kw: dict, *, noise_ok: bool = False):
+def deep_aim_se_model(kw: dict, *, noise_ok: bool = False, design_ok: bool = False):
     """The two-layer SE specification named by the options (checked: channel softmax, T = 2,
-    skip in DEEP_AIM_SE_SKIP, rho one value or r1,r2, beta; --noise only where ``noise_ok``)."""
+    skip in DEEP_AIM_SE_SKIP, rho one value or r1,r2, beta, --design (shared tokens by
+    default) only where ``design_ok``; --noise only where ``noise_ok``)."""
     from .domains import RHO
     from .numerics import deep_aim_se as das
 
     if kw.get("noise") is not None and not noise_ok:
         fail("--noise", "used with se and threshold weak --small-width for --model aim "
              "--layers 2 (the noisy two-layer routes)", kw["noise"])
+    if kw.get("design") is not None and not design_ok:
+        fail("--design", "used with se and curve for --model aim --layers 2 (AMP and the "
+             "checks use shared tokens)", kw["design"])
 
     if kw.get("channel") not in (None, "softmax") or kw.get("channel_file"):
         fail("--channel", "softmax for --model aim --layers 2 (two tied attention layers)",
@@ -431,7 +435,8 @@ def deep_aim_se_model(kw: dict, *, noise_ok: bool = False):
     beta = 1.0 if kw.get("beta") is None else kw["beta"]
     if not (beta > 0 and beta < 1e3):
         fail("--beta", "in (0, 1000)", beta)
-    return das.DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta)
+    return das.DeepAimSE(skip=skip, rho1=rho[0], rho2=rho[1], beta=beta,
+                         design=kw.get("design") or "shared")
 
 
 #: D for the two-layer GAMP-RIE on the command line (every sample's g_out is a quadrature)
@@ -497,7 +502,7 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
     from .numerics import deep_aim_se as das
 
     alpha = _alpha(alpha)
-    model = deep_aim_se_model(kw, noise_ok=True)
+    model = deep_aim_se_model(kw, noise_ok=True, design_ok=True)
     if kw.get("noise") is not None:
         _deep_aim_noisy_se(kw, alpha, model)
         return
@@ -511,7 +516,7 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
     progress_printer(len(inits), len(inits), "done")
     fps = das.flag_bayes_optimal(fps)
     out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
-           "beta": beta, "rho": list(rho), "alpha": alpha,
+           "beta": beta, "rho": list(rho), "alpha": alpha, "design": model.design,
            "alpha_PR": das.perfect_recovery_alpha(model),
            "method": "randomised QMC (8 scrambles x 2^9 Sobol points, truths first) over the "
                      "output side of E_l = (2 V_l - E tr Cov_l[. | z]) / V_l^2 (posterior-variance "
@@ -547,10 +552,11 @@ def _deep_aim_noisy_se(kw: dict, alpha: float, model) -> None:
     rho = (model.rho1, model.rho2)
     progress_printer(0, 1, f"start uninformed (mmse 1, 1), Delta = {delta:g}")
     fp = dan.fixed_point_noisy(alpha=alpha, rho=rho, Delta=delta, skip=model.skip,
-                               beta=model.beta)
+                               beta=model.beta, design=model.design)
     progress_printer(1, 1, "done")
     out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": model.skip,
            "beta": model.beta, "rho": list(rho), "noise": delta, "alpha": alpha,
+           "design": model.design,
            "method": "randomised QMC (8 scrambles x 2^9 points) over the output side, inner "
                      "self-normalised importance sampling from the prior at two sizes; error = "
                      "2.5 standard errors + the inner-size difference, through (I - J)^-1, + "
@@ -580,7 +586,7 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) 
     alphas = [float(a) for a in grid]
     if any(a <= 0 for a in alphas):
         fail("--alphas", "a grid of alpha > 0 for --model aim --layers 2", alphas)
-    model = deep_aim_se_model(kw)
+    model = deep_aim_se_model(kw, design_ok=True)
     rows = das.curve(model, alphas=alphas, m=9, progress=progress_printer)
     flat = []
     for r in rows:
@@ -604,7 +610,8 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) 
                    title=f"two tied layers, T=2, c={model.skip:g}, "
                          f"rho=({model.rho1:g}, {model.rho2:g})")
     emit({"model": "aim", "layers": 2, "skip": model.skip, "beta": model.beta,
-          "rho": [model.rho1, model.rho2], "rows": flat}, kw["as_json"], lambda o: "\n".join(
+          "rho": [model.rho1, model.rho2], "design": model.design, "rows": flat}, kw["as_json"],
+         lambda o: "\n".join(
         f"alpha={r['alpha']:.6g}: mmse_1 = {r['mmse_1']:.5g} +- {r['mmse_1_error']:.1e}, "
         f"mmse_2 = {r['mmse_2']:.5g} +- {r['mmse_2_error']:.1e}" for r in o["rows"]))
 

@@ -125,3 +125,15 @@ def test_two_layer_noisy_se(run_cli):
     m1, m2 = (L["mmse"] - L["mmse_error"] for L in fp["layers"])
     assert m1 > 0.8210 + 0.0042 and m2 > 0.5563 + 0.0049
     assert fp["stable"] and fp["e_gen"] > 0.4
+
+
+def test_design_option_reaches_the_model():
+    """`--design independent` builds the independent-token SE for se / curve (shared by
+    default); the other two-layer routes refuse it (tests/test_bad_input.py)."""
+    from aim_sym import cli_aim_channels as ac
+
+    kw = {"channel": None, "channel_file": None, "tokens": 2, "skip": None, "rho": None,
+          "beta": None, "noise": None, "design": None}
+    assert ac.deep_aim_se_model(kw, design_ok=True).design == "shared"
+    assert ac.deep_aim_se_model({**kw, "design": "independent"},
+                                design_ok=True).design == "independent"
