@@ -807,6 +807,9 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
     poly = None
     if kw.get("channel_file"):
         poly = aim_model(kw)
+        if hasattr(poly, "output") and (alphas is not None or plot_path):  # noisy piecewise
+            fail("--alpha", "one value for a noisy piecewise channel file (no --alphas/--plot)",
+                 alpha or alphas)
         poly = poly if getattr(poly, "polyhedral", None) is not None else None
     if aim_channels.wants_piecewise_amp(kw) or poly is not None:
         if alpha is None or plot_path:

@@ -20,7 +20,7 @@ from .numerics.records import ConvergenceError, InputError
 from .results import Result, ResultTable
 
 #: what the command line and the API serve for a noisy polyhedral channel
-SERVED = "se, curve, threshold weak --small-width, check and derive"
+SERVED = "se, curve, threshold weak --small-width, check, derive and amp"
 #: Nishimori tolerance of :meth:`NoisyPolyhedralAIM.check`: |sample mean| <= NISHIMORI_SE
 #: standard errors + the engine's bars
 NISHIMORI_SE = 4.0
@@ -232,9 +232,17 @@ class NoisyPolyhedralAIM:
                  "detail": f"largest relative deviation {worst_dg:.1e} (tolerance {tol:g} + bar "
                            f"{bar_dg:.1e})"}]
 
-    def amp(self, **_) -> Result:
-        raise InputError(f"channel {self.channel.name} is noisy polyhedral: amp does not serve "
-                         f"it yet ({SERVED} do)")
+    def amp(self, *, alpha: float, dim: int = 100, seeds: int = 4, max_iter: int = 100,
+            damping: float | str = "auto", rng_seed: int = 0, progress=None,
+            out: str | None = None) -> Result:
+        """GAMP-RIE against the SE with AMP's test error beside e_gen
+        (:func:`aim_sym.noisy_piecewise_amp.run_noisy_piecewise_amp`; pieces whose rows are
+        closed forms only, docs/amp_piecewise.md)."""
+        from .noisy_piecewise_amp import run_noisy_piecewise_amp
+
+        return run_noisy_piecewise_amp(self, alpha=alpha, dim=dim, seeds=seeds,
+                                       max_iter=max_iter, damping=damping, rng_seed=rng_seed,
+                                       progress=progress, out=out)
 
     def expressions(self) -> dict:
         """Each piece's conditions (forms > 0) and output mean as sympy, and the noise."""

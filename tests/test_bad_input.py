@@ -21,6 +21,7 @@ HARDMAX_FILE = os.path.join(EXAMPLES, "noisy_hardmax.py")
 GAUSS_FILE = os.path.join(EXAMPLES, "noisy_projection.py")
 SMI_FILE = os.path.join(EXAMPLES, "smi", "sign_product.py")
 RELU_FILE = os.path.join(EXAMPLES, "polyhedral", "noisy_relu.py")
+NOISY_SIGN_FILE = os.path.join(EXAMPLES, "polyhedral", "noisy_sign.py")
 
 SE = ["se", "--model", "aim"]
 SMI_SE = ["se", "--model", "smi"]
@@ -243,7 +244,10 @@ CASES = [
     # noisy polyhedral channel files (aim_sym/noisy_polyhedral_model.py)
     ("noisy-poly-param", ["threshold", "weak", "--small-width", "--channel-file", RELU_FILE,
                           "--param", "Delta=-1"], "Delta"),
-    ("noisy-poly-amp", ["amp", "--channel-file", RELU_FILE, "--alpha", "0.5"], "channel"),
+    ("noisy-poly-amp-correlated", ["amp", "--channel-file", NOISY_SIGN_FILE, "--alpha", "0.5"],
+     "channel-file"),
+    ("noisy-poly-amp-alphas", ["amp", "--channel-file", RELU_FILE, "--alphas", "0.1:0.5:2"],
+     "--alpha"),
     ("noisy-poly-digits", ["se", "--channel-file", RELU_FILE, "--alpha", "0.5", "--digits",
                            "20"], "digits"),
     ("noisy-poly-perfect", ["threshold", "perfect", "--channel-file", RELU_FILE], "kind"),

@@ -32,7 +32,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
                  "lambdify the derivations into callables for the numeric layer"),
     "api": (("", "results", "models", "thresholds", "checks", "sweep", "api", "erm",
              "erm_gd_api", "smi_general_api", "sparsemax_model", "noisy_polyhedral_model",
-             "piecewise_amp"),
+             "piecewise_amp", "noisy_piecewise_amp"),
             "the public API (package root included): may combine every layer below"),
     "presentation": (("cli", "cli_common", "cli_sweep", "cli_erm", "cli_gd", "cli_smi_general",
                       "cli_aim_channels", "plots",

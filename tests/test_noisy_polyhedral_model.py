@@ -71,8 +71,10 @@ def test_refusals_of_the_model():
         m.threshold("perfect", small_width=True)
     with pytest.raises(InputError):
         m.state_evolution(alpha=0.5, digits=20)
-    with pytest.raises(InputError):
-        m.amp(alpha=0.5)
+    sign = NoisyPolyhedralAIM(from_file(RELU.replace("noisy_relu", "noisy_sign"), tokens=2),
+                              rho=0.5)
+    with pytest.raises(InputError):  # correlated rows: AMP's polytope rule is not validated
+        sign.amp(alpha=0.5)
 
 
 def test_derive_cli():
