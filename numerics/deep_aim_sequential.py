@@ -36,7 +36,9 @@ RHO = 1e-6
 
 
 def _model(skip: float, beta: float) -> DeepAimSE:
-    return DeepAimSE(skip=skip, rho1=RHO, rho2=RHO, beta=beta)
+    # rho -> 0: the tokens' common part sqrt(rho) u vanishes, so the small-width limit is the
+    # independent-token law (docs/deep_aim.md, "Shared tokens"; its cross term is 0 at q = 0)
+    return DeepAimSE(skip=skip, rho1=RHO, rho2=RHO, beta=beta, design="independent")
 
 
 def _check_q2(q2: float) -> None:
