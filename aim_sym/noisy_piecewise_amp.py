@@ -18,26 +18,17 @@ for the Bayes-optimal predictor, and the SE's plug-in error E|y - f(omega)|^2 fo
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 
 from .domains import ALPHA_AMP, DIM_AIM, MAX_ITER, RNG_SEED, SEEDS
 from .numerics import amp as amp_mod
 from .numerics import amp_noisy_piecewise as anp
 from .numerics.records import ConvergenceError, InputError, atomic_write, require
+from .piecewise_amp import damping_option
 from .results import Result
 
 #: the test-error keys of run_amp that get tr Delta added
 _TEST_KEYS = ("test_error", "test_error_plugin")
-
-
-def _damping(value) -> float | str:
-    if value == "auto":
-        return value
-    require(isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and 0 <= value < 1, "damping", "a number in [0, 1) or 'auto'",
-            value)
-    return float(value)
 
 
 def amp_view(model) -> anp.NoisyPiecewiseAmp:
@@ -94,7 +85,7 @@ def run_noisy_piecewise_amp(model, *, alpha: float, dim: int = 100,
     alpha = ALPHA_AMP.check(alpha)
     dim, seeds = DIM_AIM.check(dim), SEEDS.check(seeds)
     max_iter, rng_seed = MAX_ITER.check(max_iter), RNG_SEED.check(rng_seed)
-    damping = _damping(damping)
+    damping = damping_option(damping)
     require(isinstance(n_test, int) and not isinstance(n_test, bool) and n_test >= 10, "n_test",
             "an integer >= 10", n_test)
     require(isinstance(draws, int) and not isinstance(draws, bool) and draws >= 2, "draws",

@@ -40,7 +40,8 @@ HARDMAX_QMC_R_MAX = 5.0
 PLUGIN_SAMPLES = 200_000
 
 
-def _damping(value) -> float | str:
+def damping_option(value) -> float | str:
+    """'auto' or a damping in [0, 1) (InputError otherwise)."""
     if value == "auto":
         return value
     require(isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -219,7 +220,7 @@ def run_piecewise_amp(*, channel: str, tokens: int | None = None, beta: float | 
     rho = RHO.check(rho)
     dim, seeds = DIM_AIM.check(dim), SEEDS.check(seeds)
     max_iter, rng_seed = MAX_ITER.check(max_iter), RNG_SEED.check(rng_seed)
-    damping = _damping(damping)
+    damping = damping_option(damping)
     view, T, beta, model = amp_view(channel=channel, tokens=tokens, beta=beta,
                                     polyhedral=polyhedral, rho=rho)
     r = amp_mod.run_amp(fns=view, cc=None, se=False, alpha=alpha, rho=rho, dim=dim, seeds=seeds,

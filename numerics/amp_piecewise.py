@@ -47,6 +47,7 @@ import numpy as np
 from . import hardmax_qmc, hardmax_se, polyhedral_se, sparsemax_t3
 from . import polytope as pt
 from .records import Estimate, require, standard_error
+from .sparsemax_t3_se import sparsemax_matrix
 
 #: token counts of the hardmax view (T = 2, 3: hardmax_se's sweep; T = 4, 5: the winner sweep)
 HARDMAX_TOKENS = (2, 5)
@@ -181,13 +182,7 @@ def hardmax_amp(*, T: int) -> PiecewiseAmp:
 def sparsemax_rows(h, *, T: int, beta: float) -> np.ndarray:
     """y (N, T, T): row a the Euclidean projection of beta h_a. onto the simplex (Martins and
     Astudillo 2016); h (N, T(T+1)/2) flat a <= b."""
-    z = beta * symmetric(h, T)
-    zs = -np.sort(-z, axis=-1)
-    cs = np.cumsum(zs, axis=-1)
-    k = np.arange(1, T + 1)
-    kmax = np.sum(1 + k * zs > cs, axis=-1)
-    tau = (np.take_along_axis(cs, kmax[..., None] - 1, axis=-1)[..., 0] - 1) / kmax
-    return np.maximum(z - tau[..., None], 0.0)
+    return sparsemax_matrix(symmetric(h, T), beta=beta)
 
 
 def _check_beta(beta) -> float:

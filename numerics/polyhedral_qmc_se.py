@@ -475,15 +475,6 @@ def _stencil_root(ch, *, v: float, alpha: float, rho: float, points: int, scramb
     return row
 
 
-def _readout(ch: ps.PolyhedralOutput, readout) -> np.ndarray:
-    R = np.asarray(readout, dtype=float)
-    if R.ndim == 1:
-        R = R[:, None]
-    require(R.ndim == 2 and R.shape[0] == len(ch.outcomes) and np.all(np.isfinite(R)),
-            "readout", f"{len(ch.outcomes)} finite rows (one vector r_y per outcome)", R.shape)
-    return R
-
-
 def _egen_scrambles(ch, R: np.ndarray, *, q: float, V: float, points: int, scrambles: int,
                     seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per scramble the means of |r_y|^2 - r_y . r_y' (y, y' from two draws h, h' given omega)
@@ -524,7 +515,7 @@ def generalisation_error_qmc(ch: ps.PolyhedralOutput, readout, *, q: float, V: f
     require(isinstance(V_error, (int, float)) and math.isfinite(V_error) and V_error >= 0,
             "V_error", "a finite real >= 0", V_error)
     t0 = time.perf_counter()
-    R = _readout(ch, readout)
+    R = ps.readout_matrix(ch, readout)
     kw = {"points": points, "scrambles": scrambles, "seed": seed}
     e, plug = _egen_scrambles(ch, R, q=float(q), V=float(V), **kw)
     k = coverage_factor(scrambles)

@@ -679,7 +679,8 @@ EGEN_SLOPE_ORDER = 6
 PLUGIN_SLOPE_STEP = 0.05
 
 
-def _readout(ch: PolyhedralOutput, readout) -> np.ndarray:
+def readout_matrix(ch: PolyhedralOutput, readout) -> np.ndarray:
+    """The read-out vectors r_y as rows (outcomes x components), checked."""
     R = np.asarray(readout, dtype=float)
     if R.ndim == 1:
         R = R[:, None]
@@ -821,7 +822,7 @@ def plugin_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
     (the channel applied at omega, its noise drawn independently; THEORY 1.5) by
     :func:`pair_probabilities` (no quadrature over omega: the indicator of omega is part of the
     polytope). Error: the engine's bars, propagated."""
-    R = _readout(ch, readout)
+    R = readout_matrix(ch, readout)
     pp = pair_probabilities(ch, q=q, V=V, second="omega", rule=rule)
     norm2 = (R * R).sum(axis=1)
     D = np.maximum(norm2[:, None] + norm2[None, :] - 2.0 * R @ R.T, 0.0)
@@ -858,7 +859,7 @@ def joint_bayes_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
     :func:`generalisation_error`): E||y||^2 - E||E[y | omega]||^2 with
     E||E[y | omega]||^2 = sum_{y, y'} r_y . r_y' P(y(h) = y, y(h') = y'), h, h' two draws given
     omega (:func:`pair_probabilities`, second = "draw")."""
-    R = _readout(ch, readout)
+    R = readout_matrix(ch, readout)
     pp = pair_probabilities(ch, q=q, V=V, second="draw", rule=rule)
     norm2 = (R * R).sum(axis=1)
     G = R @ R.T
@@ -887,7 +888,7 @@ def generalisation_error(ch: PolyhedralOutput, readout, *, q: float, V: float,
     orders = EGEN_ORDERS if orders is None else orders
     require(len(orders) == 2 and 2 <= orders[0] < orders[1] <= 40, "orders",
             "two increasing integers in 2..40", orders)
-    R = _readout(ch, readout)
+    R = readout_matrix(ch, readout)
     # below V_GH tensor Gauss-Hermite converges slowly: the face rule where the channel has one
     face = q > 0 and V < V_GH and face_frame(ch) is not None
     fine = {"step": FACE_STEPS[1]} if face else {"order": orders[1]}
