@@ -175,6 +175,7 @@ def test_output_expectation_against_monte_carlo_over_omega():
     assert se < 0.05 * E.value  # the comparison can fail
 
 
+@pytest.mark.slow  # ~15-27 s: kept out of the default run (10-minute budget)
 def test_face_rule_at_small_V_against_monte_carlo_over_omega():
     """V << q (q, V = 1.4, 0.1), where tensor Gauss-Hermite over omega converges slowly: the
     face rule (face coordinates z = F omega with unit width per face; coarse steps here to stay
@@ -247,6 +248,7 @@ def test_rank_four_event_is_accepted(tmp_path):
     assert m.polyhedral is not None
 
 
+@pytest.mark.slow  # ~15-27 s: kept out of the default run (10-minute budget)
 def test_se_below_the_served_error_exits_3(run_cli):
     """At alpha = 50 the fixed point has V < V_MIN, where the omega rule is not trusted."""
     rc, out, err = run_cli(["se", "--channel-file", EXAMPLE, "--alpha", "50"])

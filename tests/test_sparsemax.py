@@ -245,6 +245,7 @@ def test_perfect_recovery_counting_and_the_limits(cs):
     assert (ev[0] - r) / (ev[1] - r) == pytest.approx(math.sqrt(2), rel=0.1)
 
 
+@pytest.mark.slow  # ~15-27 s: kept out of the default run (10-minute budget)
 def test_se_beyond_the_traced_grid_reports_perfect_recovery_or_a_bracket(run_cli):
     """`se --channel sparsemax` at rho = 0.5: alpha >= alpha_PR = 0.517 gives mmse = 0, and
     alpha(0.01) < alpha < alpha_PR a fixed point bracketed in (0, 0.01) (was: exit 3)."""
