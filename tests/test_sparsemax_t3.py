@@ -186,12 +186,8 @@ def test_threshold_rqmc_against_plain_monte_carlo():
     s = t3.small_width_s(beta=beta, points=128, replicates=4, pilot=256)
     mc = t3.monte_carlo_s(beta=beta, n=10_000, seed=7)
     assert abs(s.value - mc.value) <= s.error + 4 * mc.error
-    # y determines each row's argmax and is a function of the differences: S_hardmax <= S <= 5.
-    # The reported interval is cut at 5 by construction, so the bounds are tested on the raw
-    # QMC mean (before the cut), within its bar
-    raw = s.extra["unclipped"]
-    assert 1 / (2 * t3.HARDMAX_LIMIT) - s.error < raw < 5 + s.error
-    assert s.value > 1 / (2 * t3.HARDMAX_LIMIT)
+    # the bounds S_hardmax <= S <= 5 are tested where each is nearly attained (next test): at
+    # beta = 3 they are 0.5 and 1.6 away from S and could not catch an engine error
 
 
 def test_threshold_bounds_where_they_are_nearly_tight():
