@@ -50,7 +50,14 @@ from scipy.stats import qmc
 
 from . import wishart
 from .deep_aim_se import DESIGNS, DeepAimSE, generalisation_error, mean_pair_cholesky, prior_potential
-from .records import ConvergenceError, Estimate, mean_estimate, require, standard_error
+from .records import (
+    ConvergenceError,
+    Estimate,
+    mean_estimate,
+    refined_estimate,
+    require,
+    standard_error,
+)
 
 SQRT2 = math.sqrt(2.0)
 SQRT8 = math.sqrt(8.0)
@@ -200,16 +207,10 @@ def output_e_noisy(*, q1: float, q2: float, V1: float, V2: float, Delta: float, 
 
 def _estimates(res: np.ndarray, extra: dict) -> dict[str, Estimate]:
     coarse, fine = res[0], res[-1]
-    out = {}
-    for i, name in enumerate(QUANTITIES):
-        f = fine[:, i]
-        se = standard_error(f)
-        bias = abs(float(f.mean() - coarse[:, i].mean()))
-        out[name] = Estimate(float(f.mean()), COVERAGE * se + bias,
-                             "randomised QMC outside, prior importance sampling inside (two sizes)",
-                             extra={**extra, "standard_error": se, "inner_size_error": bias,
-                                    "per_scramble": f.tolist()})
-    return out
+    return {name: refined_estimate(
+        fine[:, i], coarse[:, i], coverage=COVERAGE, rule_key="inner_size_error",
+        method="randomised QMC outside, prior importance sampling inside (two sizes)", **extra)
+        for i, name in enumerate(QUANTITIES)}
 
 
 def small_width_noisy(*, Delta: float, skip: float, beta: float = 1.0, **kw) -> dict[str, Estimate]:

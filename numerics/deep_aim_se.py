@@ -67,7 +67,14 @@ from scipy.stats import qmc
 
 from . import wishart
 from .deep_aim import _rule_cached
-from .records import ConvergenceError, Estimate, mean_estimate, require, standard_error
+from .records import (
+    ConvergenceError,
+    Estimate,
+    mean_estimate,
+    refined_estimate,
+    require,
+    standard_error,
+)
 
 SQRT2 = math.sqrt(2.0)
 SQRT8 = math.sqrt(8.0)
@@ -419,18 +426,11 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     coarse = _output_sums(model, q1, q2, steps[0], normals, estimator=estimator)
     fine = _output_sums(model, q1, q2, steps[1], normals, estimator=estimator)
     secs = time.perf_counter() - t0
-    out = {}
-    for i, name in enumerate(OUTPUT_COLUMNS):
-        f = fine[:, i]
-        se = standard_error(f)
-        rule = abs(float(f.mean() - coarse[:, i].mean()))
-        out[name] = Estimate(float(f.mean()), COVERAGE * se + rule,
-                             "randomised QMC (scrambled Sobol) + inner trapezoid, two steps",
-                             extra={"standard_error": se, "rule_error": rule,
-                                    "per_scramble": f.tolist(), "points": 2**m,
-                                    "scrambles": scrambles, "seconds": secs,
-                                    "estimator": estimator})
-    return out
+    return {name: refined_estimate(
+        fine[:, i], coarse[:, i], coverage=COVERAGE,
+        method="randomised QMC (scrambled Sobol) + inner trapezoid, two steps", points=2**m,
+        scrambles=scrambles, seconds=secs, estimator=estimator)
+        for i, name in enumerate(OUTPUT_COLUMNS)}
 
 
 def _check_q(model: DeepAimSE, q1: float, q2: float, closed: bool = False) -> None:

@@ -127,6 +127,19 @@ def bayes_optimal(fixed_points: Any) -> Any:
     return max(stable, key=lambda f: f["phi"]) if stable else None
 
 
+def refined_estimate(fine: Any, coarse: Any, *, coverage: float, method: str,
+                     rule_key: str = "rule_error", **extra: Any) -> Estimate:
+    """The mean of independent replicates ``fine`` (one per scramble) with error ``coverage``
+    standard errors + |mean(fine) - mean(coarse)| (the same replicates on a coarser inner rule);
+    extra: standard_error, ``rule_key`` (the rule difference), per_scramble and ``extra``."""
+    f, c = np.asarray(fine, dtype=float), np.asarray(coarse, dtype=float)
+    se = standard_error(f)
+    rule = abs(float(f.mean() - c.mean()))
+    return Estimate(float(f.mean()), coverage * se + rule, method,
+                    extra={**extra, "standard_error": se, rule_key: rule,
+                           "per_scramble": f.tolist()})
+
+
 def mean_estimate(values: Any, method: str, **extra: Any) -> Estimate:
     """The mean of independent replicate ``values`` with its standard error as the error."""
     v = np.asarray(values, dtype=float)
