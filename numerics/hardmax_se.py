@@ -1574,14 +1574,20 @@ def run_checks(*, T: int = 3, seed: int = 2026) -> list[dict]:
                  "detail": f"|sum_y Z (|g|^2_W + tr_W dg)| = {err:.1e} against sum_y Z |g|^2_W = "
                            f"{float(Z0 @ gg):.4g} (central differences, tol 1e-5)"})
     if T <= 5:
-        from .hardmax import weak_threshold
-
         zero = z_out(T=T, omega=np.zeros((1, n)), V=1.0, nodes=200)
-        S = float(np.einsum("y,yk,k->", zero["Z"][:, 0], zero["g"][:, 0] ** 2, W))
-        ref = weak_threshold(T)
-        S_ref, S_err = ref.extra["S"], 2 * ref.extra["S"] ** 2 * ref.error
-        err = abs(S - S_ref)
-        rows.append({"name": "omega = 0, V = 1 against the q = 0 recursion", "passed":
-                     err < 1e-10 + S_err,
-                     "detail": f"S = {S:.15g} against {S_ref:.15g} (tol 1e-10 + its bar)"})
+        rows.append(zero_omega_row(T, zero["Z"][:, 0], zero["g"][:, 0]))
     return rows
+
+
+def zero_omega_row(T: int, Z: np.ndarray, g: np.ndarray) -> dict:
+    """The check row "omega = 0, V = 1 against the q = 0 recursion": S = sum_y Z_y |g_y|_W^2
+    from every outcome's Z (Y,) and g (Y, n) at omega = 0, V = 1 against
+    :func:`aim_sym.numerics.hardmax.weak_threshold`'s S (tolerance 1e-10 + its bar)."""
+    from .hardmax import weak_threshold
+
+    S = float(np.einsum("y,yk,k->", Z, g ** 2, weights(T)))
+    ref = weak_threshold(T)
+    S_ref, S_err = ref.extra["S"], 2 * ref.extra["S"] ** 2 * ref.error
+    err = abs(S - S_ref)
+    return {"name": "omega = 0, V = 1 against the q = 0 recursion", "passed": err < 1e-10 + S_err,
+            "detail": f"S = {S:.15g} against {S_ref:.15g} (tol 1e-10 + its bar)"}
