@@ -229,25 +229,6 @@ def test_cli_check_threshold_derive_and_refusals(run_cli):
         assert rc == 2 and "polyhedral" in err and err.count("\n") == 1, (args, err)
 
 
-def test_rank_four_event_is_accepted(tmp_path):
-    """An event spanning 4 directions of h is accepted by the derivation (rank <= 6); its
-    threshold, checks and state evolution are tested in tests/test_polyhedral_rank.py and
-    tests/test_polyhedral_qmc_se.py."""
-    f = tmp_path / "four.py"
-    f.write_text(
-        "import sympy as sp\n"
-        "from aim_sym.channels import discrete, h_matrix\n"
-        "def channel(tokens):\n"
-        "    h = h_matrix(tokens)\n"
-        "    H = sp.Heaviside\n"
-        "    e = H(h[0, 0]) * H(h[0, 1]) * H(h[1, 1]) * H(h[0, 2])\n"
-        "    return discrete(name='four', tokens=tokens, likelihood={1: e, 0: 1 - e})\n")
-    from aim_sym.models import AIM
-
-    m = AIM(from_file(str(f), tokens=3), rho=0.5)  # the derivation accepts it (rank <= 6)
-    assert m.polyhedral is not None
-
-
 @pytest.mark.slow  # ~15-27 s: kept out of the default run (10-minute budget)
 def test_se_below_the_served_error_exits_3(run_cli):
     """At alpha = 50 the fixed point has V < V_MIN, where the omega rule is not trusted."""

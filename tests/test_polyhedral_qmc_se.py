@@ -8,11 +8,11 @@ import os
 
 import numpy as np
 import pytest
-import sympy as sp
 from aim_sym.numerics import polyhedral_qmc_se as pq
 from aim_sym.numerics import polyhedral_se as ps
 from aim_sym.numerics import polytope as pt
 from aim_sym.numerics.records import InputError
+from polyhedral_fixtures import hardmax_t3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOP2 = os.path.join(ROOT, "examples", "channels", "polyhedral", "top2_t3.py")
@@ -204,24 +204,6 @@ def test_a_broken_tiling_is_refused():
         pq.output_e_qmc(broken, q=0.5, V=0.5, points=1 << 10, scrambles=4)
 
 
-def hardmax_file():
-    """Hardmax at T = 3 written as a channel file (as tests/test_polyhedral_rank.py does)."""
-    from aim_sym.channels import discrete, h_matrix
-
-    h = h_matrix(3)
-    like = {}
-    for y in itertools.product(range(3), repeat=3):
-        if y in ((1, 2, 0), (2, 0, 1)):
-            continue
-        p = sp.Integer(1)
-        for a in range(3):
-            for c in range(3):
-                if c != y[a]:
-                    p *= sp.Heaviside(h[a, y[a]] - h[a, c])
-        like[y] = p
-    return discrete(name="hardmax-file", tokens=3, likelihood=like)
-
-
 @pytest.mark.slow
 def test_fixed_point_of_the_hardmax_file_and_top2():
     """The channel files (rank-5 events) at rho = 0.5, alpha = 0.05: the fixed point, Psi_out
@@ -230,7 +212,7 @@ def test_fixed_point_of_the_hardmax_file_and_top2():
     from aim_sym.channel_file import from_file
     from aim_sym.models import AIM
 
-    for ch in (hardmax_file(), from_file(TOP2, tokens=3)):
+    for ch in (hardmax_t3(), from_file(TOP2, tokens=3)):
         out = AIM(ch).polyhedral
         assert ps.event_rank(out) == 5
         (fp,) = pq.fixed_points_qmc(out, alpha=0.05, rho=0.5)

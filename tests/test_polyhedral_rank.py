@@ -1,7 +1,7 @@
 """Channel files whose events span more than 3 directions of h (issue 15; docs/polyhedral.md,
-"Events of rank > 3"): threshold and check by the engine's cube rule, the SE refused."""
+"Events of rank > 3"): threshold and check by the engine's cube rule, the SE by randomised QMC
+over the model (tests/test_polyhedral_qmc_se.py)."""
 
-import itertools
 import json
 import math
 import os
@@ -9,6 +9,7 @@ import os
 import pytest
 import sympy as sp
 from aim_sym.numerics import polyhedral_se as ps
+from polyhedral_fixtures import FOUR, hardmax_t3
 
 from aim_sym.channel_file import from_file
 from aim_sym.channels import ChannelError, discrete, h_matrix
@@ -19,24 +20,6 @@ TOP2 = os.path.join(ROOT, "examples", "channels", "polyhedral", "top2_t3.py")
 #: hardmax at T = 3 (`aim-sym threshold weak --small-width --channel hardmax --tokens 3`, the
 #: project's own route numerics/hardmax_se.py, 15 digits)
 HARDMAX_T3 = 0.175392535447599
-
-
-def hardmax_t3():
-    """Hardmax at T = 3 written as a channel file: y_a = argmax_c h_ac, the likelihood a product
-    of Heaviside factors; the cyclic labels (probability 0) left out."""
-    h = h_matrix(3)
-    H = sp.Heaviside
-    like = {}
-    for y in itertools.product(range(3), repeat=3):
-        if y in ((1, 2, 0), (2, 0, 1)):
-            continue
-        p = sp.Integer(1)
-        for a in range(3):
-            for c in range(3):
-                if c != y[a]:
-                    p *= H(h[a, y[a]] - h[a, c])
-        like[y] = p
-    return discrete(name="hardmax-file", tokens=3, likelihood=like)
 
 
 def orthant(K: int):
@@ -102,16 +85,6 @@ def test_first_order_check_catches_a_wrong_gradient(monkeypatch):
     bad = ps.check_identities_first_order(out, omega=[[0.0] * 6], V=1.0, direction=u)
     fd = [r for r in bad if r["name"].startswith("finite differences")]
     assert fd and not fd[0]["passed"], bad
-
-
-FOUR = (
-    "import sympy as sp\n"
-    "from aim_sym.channels import discrete, h_matrix\n"
-    "def channel(tokens):\n"
-    "    h = h_matrix(tokens)\n"
-    "    H = sp.Heaviside\n"
-    "    e = H(h[0, 0]) * H(h[0, 1]) * H(h[1, 1]) * H(h[0, 2])\n"
-    "    return discrete(name='four', tokens=tokens, likelihood={1: e, 0: 1 - e})\n")
 
 
 def test_digits_refused_in_one_line(tmp_path, run_cli):
