@@ -804,13 +804,11 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
         return
     if (alpha is None) == (alphas is None):
         fail("--alpha", "given (or --alphas, not both)", alpha)
-    poly = None
-    if kw.get("channel_file"):
-        poly = aim_model(kw)
-        if hasattr(poly, "output") and (alphas is not None or plot_path):  # noisy piecewise
-            fail("--alpha", "one value for a noisy piecewise channel file (no --alphas/--plot)",
-                 alpha or alphas)
-        poly = poly if getattr(poly, "polyhedral", None) is not None else None
+    m = aim_model(kw) if kw.get("channel_file") else None  # built once for every route below
+    if hasattr(m, "output") and (alphas is not None or plot_path):  # noisy piecewise
+        fail("--alpha", "one value for a noisy piecewise channel file (no --alphas/--plot)",
+             alpha or alphas)
+    poly = m if getattr(m, "polyhedral", None) is not None else None
     if aim_channels.wants_piecewise_amp(kw) or poly is not None:
         if alpha is None or plot_path:
             fail("--alpha", "one value for a piecewise channel (no --alphas/--plot)",
@@ -820,7 +818,7 @@ def amp(alpha, alphas, dim, seeds, max_iter, damping, rng_seed, out_path, plot_p
                                    model=poly, **settings)
         return
     grid = [alpha] if alpha is not None else [float(a) for a in parse_grid(alphas, "--alphas")]
-    m = aim_model(kw)
+    m = m or aim_model(kw)
     _check_outputs(out_path, plot_path)
     results = []
     for i, a in enumerate(grid):
