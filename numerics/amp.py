@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from . import aim_se, wishart
-from .records import InputError, atomic_write, require, standard_error
+from .records import InputError, atomic_write, mean_stderr, require, standard_error
 
 
 def pairs(T: int) -> list[tuple[int, int]]:
@@ -336,16 +336,6 @@ def seeds_of(seeds) -> list[int]:
     out = [int(s) for s in seeds]
     require(len(out) >= 1, "seeds", "non-empty", seeds)
     return out
-
-
-def mean_stderr(vals) -> tuple[float | None, float | None]:
-    """Mean and standard error of the per-seed errors; None where there is no value (no seed,
-    or a non-finite error among them: no NaN is reported) or no spread (one seed)."""
-    a = np.asarray(vals, dtype=float)
-    if a.size == 0 or not np.all(np.isfinite(a)):
-        return None, None
-    se = standard_error(a) if a.size > 1 else None
-    return float(a.mean()), se
 
 
 def _pad(rows: list[list[float]]) -> np.ndarray:

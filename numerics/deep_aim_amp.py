@@ -43,7 +43,7 @@ import numpy as np
 from . import amp, wishart
 from .deep_aim import output, statistics_from_output
 from .deep_aim_se import INNER_STEPS, DeepAimSE, posterior, se_map, unwhiten_gradient, whiten
-from .records import require
+from .records import mean_stderr, require
 
 #: samples per chunk of the posterior quadrature (rows x ~3e3-2e4 inner nodes)
 CHUNK = 256
@@ -313,14 +313,14 @@ def run_deep_amp(*, alpha: float, rho1: float, rho2: float, skip: float, dim: in
     res["failed_seeds"] = [s for s, good in zip(seed_list, ok) if not good]
     for i in (1, 2):
         finals = [r[f"error{i}"][-1] for r in runs]
-        res[f"mean_ok{i}"], res[f"stderr_ok{i}"] = amp.mean_stderr([f for f, g in zip(finals, ok) if g])
+        res[f"mean_ok{i}"], res[f"stderr_ok{i}"] = mean_stderr([f for f, g in zip(finals, ok) if g])
         res[f"per_seed{i}"] = finals
         res[f"initial_per_seed{i}"] = [r[f"error{i}"][0] for r in runs]
-        res[f"mean{i}"], res[f"stderr{i}"] = amp.mean_stderr(finals)
+        res[f"mean{i}"], res[f"stderr{i}"] = mean_stderr(finals)
         tails = [float(np.mean(r[f"error{i}"][1:][-tail:])) for r in runs]
         res[f"tail_per_seed{i}"] = tails
-        res[f"tail_mean{i}"], res[f"tail_stderr{i}"] = amp.mean_stderr(tails)
-        res[f"tail_mean_ok{i}"], res[f"tail_stderr_ok{i}"] = amp.mean_stderr(
+        res[f"tail_mean{i}"], res[f"tail_stderr{i}"] = mean_stderr(tails)
+        res[f"tail_mean_ok{i}"], res[f"tail_stderr_ok{i}"] = mean_stderr(
             [f for f, g in zip(tails, ok) if g])
         res[f"cv_mean{i}"], res[f"cv_stderr{i}"] = _control_variate(
             [f for f, g in zip(tails, ok) if g],

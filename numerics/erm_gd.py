@@ -63,7 +63,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .records import ConvergenceError, is_finite_real, require, require_reals, standard_error
+from .records import (
+    ConvergenceError,
+    is_finite_real,
+    mean_stderr,
+    require,
+    require_reals,
+    standard_error,
+)
 
 __all__ = ["GDProblem", "GDData", "TrainResult", "sample_teacher", "preactivations",
            "label_noise", "generate", "loss_and_gradient", "train", "evaluate",
@@ -405,13 +412,6 @@ def evaluate(W: np.ndarray, data: GDData, problem: GDProblem, *, n_test: int,
             "Q0_instance": float(np.sum(data.S0 * data.S0)) / d, "trace": float(np.trace(S)) / d}
 
 
-def _mean_se(values: list[float]) -> tuple[float, float | None]:
-    a = np.asarray(values, dtype=float)
-    if a.size < 2:
-        return float(a.mean()), None
-    return float(a.mean()), standard_error(a)
-
-
 def run_instances(problem: GDProblem, *, alpha: float, dim: int, seeds: int = 4,
                   rng_seed: int = 0, method: str = "lbfgs", tol: float = 1e-6,
                   max_iter: int = 20_000, n_test: int = 10_000, init_scale: float = 1.0,
@@ -453,9 +453,9 @@ def run_instances(problem: GDProblem, *, alpha: float, dim: int, seeds: int = 4,
             progress(s, row)
     mean, stderr = {}, {}
     for k in (*METRICS, "train_data", "Q0_instance"):
-        mean[k], stderr[k] = _mean_se([r[k] for r in per_seed])
+        mean[k], stderr[k] = mean_stderr([r[k] for r in per_seed])
     opt = {k: max(abs(r[k] - r["coarse"][k]) for r in per_seed) for k in METRICS}
-    if not all(np.isfinite(v) for v in mean.values()):
+    if any(v is None for v in mean.values()):
         raise ConvergenceError("a training run ended with a non-finite loss",
                                last_iterate=mean, residual=None)
     return {"alpha": float(alpha), "dim": int(dim), "seeds": int(seeds),
@@ -501,7 +501,7 @@ def run_averaged(problem: GDProblem, *, alpha: float, dim: int, seeds: int = 4,
                          "time_s": time.perf_counter() - t0})
     mean, stderr = {}, {}
     for k in ("mse", "mse_single"):
-        mean[k], stderr[k] = _mean_se([r[k] for r in per_seed])
+        mean[k], stderr[k] = mean_stderr([r[k] for r in per_seed])
     return {"alpha": float(alpha), "dim": int(dim), "seeds": int(seeds),
             "students": int(students), "per_seed": per_seed, "mean": mean, "stderr": stderr,
             "converged": all(r["converged"] for r in per_seed)}

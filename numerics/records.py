@@ -119,6 +119,16 @@ def standard_error(values: Any, axis: int | None = None) -> Any:
     return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
 
 
+def mean_stderr(vals: Any) -> tuple[float | None, float | None]:
+    """Mean and standard error of per-seed values; None where there is no value (no seed, or a
+    non-finite value among them: no NaN is reported) or no spread (one seed)."""
+    a = np.asarray(vals, dtype=float)
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        return None, None
+    se = standard_error(a) if a.size > 1 else None
+    return float(a.mean()), se
+
+
 def bayes_optimal(fixed_points: Any) -> Any:
     """The stable fixed point of largest free entropy ``phi`` (THEORY 1.1): the Bayes-optimal
     one among coexisting SE fixed points (dicts with ``stable`` and ``phi``); None when none is
