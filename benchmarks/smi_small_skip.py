@@ -1,6 +1,6 @@
 """Deep tied attention, L = 2, M = 2, beta = 1: weak thresholds at small skip c (issue 14).
 
-For each c: the earlier tensor Gauss-Hermite engine (numerics.smi._weak_stats, orders (72, 96)
+For each c: the earlier tensor Gauss-Hermite engine (numerics.smi_route_a.q0_gauss_hermite, orders (72, 96)
 vs (96, 128): never sees the width-sqrt(c) feature where det A(z_1) -> c (1 + c)), the rotated
 rules now used by numerics.smi.stability_matrix (three refinements), and seeded Monte Carlo
 (montecarlo_stability of tests/smi_mc_oracles.py: inner importance sampling with a proposal resolving the
@@ -16,12 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-from aim_sym.numerics import smi
+from aim_sym.numerics import smi, smi_route_a
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
 import smi_mc_oracles  # noqa: E402
 
 SKIPS = (1.0, 0.5, 0.2, 0.1, 0.01, 1e-3, 1e-4)
+GH_ORDERS = ((72, 96), (96, 128))  # (n_h, n_z) of the Gauss-Hermite rules (c >= 0.5 only)
 
 
 def _thr(lam, err):
@@ -37,7 +38,7 @@ def main():
     print(f"{'c':>7s} {'layer':>5s} {'old (GH) +- bar':>26s} {'old mass':>9s} "
           f"{'new (rotated) +- bar':>30s} {'s':>5s} {'Monte Carlo +- SE':>22s}")
     for c in SKIPS:
-        lo, hi = (smi._weak_stats(c=c, beta=1.0, n_h=o[0], n_z=o[1]) for o in smi.WEAK_ORDERS)
+        lo, hi = (smi_route_a.q0_gauss_hermite(*o, c=c, beta=1.0) for o in GH_ORDERS)
         t = time.perf_counter()
         F = smi.stability_matrix(skip=c)
         dt = time.perf_counter() - t

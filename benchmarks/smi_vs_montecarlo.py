@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from aim_sym.numerics import smi, smi_sequential
+from aim_sym.numerics import smi_route_a, smi_sequential
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the Monte Carlo oracles
 import smi_mc_oracles  # noqa: E402
@@ -19,12 +19,12 @@ import smi_mc_oracles  # noqa: E402
 
 def weak_part():
     t = time.perf_counter()
-    ref = smi._weak_stats(c=1.0, beta=1.0, n_h=96, n_z=128)
+    ref = smi_route_a.q0_gauss_hermite(96, 128, c=1.0, beta=1.0)
     t_ref = time.perf_counter() - t
     rows = []
     for n_h, n_z in ((32, 40), (48, 64), (72, 96)):
         t = time.perf_counter()
-        q = smi._weak_stats(c=1.0, beta=1.0, n_h=n_h, n_z=n_z)
+        q = smi_route_a.q0_gauss_hermite(n_h, n_z, c=1.0, beta=1.0)
         dt = time.perf_counter() - t
         rows.append((f"quadrature {n_h}x{n_z}", dt, q["lam1"], q["lam2"], None, None))
     for R, K, box in ((1000, 1000, 4.0), (1000, 1000, None), (4000, 2000, None)):

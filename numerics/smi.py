@@ -12,16 +12,11 @@ Coordinates (all integrals are Gaussian-weighted and smooth in them):
   / det A(z_1)``.  It differs from the density of ``y`` by the Jacobian ``|dh/dy|(y)``, which does
   not depend on ``omega`` or ``Q``: ``g_out`` and ``Q_hat`` are unchanged and ``Psi_out`` moves by
   a ``Q``-independent constant (we report ``phi`` relative to ``Q = 0``, which is convention-free).
-* weak thresholds (Q = 0, :func:`stability_matrix`): rotated coordinates ``s = (z0 + z1)/sqrt 2``,
-  ``d = (z0 - z1)/sqrt 2`` for z_1 and for h.  There ``A`` is upper triangular,
-  ``[[1 + c, tau], [0, kappa]]`` with ``kappa = det A / (1 + c) in [c, 1 + c)``; ``kappa -> c``
-  where the two softmax rows coincide (near d = 0, where ``kappa ~ c + beta d^2 / 2``), so the
-  fibre integrand varies in d on the scale ``sqrt(2 c / beta)`` and the density of h in ``h_d``
-  on the scale c.  Gauss-Hermite in the sums and sinh-mapped trapezoids in the differences
-  (:func:`aim_sym.numerics.smi_fibre.rotated_z1_rule`, ``rotated_h_rule``) resolve both at
-  every skip; the earlier tensor Gauss-Hermite rules (:func:`_weak_stats`, ``h`` for
-  ``N(0, SIGMA_H^2)``) never see them and are right for c >= 0.5 only.  Errors: the change
-  over three refinements.
+* weak thresholds (Q = 0, :func:`stability_matrix`): the rotated rules of
+  :mod:`aim_sym.numerics.smi_fibre` (Gauss-Hermite in the sums, sinh-mapped trapezoids in the
+  differences of z_1 and h) resolve ``det A(z_1) -> c (1 + c)`` at every skip; the earlier
+  tensor Gauss-Hermite rules (:func:`aim_sym.numerics.smi_route_a.q0_gauss_hermite`) never see
+  it and are right for c >= 0.5 only.  Errors: the change over three refinements.
 * ``omega_l``: tensor Gauss-Hermite for ``N(0, Q_ll)``.
 
 The sign symmetries ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer
@@ -38,11 +33,10 @@ Overlaps are diagonal, ``Q = diag(q_1, q_2)`` (layer 1 = first attention layer, 
 the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
 
 Imports (a DAG): :mod:`~aim_sym.numerics.smi_fibre` (checks, rules, compiled pieces, fibre
-geometry), :mod:`~aim_sym.numerics.smi_route_a` (route A sums) and
-:mod:`~aim_sym.numerics.smi_oracles` (the Monte Carlo cross-block check) are the base; the
-engines (:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``) build on
-it; this module is the entry on top of them (and :mod:`~aim_sym.numerics.smi_amp`, whose GAMP
-runs report :func:`fixed_point`, sits above it).
+geometry) and :mod:`~aim_sym.numerics.smi_route_a` (route A sums) are the base; the engines
+(:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``) build on it; this
+module is the entry on top of them (and :mod:`~aim_sym.numerics.smi_amp`, whose GAMP runs report
+:func:`fixed_point`, sits above it).
 """
 
 from __future__ import annotations
@@ -55,46 +49,19 @@ from functools import lru_cache
 import numpy as np
 
 from . import smi_branches, smi_sequential
-from .records import ConvergenceError, Estimate, bayes_optimal, require
+from .records import ConvergenceError, Estimate, bayes_optimal, mean_estimate, require
 from .smi_fibre import (
+    attention_inverse,
+    attention_matrix,
     check,
     check_skip_floor,
     fibre_point,
     functions,
-    grid2,
-    ratio_grid2,
-    rotated_h_rule,
-    rotated_z1_rule,
 )
-from .smi_oracles import cross_block_montecarlo
-from .smi_route_a import SIGMA_H
-from .smi_route_a import q0_sums as _weak_sums
-from .smi_route_a import stats as route_a_stats
-from .smi_sequential import sequential_threshold  # noqa: F401  (public alias)
+from .smi_route_a import layer2_stats, q0_rotated
 
-
-# ----------------------------------------------------------------------------- core sums
-def _weak_stats(*, c, beta, n_h, n_z):
-    """:func:`_weak_sums` on tensor Gauss-Hermite rules (z_1: order n_z; h: order n_h, ratio to
-    N(h; 0, SIGMA_H^2 I) on the half plane h_0 > 0).  Accurate for skip c >= 0.5 only: at small c
-    the integrands have features of width sqrt(c) in z_1 and c in h that these rules never see
-    (:func:`_weak_stats_rotated` resolves them)."""
-    z = grid2(n_z, 1.0, False)
-    return _weak_sums(z, ratio_grid2(n_h, SIGMA_H), c=c, beta=beta)
-
-
-def _weak_stats_rotated(*, c, beta, order):
-    """:func:`_weak_sums` on the rotated rules of :mod:`aim_sym.numerics.smi_fibre`
-    (``order = (n_hs, dt_h, n_s, dt_z)``): sinh-mapped trapezoids in the difference coordinates
-    resolve kappa(z_1) = det A / (1 + c) -> c (width sqrt(2 c / beta) in z_1, c in h)."""
-    n_hs, dt_h, n_s, dt_z = order
-    return _weak_sums(rotated_z1_rule(n_s, dt_z, c, beta), rotated_h_rule(n_hs, dt_h, c),
-                      c=c, beta=beta)
-
-
-# ----------------------------------------------------------------------------- public API
-WEAK_ORDERS = ((72, 96), (96, 128))  # (n_h, n_z) of the Gauss-Hermite rules (c >= 0.5 only)
-# (n_hs, dt_h, n_s, dt_z) of the rotated rules (:func:`_weak_stats_rotated`), three refinements
+# ----------------------------------------------------------------------------- weak thresholds
+# (n_hs, dt_h, n_s, dt_z) of the rotated rules (route A's q0_rotated), three refinements
 WEAK_ROTATED_ORDERS = ((80, 0.15, 80, 0.15), (96, 0.125, 96, 0.125), (128, 0.09375, 128, 0.09375))
 WEAK_SKIP_MIN = 1e-4     # validated against Monte Carlo (benchmarks/smi_small_skip.py)
 WEAK_SKIP_MAX = 100.0
@@ -116,16 +83,16 @@ def stability_matrix(*, layers=2, tokens=2, skip=1.0, beta=1.0, order=None) -> d
     F(M)_11 = lam1 M11, F(M)_22 = lam2 M22, F(M)_12 = lam12 M12 (block diagonal between layers:
     the cross covariances Cov[z_1, z_2 | y] vanish by the sign symmetry). Values are Estimates.
 
-    Rules: :func:`_weak_stats_rotated` (sinh-mapped trapezoids in the difference coordinates of
-    z_1 and h, resolving det A(z_1) -> c (1 + c) at every skip c), three refinements (``order``
-    n selects n, n + 16, n + 48 nodes, step 12 / nodes).  Value: the finest rule; error: the sum
-    of the two changes (covers a non-monotone approach, seen at large beta) plus the deviation
-    of the finest rule's mass from 1 times the value."""
+    Rules: :func:`aim_sym.numerics.smi_route_a.q0_rotated` (sinh-mapped trapezoids in the
+    difference coordinates of z_1 and h, resolving det A(z_1) -> c (1 + c) at every skip c), three
+    refinements (``order`` n selects n, n + 16, n + 48 nodes, step 12 / nodes).  Value: the
+    finest rule; error: the sum of the two changes (covers a non-monotone approach, seen at large
+    beta) plus the deviation of the finest rule's mass from 1 times the value."""
     check(layers, tokens, skip, beta)
     check_weak_skip(skip)
     orders = (WEAK_ROTATED_ORDERS if order is None
               else tuple(_rotated_order(order + k) for k in (0, 16, 48)))
-    runs = [_weak_stats_rotated(c=skip, beta=beta, order=o) for o in orders]
+    runs = [q0_rotated(o, c=skip, beta=beta) for o in orders]
     meth = ("rotated rules (Gauss-Hermite in the sums, sinh-mapped trapezoid in the differences "
             f"of z_1 and h), orders {orders[0]}, {orders[1]}, {orders[2]}")
     hi = runs[-1]
@@ -188,10 +155,8 @@ def _psi_rel(q2, c, beta, order=ROUTE_A_ORDERS[1]):
     statistics (K2, mu1, ...).  Accurate while the posterior is broad (3.5e-7 from the lattice
     rule at q2 = 0.1, 7e-5 at 0.3) but biased at large q2 (1.799 against 1.659 at q2 = 0.92),
     like the K2 of the same rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
-    s = route_a_stats(0.0, q2, c=c, beta=beta, n_w1=2, n_w2=order[0], n_h=order[1], n_z=order[2],
-                      want_psi=True)
-    s0 = route_a_stats(0.0, 0.0, c=c, beta=beta, n_w1=2, n_w2=2, n_h=order[1], n_z=order[2],
-                       want_psi=True)
+    s = layer2_stats(q2, order, c=c, beta=beta, want_psi=True)
+    s0 = layer2_stats(0.0, (2, *order[1:]), c=c, beta=beta, want_psi=True)
     return s["psi"] - s0["psi"], s
 
 
@@ -238,15 +203,14 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     return bayes_optimal(cand) or cand[0]
 
 
-def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
+def _layer2_point_small(*, alpha, skip, beta) -> dict:
     """Layer-2 point with q2 < 0.1 (posterior broad), by route A: Brent at the root order of
     :data:`ROUTE_A_ORDERS`, then a Newton correction ``(T(q2) - q2) / (1 - T'(q2))`` of the root
     at each refined order (``T(q) = (1 - q) alpha K2(q)``, slope from the root order); value:
     the last one; error: the change between the two corrections."""
 
     def T(q, o):
-        return (1 - q) * alpha * route_a_stats(0.0, q, c=skip, beta=beta, n_w1=2, n_w2=o[0],
-                                               n_h=o[1], n_z=o[2])["K2"]
+        return (1 - q) * alpha * layer2_stats(q, o, c=skip, beta=beta)["K2"]
 
     a, b = 1e-6, 0.15
     fa, fb = a - T(a, ROUTE_A_ORDERS[0]), b - T(b, ROUTE_A_ORDERS[0])
@@ -262,15 +226,22 @@ def _layer2_point_small(*, alpha, skip, beta, lam2) -> dict:
     q2, err = q0 + shifts[1], abs(shifts[1] - shifts[0])
     psi, s_hi = _psi_rel(q2, skip, beta, order=ROUTE_A_ORDERS[2])
     psi_lo, _ = _psi_rel(q2, skip, beta, order=ROUTE_A_ORDERS[1])
-    mu1, K2 = s_hi["mu1"], s_hi["K2"]
+    return _layer2_record(alpha=alpha, q2=q2, err=err, K2=s_hi["K2"], psi=psi,
+                          phi_error=alpha * abs(psi - psi_lo), mu1=s_hi["mu1"],
+                          eigenvalue=alpha * s_hi["mu1"], skip=skip, beta=beta,
+                          note="q2 < 0.1: route A (Gauss-Hermite) branch rule")
+
+
+def _layer2_record(*, alpha, q2, err, K2, psi, phi_error, mu1, eigenvalue, skip, beta, note):
+    """The record of :func:`fixed_point` on the branch ``Q = diag(0, q2)``: ``phi`` relative to
+    ``Q = 0`` from ``psi = Psi_out(Q) - Psi_out(0)`` (THEORY 2.1), plug-in e_gen (THEORY 2.4)."""
     qhat2 = alpha * K2
     phi = -q2 * qhat2 / 2 + qhat2 / 2 - math.log1p(qhat2) / 2 + alpha * psi
     e_gen, e_err = smi_branches.egen_estimate(0.0, q2, skip=skip, beta=beta, dq=(0.0, err))
     return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
                 error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
-                phi_error=float(alpha * abs(psi - psi_lo)), branch="layer 2 (q1 = 0)",
-                stable=bool(alpha * mu1 < 1), eigenvalue=float(alpha * mu1),
-                note="q2 < 0.1: route A (Gauss-Hermite) branch rule")
+                phi_error=float(phi_error), branch="layer 2 (q1 = 0)" if q2 > 0 else "Q = 0",
+                stable=bool(alpha * mu1 < 1), eigenvalue=float(eigenvalue), note=note)
 
 
 # lattice orders (tau, dh, dz) of numerics.smi_sequential.branch_stats: solve, refine (rungs 2
@@ -363,7 +334,7 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
         # the lattice rule needs q2 >= 0.1 (its outer mass drifts below); there the posterior is
         # broad and route A is accurate
         if f(LAYER2_SCAN[0]) > 0:
-            return _layer2_point_small(alpha=alpha, skip=skip, beta=beta, lam2=lam2)
+            return _layer2_point_small(alpha=alpha, skip=skip, beta=beta)
         lo, hi = LAYER2_SCAN[0], None
         for q in LAYER2_SCAN[1:]:
             if f(q) > 0:
@@ -391,19 +362,14 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
         mu1, K2 = ref["mu1"], ref["K2"]
         if abs(ref["mass"] - 1) > 1e-4:
             note = "; ".join(x for x in (note, f"outer mass {ref['mass']:.6f}") if x)
-    qhat2 = alpha * K2
     psi = psi_lo = psi0_err = 0.0
     if q2 > 0:      # E log Z_out on the lattice rule, relative to Q = 0 (route A is exact there)
         psi0, psi0_err = smi_branches.psi_zero(skip, beta)
         psi, psi_lo = ref["psi"] - psi0, seen[q_root][1]["psi"] - psi0
-    phi = -q2 * qhat2 / 2 + qhat2 / 2 - math.log1p(qhat2) / 2 + alpha * psi
-    e_gen, e_err = smi_branches.egen_estimate(0.0, q2, skip=skip, beta=beta, dq=(0.0, err))
-    lam = float(alpha * (mu1 if q2 > 0 else max(mu1, lam2)))
-    return dict(alpha=float(alpha), Q=[0.0, float(q2)], Q_hat=[0.0, float(qhat2)],
-                error=[0.0, float(err)], e_gen=e_gen, e_gen_error=e_err, phi=float(phi),
-                phi_error=float(alpha * (abs(psi - psi_lo) + psi0_err)),
-                branch="layer 2 (q1 = 0)" if q2 > 0 else "Q = 0",
-                stable=bool(alpha * mu1 < 1), eigenvalue=lam, note=note)
+    return _layer2_record(alpha=alpha, q2=q2, err=err, K2=K2, psi=psi,
+                          phi_error=alpha * (abs(psi - psi_lo) + psi0_err), mu1=mu1,
+                          eigenvalue=alpha * (mu1 if q2 > 0 else max(mu1, lam2)), skip=skip,
+                          beta=beta, note=note)
 
 
 @lru_cache(maxsize=32)
@@ -513,8 +479,9 @@ def nishimori_stationarity(q2=0.4, *, skip=1.0, beta=1.0, order=CHECK_ORDER, d=2
     * stationarity ``dPsi_out/dQ_22 = K2 / 2`` (central difference of ``E log Z_out`` in q2, step
       ``d``; limited by the omega and h rules).
     Returns relative residuals and the quantities."""
-    f = lambda q: route_a_stats(0.0, q, c=skip, beta=beta, n_w1=2, n_w2=order[0],  # noqa: E731
-                         n_h=order[1], n_z=order[2], want_psi=True)
+    def f(q):
+        return layer2_stats(q, order, c=skip, beta=beta, want_psi=True)
+
     s = f(q2)
     v = 1 - q2
     nis = (2 - s["trcov2"] / v) / v
@@ -522,6 +489,38 @@ def nishimori_stationarity(q2=0.4, *, skip=1.0, beta=1.0, order=CHECK_ORDER, d=2
     return dict(K2=s["K2"], K2_nishimori=nis, nishimori=abs(s["K2"] - nis) / s["K2"],
                 dpsi=fd, stationarity=abs(fd - s["K2"] / 2) / (s["K2"] / 2), K1=s["K1"],
                 K12=s["K12"], mass=s["mass"])
+
+
+# ----------------------------------------------------------------------------- Monte Carlo check
+def teacher_q0(rng, samples: int, skip: float, beta: float):
+    """Teachers at ``Q = 0``: ``z ~ N(0, I_4)`` (z_1 = z[:, :2], z_2 = z[:, 2:]) and
+    ``h = A(z_1) z_2`` (THEORY 2.3)."""
+    z = rng.standard_normal((samples, 4))
+    return z, np.einsum("nab,nb->na", attention_matrix(z[:, 0], z[:, 1], skip, beta), z[:, 2:])
+
+
+def cross_block_montecarlo(*, skip=1.0, beta=1.0, samples=400, inner=2000, seed=11) -> Estimate:
+    """Seeded Monte Carlo of the cross block of F at Q = 0, E_y ||Cov[z_1, z_2 | y]||_F^2
+    (zero by the sign symmetry z_2 -> -z_2), independent of every quadrature rule (the other
+    oracles are in tests/smi_mc_oracles.py).  The fibre is sampled without using the symmetry:
+    ``z_1' ~ N(0, I)``, a random sign ``s``, ``z_2' = A(z_1')^{-1} s h`` (self-normalised
+    weights); the square is estimated from two independent halves (unbiased in the inner noise)."""
+    rng = np.random.default_rng(seed)
+    z, h = teacher_q0(rng, samples, skip, beta)
+    y = rng.standard_normal((samples, inner, 2))
+    sg = rng.choice([-1.0, 1.0], size=(samples, inner))
+    Bi, det = attention_inverse(y[..., 0], y[..., 1], skip, beta)
+    u, v = (sg * t for t in fibre_point(Bi, h[:, None, 0], h[:, None, 1]))
+    lw = -0.5 * (u**2 + v**2) - np.log(det)
+    w = np.exp(lw - lw.max(1, keepdims=True))
+    half = inner // 2
+    C = []
+    for part in (slice(0, half), slice(half, 2 * half)):
+        wp = w[:, part] / w[:, part].sum(1, keepdims=True)
+        C.append(np.stack([(wp * y[:, part, a] * t[:, part]).sum(1)
+                           for a in range(2) for t in (u, v)], 1))
+    vals = (C[0] * C[1]).sum(1)
+    return mean_estimate(vals, f"Monte Carlo {samples} x {inner}, seed {seed}")
 
 
 def run_checks(*, layers=2, tokens=2, skip=1.0, beta=1.0) -> list[dict]:
@@ -537,7 +536,7 @@ def run_checks(*, layers=2, tokens=2, skip=1.0, beta=1.0) -> list[dict]:
     fd = _check_gout_fd(skip=skip, beta=beta)
     add("g_out = d log Z_out / d omega", fd, 1e-25,
         f"max |central difference (step 1e-20, 50 digits) - g_out| = {fd:.1e}")
-    s0 = route_a_stats(0.0, 0.0, c=skip, beta=beta, n_w1=2, n_w2=2, n_h=16, n_z=20)
+    s0 = layer2_stats(0.0, (2, 16, 20), c=skip, beta=beta)
     ns = nishimori_stationarity(0.4, skip=skip, beta=beta)
     ez = max(abs(s0["K2"]), abs(ns["K1"]), abs(ns["K12"]))
     add("E[z | y] = 0", ez, 1e-12,

@@ -34,22 +34,8 @@ from .smi_fibre import (
     fibre_jacobian,
     functions,
     graded_omega_rule,
-    rotated_h_rule,
-    rotated_z1_rule,
 )
-from .smi_route_a import q0_sums
-
-
-@lru_cache(maxsize=64)
-def omega2_rule(ns: int, nd: int, q2: float):
-    """Rule for ``omega_2 ~ N(0, q2 I)``: the graded rule
-    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule`
-    (Gauss-Hermite in ``s = (w0 + w1)/sqrt 2``, Gauss-Legendre in ``u`` with ``d = sqrt(q2) D
-    u^2`` on ``d > 0``, weight doubled), with its weights renormalised to total mass 1 (the
-    Legendre rule alone misses ~1e-3 at nd = 8)."""
-    o0, o1, W = graded_omega_rule((ns, nd), q2)
-    return o0, o1, W / W.sum()
-
+from .smi_route_a import q0_rotated
 
 # ----------------------------------------------------------------------------- perfect recovery
 RECOVERY_ORDERS = ((8, 16), (16, 32))   # (n_s, n_d) of the graded rule for z_1 and for z_2
@@ -59,9 +45,10 @@ RECOVERY_ORDERS = ((8, 16), (16, 32))   # (n_s, n_d) of the graded rule for z_1 
 def _fibre_singular_values(n, c, beta):
     """Squared singular values of ``J = dz_2/dz_1`` along the fibre at ``z ~ N(0, I_4)`` and
     the weights.  ``J`` vanishes on ``z_1,0 = z_1,1`` and ``z_2,0 = z_2,1`` (no token contrast),
-    where ``kappa`` varies on the scale ``1/sqrt(r)``: both 2D factors use the graded rule
-    :func:`omega2_rule` (``q = 1``, sum-difference coordinates)."""
-    a0, a1, wa = omega2_rule(n[0], n[1], 1.0)
+    where ``kappa`` varies on the scale ``1/sqrt(r)``: both 2D factors use the normalised graded
+    rule :func:`aim_sym.numerics.smi_fibre.graded_omega_rule` (``q = 1``, sum-difference
+    coordinates)."""
+    a0, a1, wa = graded_omega_rule(tuple(n), 1.0, True)
     i, j = (g.ravel() for g in np.meshgrid(np.arange(a0.size), np.arange(a0.size),
                                             indexing="ij"))
     z0, z1, t0, t1, W = a0[i], a1[i], a0[j], a1[j], wa[i] * wa[j]
@@ -115,10 +102,9 @@ PSI0_ORDERS = ((64, 0.1875, 64, 0.1875), (80, 0.15, 80, 0.15))
 
 @lru_cache(maxsize=16)
 def psi_zero(skip: float, beta: float) -> tuple[float, float]:
-    """``E log Z_out`` at ``Q = 0`` (:func:`aim_sym.numerics.smi_route_a.q0_sums` on the rotated
-    rules, which resolve det A -> c (1 + c)): value and the difference of two orders."""
-    v = [q0_sums(rotated_z1_rule(o[2], o[3], skip, beta), rotated_h_rule(o[0], o[1], skip),
-                 c=skip, beta=beta)["psi"] for o in PSI0_ORDERS]
+    """``E log Z_out`` at ``Q = 0`` (:func:`aim_sym.numerics.smi_route_a.q0_rotated`, which
+    resolves det A -> c (1 + c)): value and the difference of two orders."""
+    v = [q0_rotated(o, c=skip, beta=beta)["psi"] for o in PSI0_ORDERS]
     return float(v[1]), float(abs(v[1] - v[0]))
 
 

@@ -11,7 +11,8 @@ the package root registers).
   :func:`fibre_point` and its quadratic forms in ``h`` :func:`fibre_quadratics`;
   ``J = dz_2/dz_1`` along it (:func:`fibre_jacobian`), the Gauss-Newton precision
   ``I/V1 + J^T J/V2`` :func:`gauss_newton_precision`;
-* Gauss-Hermite rules: :func:`gh` (the one provider), :func:`grid2`, :func:`ratio_grid2`;
+* Gauss-Hermite rules: :func:`gh` (the one provider), :func:`gh_tensor`, :func:`grid2`,
+  :func:`ratio_grid2`; tensor rules in rotated coordinates (sum, difference): :func:`rotated`;
 * :func:`graded_omega_rule`: the graded rule for ``omega_2`` that resolves the width-``sqrt(V)``
   feature at ``d = w0 - w1 = 0``.
 """
@@ -85,11 +86,10 @@ def ratio_grid2(n: int, sigma: float):
 
 
 def grid2(n: int, scale: float, half: bool):
-    """2D tensor GH for N(0, scale^2 I). ``half``: keep first coordinate > 0 (weights doubled)."""
-    x, w = gh(n)
-    X0, X1 = np.meshgrid(scale * x, scale * x, indexing="ij")
-    W = np.outer(w, w)
-    X0, X1, W = X0.ravel(), X1.ravel(), W.ravel()
+    """:func:`gh_tensor` for N(0, scale^2 I_2) as (X0, X1, W). ``half``: keep the first
+    coordinate > 0 (weights doubled)."""
+    nodes, W = gh_tensor(n, 2)
+    X0, X1 = scale * nodes[:, 0], scale * nodes[:, 1]
     if half:
         require(n % 2 == 0, "order", "even", n)
         keep = X0 > 0
@@ -97,27 +97,34 @@ def grid2(n: int, scale: float, half: bool):
     return X0, X1, W
 
 
+def rotated(s, ws, d, wd):
+    """Tensor rule of 1D rules ``(s, ws)`` and ``(d, wd)`` in the rotated coordinates
+    ``s = (x0 + x1)/sqrt 2``, ``d = (x0 - x1)/sqrt 2``: (x0, x1, w)."""
+    S, D = np.repeat(s, d.size), np.tile(d, s.size)
+    W = np.repeat(ws, d.size) * np.tile(wd, s.size)
+    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
+
+
 OMEGA_DELTA_MAX = 8.5  # in units of sqrt(q2): the cut Gaussian tail has mass < 1e-16
 
 
-@lru_cache(maxsize=32)
-def graded_omega_rule(n: tuple, q2: float):
+@lru_cache(maxsize=64)
+def graded_omega_rule(n: tuple, q2: float, normalised: bool = False):
     """Rule for omega_2 ~ N(0, q2 I) in rotated coordinates ``s = (w0 + w1)/sqrt 2``,
     ``d = (w0 - w1)/sqrt 2``: Gauss-Hermite (n[0] nodes) in s; in d > 0 (weight doubled, by the
     symmetry omega -> -omega) Gauss-Legendre (n[1] nodes) in ``u`` with ``d = sqrt(q2) D u^2``,
     ``u in [0, 1]``, ``D = OMEGA_DELTA_MAX``: the layer-1 information scales as d^2/V, so the
     integrand varies on the scale d ~ sqrt(V) near d = 0, which this graded rule resolves.
-    The cut tail d > D sqrt(q2) has Gaussian mass < 1e-16."""
+    The cut tail d > D sqrt(q2) has Gaussian mass < 1e-16.  ``normalised``: weights divided by
+    their sum (the Legendre rule alone misses ~1e-3 of the mass at n[1] = 8)."""
     ns, nd = n
     xs, ws = gh(ns)
     u, wu = np.polynomial.legendre.leggauss(nd)
     u, wu = 0.5 * (u + 1), 0.5 * wu
     x = OMEGA_DELTA_MAX * u**2
     wd = 2.0 * wu * 2 * OMEGA_DELTA_MAX * u * np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
-    S = np.repeat(xs, nd) * math.sqrt(q2)
-    D = np.tile(x, ns) * math.sqrt(q2)
-    W = np.repeat(ws, nd) * np.tile(wd, ns)
-    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
+    w0, w1, W = rotated(xs * math.sqrt(q2), ws, x * math.sqrt(q2), wd)
+    return w0, w1, W / W.sum() if normalised else W
 
 
 # ----------------------------------------------------------------------------- compiled pieces
@@ -266,32 +273,21 @@ def rotated_z1_rule(n_s: int, dt: float, c: float, beta: float):
     xs, ws = gh(n_s)
     gamma = min(math.sqrt(2.0 * c / beta), 1.0)
     d, wd = sinh_nodes(gamma, Z1_TAIL, dt, half=False)
-    wd = wd * np.exp(-0.5 * d**2) / math.sqrt(2 * math.pi)
-    S, D = np.repeat(xs, d.size), np.tile(d, xs.size)
-    W = np.repeat(ws, d.size) * np.tile(wd, xs.size)
-    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
-
-
-def sigma_hs(c: float) -> float:
-    """Scale of the Gaussian-ratio rule in h_s: sigma^2 = 1.4 ((1 + c)^2 + 1) exceeds the
-    conditional variance (1 + c)^2 + tau^2 of h_s given z_1 (|tau| <= 1), so the ratio decays."""
-    return math.sqrt(1.4 * ((1.0 + c) ** 2 + 1.0))
+    return rotated(xs, ws, d, wd * np.exp(-0.5 * d**2) / math.sqrt(2 * math.pi))
 
 
 @lru_cache(maxsize=32)
 def rotated_h_rule(n_s: int, dt: float, c: float):
     """Outer rule for integrals ``int dh f(h)`` of integrands even in h_s and in h_d (h -> -h
-    and the token swap): Gauss-Hermite ratio rule in h_s > 0 (n_s even, scale :func:`sigma_hs`,
-    weights divided by the Gaussian density), sinh-mapped trapezoid in h_d >= 0 with scale c
-    (the width of the ridge h_d ~ kappa z2_d, kappa >= c).  Weights carry the factor 4 of the
-    quarter plane.  Returns (h0, h1, w)."""
+    and the token swap): Gauss-Hermite ratio rule in h_s > 0 (n_s even, weights divided by the
+    Gaussian density; its scale sigma, sigma^2 = 1.4 ((1 + c)^2 + 1), exceeds the conditional
+    variance (1 + c)^2 + tau^2 of h_s given z_1 (|tau| <= 1), so the ratio decays), sinh-mapped
+    trapezoid in h_d >= 0 with scale c (the width of the ridge h_d ~ kappa z2_d, kappa >= c).
+    Weights carry the factor 4 of the quarter plane.  Returns (h0, h1, w)."""
     require(n_s % 2 == 0, "order", "even", n_s)
-    sig = sigma_hs(c)
+    sig = math.sqrt(1.4 * ((1.0 + c) ** 2 + 1.0))
     x, w = gh(n_s)
     keep = x > 0
     hs = sig * x[keep]
     ws = 2.0 * w[keep] * math.sqrt(2 * math.pi) * sig * np.exp(0.5 * x[keep] ** 2)
-    hd, wd = sinh_nodes(min(c, 1.0), H_TAIL * (1.0 + c), dt, half=True)
-    S, D = np.repeat(hs, hd.size), np.tile(hd, hs.size)
-    W = np.repeat(ws, hd.size) * np.tile(wd, hs.size)
-    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
+    return rotated(hs, ws, *sinh_nodes(min(c, 1.0), H_TAIL * (1.0 + c), dt, half=True))

@@ -178,11 +178,12 @@ def y_grid(G_in: np.ndarray, noise: float, per_sd: float) -> tuple[np.ndarray, f
 
 
 def noisy_outputs(ch, omega: np.ndarray, Vh: np.ndarray, inner: Rule, ys: Rule,
-                  per_sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  per_sd: float) -> tuple:
     """Outputs y given omega for a noisy channel, as (weights (N,), E[u | y, omega] (N, d),
-    E[u u^T | y, omega] (N, d, d)): on the output grid of :func:`y_grid` (weights Z(y) times the
-    cell volume, Z from the inner rule) where it fits, else y = g(omega + V^{1/2} u0) +
-    sqrt(Delta) xi on the rule ``ys`` over (u0, xi)."""
+    E[u u^T | y, omega] (N, d, d), the outputs Y (N, K), sampled): on the output grid of
+    :func:`y_grid` (weights Z(y) times the cell volume, Z from the inner rule) where it fits,
+    else (``sampled``) y = g(omega + V^{1/2} u0) + sqrt(Delta) xi on the rule ``ys`` over
+    (u0, xi)."""
     P, M, d = ch.P, ch.M, ch.P * ch.M
     G_in = ch.forward(omega[None, :] + _apply_rows(Vh, inner.nodes, P, M))
     grid = y_grid(G_in, ch.noise, per_sd)
@@ -190,30 +191,35 @@ def noisy_outputs(ch, omega: np.ndarray, Vh: np.ndarray, inner: Rule, ys: Rule,
         Y, vol = grid
         logZ, mean, second = posterior_noisy(G_in, inner.nodes, inner.weights, Y, ch.noise)
         w = np.exp(logZ) * vol
-        return w / w.sum(), mean, second
+        return w / w.sum(), mean, second, Y, False
     u0, xi = ys.nodes[:, :d], ys.nodes[:, d:]
     Y = ch.forward(omega[None, :] + _apply_rows(Vh, u0, P, M)) + math.sqrt(ch.noise) * xi
     _, mean, second = posterior_noisy(G_in, inner.nodes, inner.weights, Y, ch.noise)
-    return ys.weights, mean, second
+    return ys.weights, mean, second, Y, True
+
+
+def importance_weights(ch, omega: np.ndarray, Vinv: np.ndarray, logdetV: float,
+                       inner: Rule) -> tuple[np.ndarray, np.ndarray]:
+    """The inner nodes z_j ~ N(0, I) of a discrete channel at (omega, V) with the importance
+    weights w_j r_j, r_j = N(z_j; omega, V) / N(z_j; 0, I) (bounded: V <= I), and the token
+    columns z_j - omega (N, P, M)."""
+    diff = (inner.nodes - omega[None, :]).reshape(-1, ch.P, ch.M)
+    logr = (-0.5 * np.einsum("npm,pq,nqm->n", diff, Vinv, diff) - 0.5 * ch.M * logdetV
+            + 0.5 * (inner.nodes ** 2).sum(1))
+    return inner.weights * np.exp(logr), diff
 
 
 def discrete_outputs(ch, omega: np.ndarray, Vinv: np.ndarray, logdetV: float, inner: Rule,
                      L: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
-    """Discrete channel at (omega, V): the inner nodes z_j ~ N(0, I) stay fixed and carry the
-    importance weights r_j = N(z_j; omega, V) / N(z_j; 0, I) (bounded: V <= I), so that every
-    output's Z(y; omega) and E[z | y, omega] are smooth in omega and Q. Returns
+    """Discrete channel at (omega, V) on the fixed inner nodes with :func:`importance_weights`,
+    so that every output's Z(y; omega) and E[z | y, omega] are smooth in omega and Q. Returns
     (Z_y / S (K,), E[z | y, omega] (K, d), S = sum_j w_j r_j, 1 up to the rule's error)."""
-    P, M = ch.P, ch.M
-    Zn = inner.nodes
-    diff = (Zn - omega[None, :]).reshape(-1, P, M)
-    quad = np.einsum("npm,pq,nqm->n", diff, Vinv, diff)
-    logr = -0.5 * quad - 0.5 * M * logdetV + 0.5 * (Zn ** 2).sum(1)
-    wr = inner.weights * np.exp(logr)
-    L = ch.forward(Zn) if L is None else L
+    wr, _ = importance_weights(ch, omega, Vinv, logdetV, inner)
+    L = ch.forward(inner.nodes) if L is None else L
     WL = L * wr[:, None]
     Zy = WL.sum(0)
     keep = Zy > 0
-    mean = (WL.T @ Zn)[keep] / Zy[keep, None]
+    mean = (WL.T @ inner.nodes)[keep] / Zy[keep, None]
     S = float(wr.sum())
     return Zy[keep] / S, mean, S
 
@@ -241,7 +247,8 @@ def q0_moments(ch, orders: Orders, seed: int) -> Q0Moments:
         cov = second - mean[:, :, None] * mean[:, None, :]
         return Q0Moments(Z / Z.sum(), mean, cov, True)
     outer = _tensor_or_sobol(d + ch.K, orders.outer_gh, orders.outer_log2, seed + 7919)
-    w, mean, second = noisy_outputs(ch, np.zeros(d), np.eye(ch.P), inner, outer, orders.y_per_sd)
+    w, mean, second = noisy_outputs(ch, np.zeros(d), np.eye(ch.P), inner, outer,
+                                    orders.y_per_sd)[:3]
     cov = second - mean[:, :, None] * mean[:, None, :]
     on_grid = y_grid(ch.forward(U), ch.noise, orders.y_per_sd) is not None
     randomised = inner.kind.startswith("sobol") or (not on_grid and outer.kind.startswith("sobol"))
@@ -372,18 +379,25 @@ def stability(ch, *, orders: Orders = Orders(), seed: int = 0) -> StabilityEstim
                "randomised": fine[0].randomised, "replicates": len(fine)})
 
 
-def _describe(ch, orders: Orders) -> str:
-    d = ch.P * ch.M
-    inner = (f"gauss-hermite {orders.inner_gh}^{d}"
-             if ch.kind == "noisy" and not orders.sobol_inner
-             and orders.inner_gh ** d <= GH_CAP_INNER else f"sobol 2^{orders.inner_log2}")
-    if ch.kind == "discrete":
-        return f"inner {inner}; outer exact sum over {ch.K} outputs"
-    D = d + ch.K
-    outer = (f"gauss-hermite {orders.outer_gh}^{D}" if orders.outer_gh ** D <= GH_CAP_OUTER
-             else f"sobol 2^{orders.outer_log2}")
-    return (f"inner {inner}; outputs: trapezoid grid in y at {orders.y_per_sd:g} nodes per "
-            f"noise sd where it fits ({Y_GRID_CAP} nodes), else (z, xi) {outer}")
+def _rule_text(n: int, log2n: int, dim: int, cap: int = GH_CAP_OUTER) -> str:
+    return f"gauss-hermite {n}^{dim}" if n ** dim <= cap else f"sobol 2^{log2n}"
+
+
+def _describe(ch, orders: Orders, se: bool = False) -> str:
+    """The rules of :func:`stability` (``se``: of the SE map, :func:`se_rules`) in words."""
+    d, D, noisy = ch.P * ch.M, ch.P * ch.M + ch.K, ch.kind == "noisy"
+    text = "inner " + _rule_text(orders.inner_gh, orders.inner_log2, d,
+                                 GH_CAP_INNER if noisy and not orders.sobol_inner else 0)
+    if se:
+        text += "; omega " + _rule_text(orders.outer_gh, orders.outer_log2, d)
+        return text + (f"; y | omega: trapezoid grid at {orders.y_per_sd:g} nodes per noise sd "
+                       "where it fits, else (u0, xi) "
+                       + _rule_text(orders.y_gh, orders.outer_log2, D) if noisy else "")
+    if not noisy:
+        return f"{text}; outer exact sum over {ch.K} outputs"
+    return (f"{text}; outputs: trapezoid grid in y at {orders.y_per_sd:g} nodes per noise sd "
+            f"where it fits ({Y_GRID_CAP} nodes), else (z, xi) "
+            + _rule_text(orders.outer_gh, orders.outer_log2, D))
 
 
 def zero_mean_holds(ch, est: StabilityEstimate) -> bool:
@@ -426,7 +440,7 @@ def _g_out_group(ch, omega: np.ndarray, Vh: np.ndarray, Vmh: np.ndarray, inner: 
         g = np.einsum("pq,nqm->npm", Vmh @ Vmh, (mean_z - omega[None, :]).reshape(-1, P, M))
         return wy, g
     else:
-        wy, mean, _ = noisy_outputs(ch, omega, Vh, inner, ys, per_sd)
+        wy, mean = noisy_outputs(ch, omega, Vh, inner, ys, per_sd)[:2]
     g = np.einsum("pq,nqm->npm", Vmh, mean.reshape(-1, P, M))
     return wy, g
 
@@ -503,24 +517,10 @@ def nishimori(ch, *, Q: np.ndarray, omega: np.ndarray, orders: Orders = Orders()
             return np.einsum("pq,nqm->npm", Vinv, (mean_z - om[None, :]).reshape(-1, P, M))
 
         wy, _, S = discrete_outputs(ch, omega, Vinv, logdetV, inner, L)
-        D = (inner.nodes - omega[None, :]).reshape(-1, P, M)
-        logr = (-0.5 * np.einsum("npm,pq,nqm->n", D, Vinv, D) - 0.5 * M * logdetV
-                + 0.5 * (inner.nodes ** 2).sum(1))
-        wr = inner.weights * np.exp(logr)
+        wr, D = importance_weights(ch, omega, Vinv, logdetV, inner)
         corr = (Vinv @ np.einsum("n,npm,nqm->pq", wr, D, D) @ Vinv - M * wr.sum() * Vinv) / S
     else:
-        G0 = ch.forward(omega[None, :] + _apply_rows(Vh, inner.nodes, P, M))
-        grid = y_grid(G0, ch.noise, orders.y_per_sd)
-        if grid is not None:
-            Y, vol = grid
-            logZ, _, _ = posterior_noisy(G0, inner.nodes, inner.weights, Y, ch.noise)
-            wy = np.exp(logZ) * vol
-            wy = wy / wy.sum()
-        else:
-            u0, xi = ys.nodes[:, :d], ys.nodes[:, d:]
-            Y = ch.forward(omega[None, :] + _apply_rows(Vh, u0, P, M)) + math.sqrt(ch.noise) * xi
-            wy = ys.weights
-            sampled = True
+        wy, _, _, Y, sampled = noisy_outputs(ch, omega, Vh, inner, ys, orders.y_per_sd)
 
         def g_at(om):
             Zin = om[None, :] + _apply_rows(Vh, inner.nodes, P, M)
@@ -656,8 +656,8 @@ def se_fixed_point(ch, *, alpha: float, Q0: np.ndarray, orders: Orders = Orders(
 
     est = part(slice(0, P * P), (P, P))
     info = {"values": part(slice(P * P, None), (4,)) if values else None,
-            "coarsest": _se_describe(ch, orders.coarsened()), "coarse": _se_describe(ch, orders),
-            "fine": _se_describe(ch, orders.refined()),
+            "coarsest": _describe(ch, orders.coarsened(), True),
+            "coarse": _describe(ch, orders, True), "fine": _describe(ch, orders.refined(), True),
             "randomised": se_randomised(ch, se_rules(ch, orders, seed)),
             "iterations": sum(fp.iterations for fp in solves)}
     return est, solves[2], info
@@ -712,10 +712,7 @@ def functionals(ch, Q: np.ndarray, rules: SERules) -> dict:
         Pbar = np.zeros(L.shape[1])
         ent = 0.0
         for w_o, om in zip(rules.outer.weights, omegas):
-            diff = (inner.nodes - om[None, :]).reshape(-1, P, M)
-            logr = (-0.5 * np.einsum("npm,pq,nqm->n", diff, Vinv, diff) - 0.5 * M * logdetV
-                    + 0.5 * (inner.nodes ** 2).sum(1))
-            wr = inner.weights * np.exp(logr)
+            wr, _ = importance_weights(ch, om, Vinv, logdetV, inner)
             S = float(wr.sum())
             if not (S > 0 and math.isfinite(S)):
                 raise ConvergenceError("the importance-weighted inner rule of a discrete channel "
@@ -795,49 +792,23 @@ def point_values(ch, fp: FixedPoint, *, alpha: float, rules: SERules) -> np.ndar
                      nan if f["e_plugin"] is None else f["e_plugin"], phi])
 
 
-def _se_describe(ch, orders: Orders) -> str:
-    d = ch.P * ch.M
-    inner = (f"gauss-hermite {orders.inner_gh}^{d}"
-             if ch.kind == "noisy" and not orders.sobol_inner
-             and orders.inner_gh ** d <= GH_CAP_INNER else f"sobol 2^{orders.inner_log2}")
-    outer = (f"gauss-hermite {orders.outer_gh}^{d}" if orders.outer_gh ** d <= GH_CAP_OUTER
-             else f"sobol 2^{orders.outer_log2}")
-    text = f"inner {inner}; omega {outer}"
-    if ch.kind == "noisy":
-        D = d + ch.K
-        text += (f"; y | omega: trapezoid grid at {orders.y_per_sd:g} nodes per noise sd where "
-                 "it fits, else (u0, xi) " + (f"gauss-hermite {orders.y_gh}^{D}"
-                                             if orders.y_gh ** D <= GH_CAP_OUTER
-                                             else f"sobol 2^{orders.outer_log2}"))
-    return text
-
-
 # ----------------------------------------------------------------------------- Monte Carlo oracle
 def stability_monte_carlo(ch, *, samples: int, seed: int, n_grid: int = 121,
-                          box: float = 9.0, inner: str = "trapezoid",
-                          inner_samples: int = 2 ** 18) -> tuple[np.ndarray, np.ndarray]:
+                          box: float = 9.0) -> tuple[np.ndarray, np.ndarray]:
     """A test oracle for noisy channels (THEORY 4.6): seeded Monte Carlo outputs
     y = g(z) + sqrt(Delta) xi, each posterior by a rule independent of the engine's: a tensor
-    trapezoid rule on [-box, box]^d (``inner="trapezoid"``; Gaussian weight explicit, the mass
-    outside, < d 2e-19 at box 9, is negligible) or ``inner_samples`` iid N(0, I) points
-    (``inner="iid"``, for d >= 3; self-normalised, bias O(1 / inner_samples)). Returns the mean
-    and the standard error (over the outputs) of F on the orthonormal symmetric basis."""
+    trapezoid rule on [-box, box]^d (Gaussian weight explicit, the mass outside, < d 2e-19 at
+    box 9, is negligible). Returns the mean and the standard error (over the outputs) of F on
+    the orthonormal symmetric basis."""
     require(ch.kind == "noisy", "channel", "a noisy channel for the Monte Carlo oracle", ch.kind)
-    require(inner in ("trapezoid", "iid"), "inner", "trapezoid or iid", inner)
     P, M, d = ch.P, ch.M, ch.P * ch.M
     rng = np.random.default_rng(seed)
-    if inner == "trapezoid":
-        require(n_grid ** d <= GH_CAP_INNER, "n_grid", f"with n_grid^{d} <= {GH_CAP_INNER}",
-                n_grid)
-        t = np.linspace(-box, box, n_grid)
-        grids = np.meshgrid(*([t] * d), indexing="ij")
-        U = np.stack([g.ravel() for g in grids], axis=1)
-        w = np.exp(-0.5 * (U ** 2).sum(1))
-        keep = w > 1e-300
-        U, w = U[keep], w[keep] / w[keep].sum()
-    else:
-        U = rng.standard_normal((inner_samples, d))
-        w = np.full(inner_samples, 1.0 / inner_samples)
+    require(n_grid ** d <= GH_CAP_INNER, "n_grid", f"with n_grid^{d} <= {GH_CAP_INNER}", n_grid)
+    t = np.linspace(-box, box, n_grid)
+    U = np.stack([g.ravel() for g in np.meshgrid(*([t] * d), indexing="ij")], axis=1)
+    w = np.exp(-0.5 * (U ** 2).sum(1))
+    keep = w > 1e-300
+    U, w = U[keep], w[keep] / w[keep].sum()
     z0 = rng.standard_normal((samples, d))
     Y = ch.forward(z0) + math.sqrt(ch.noise) * rng.standard_normal((samples, ch.K))
     _, mean, second = posterior_noisy(ch.forward(U), U, w, Y, ch.noise)

@@ -4,9 +4,11 @@ fibre coordinate ``z_1`` (coordinates and conventions: :mod:`aim_sym.numerics.sm
 
 Accurate while the posterior is broad (small q2) and the skip c is not small (its Gauss-Hermite
 rules in h and z_1 miss the width-c ridge of the density of h: at c = 0.5 the mass is 1.005 at
-n_h = 32); used for small-q2 layer-2 points and the identity checks.  :func:`q0_sums`: the
-moments at ``Q = 0`` on any rules (the rotated rules of :mod:`aim_sym.numerics.smi_fibre` are
-right at every c), for the weak thresholds and ``E log Z_out`` at ``Q = 0``.
+n_h = 32); used for small-q2 layer-2 points and the identity checks (:func:`layer2_stats`).
+:func:`q0_sums`: the moments at ``Q = 0`` on any rules, for the weak thresholds and ``E log
+Z_out`` at ``Q = 0``: on the rotated rules of :mod:`aim_sym.numerics.smi_fibre`
+(:func:`q0_rotated`, right at every c) or on tensor Gauss-Hermite rules (:func:`q0_gauss_hermite`,
+c >= 0.5 only).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from .smi_fibre import (
     graded_omega_rule,
     grid2,
     ratio_grid2,
+    rotated_h_rule,
+    rotated_z1_rule,
 )
 
 SIGMA_H = 2.7
 CHUNK = 3_000_000  # elements per (outer x inner) block
 
 
-def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGMA_H):
+def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False):
     """Outer expectations at Q = diag(q1, q2) by quadrature (module docstring of
     :mod:`aim_sym.numerics.smi`).
 
@@ -42,7 +46,7 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
     coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
     """
     v1, v2 = 1.0 - q1, 1.0 - q2
-    xz, wz = grid2(n_z, 1.0, False)[:2], grid2(n_z, 1.0, False)[2]
+    *xz, wz = grid2(n_z, 1.0, False)
     if q1 > 0:
         o10, o11, ow1 = grid2(n_w1, math.sqrt(q1), True)
     else:
@@ -53,7 +57,7 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
         o20, o21, ow2 = grid2(n_w2, math.sqrt(q2), True)
     else:
         o20, o21, ow2 = np.zeros(1), np.zeros(1), np.ones(1)
-    h0, h1, wh = ratio_grid2(n_h, sigma_h)
+    h0, h1, wh = ratio_grid2(n_h, SIGMA_H)
     # outer (omega_2, h) points
     O0 = np.repeat(o20, h0.size)
     O1 = np.repeat(o21, h0.size)
@@ -107,6 +111,13 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
     return acc
 
 
+def layer2_stats(q2, order, *, c, beta, want_psi=False):
+    """:func:`stats` on the layer-2 branch ``Q = diag(0, q2)`` at ``order = (n_omega2, n_h,
+    n_z)``."""
+    return stats(0.0, q2, c=c, beta=beta, n_w1=2, n_w2=order[0], n_h=order[1], n_z=order[2],
+                 want_psi=want_psi)
+
+
 def q0_sums(zrule, hrule, *, c, beta):
     """At Q = 0: lambda_l = E_y ||Cov[z_l | y] - I||_F^2 (the diagonal of F), lambda_12 =
     E_y <Cov[z_1|y] - I, Cov[z_2|y] - I>_F (the off-diagonal mode), the cross block
@@ -141,3 +152,20 @@ def q0_sums(zrule, hrule, *, c, beta):
     # cross block Cov[z_1, z_2 | y] = sum_s s (...) = 0 exactly in the symmetric rule
     return dict(mass=acc[0], lam1=acc[1], lam2=acc[2], lam12=acc[3], cross=acc[4],
                 psi=acc[5])
+
+
+def q0_gauss_hermite(n_h, n_z, *, c, beta):
+    """:func:`q0_sums` on tensor Gauss-Hermite rules (z_1: order n_z; h: order n_h, ratio to
+    N(h; 0, SIGMA_H^2 I) on the half plane h_0 > 0).  Accurate for skip c >= 0.5 only: at small c
+    the integrands have features of width sqrt(c) in z_1 and c in h that these rules never see
+    (:func:`q0_rotated` resolves them)."""
+    return q0_sums(grid2(n_z, 1.0, False), ratio_grid2(n_h, SIGMA_H), c=c, beta=beta)
+
+
+def q0_rotated(order, *, c, beta):
+    """:func:`q0_sums` on the rotated rules of :mod:`aim_sym.numerics.smi_fibre` (``order =
+    (n_hs, dt_h, n_s, dt_z)``): sinh-mapped trapezoids in the difference coordinates resolve
+    kappa(z_1) = det A / (1 + c) -> c (width sqrt(2 c / beta) in z_1, c in h) at every skip."""
+    n_hs, dt_h, n_s, dt_z = order
+    return q0_sums(rotated_z1_rule(n_s, dt_z, c, beta), rotated_h_rule(n_hs, dt_h, c),
+                   c=c, beta=beta)

@@ -35,19 +35,12 @@ lattice covers the half-disc ``z_0 >= 0, |z| <= R`` (evenness doubles it; the cu
 
 The lattice does not depend on the outer point, so everything node-dependent (``A^{-1}``, the
 prior, ``det A``) is computed once and the exponent is a bilinear form in (outer features) x
-(node features): one matrix product per block, then ``exp``.  Exponents are ``<= log w`` and
-each row is shifted by its maximum before ``exp``: no overflow, no all-zero rows.  Blocks are
-cache-sized (:data:`_BLOCK`; numpy on 32 MB blocks was memory-bound at ~150 ns per pair, now
-~17-20 ns with two processes, two float32 ``exp`` per pair at most: :func:`_exp_shifted`),
-exponents below ``max - 60`` are clipped (no subnormals), and a sign whose whole row is below
-that is not exponentiated; omega_2 nodes of weight < :data:`OMEGA_WCUT` are dropped with a
-bound on what they carry.
-
-Outer rules: the average over (true z_1, eta) given omega_2 is an integral over h weighted by
-the fibre integral Z(h) itself (:func:`h_lattice`: trapezoid lattice in h, spacing ~ sqrt(V));
-omega_2 by a 2D sinh-trapezoid in rotated coordinates (:func:`omega_rule`), which resolves the
-width-sqrt(V) features at d = 0 and at omega_2 = 0.  Checks at every run: the outer mass (1)
-and the Nishimori identity at the refined order.  Results: benchmarks/RESULTS.md.
+(node features): one matrix product per cache-sized block (:data:`_BLOCK`; numpy on 32 MB
+blocks was memory-bound at ~150 ns per pair, now ~17-20 ns with two processes), then a
+row-shifted, clipped ``exp`` (:func:`fibre_sums`, :func:`_exp_shifted`).  Outer rules: h by
+:func:`h_lattice` (the average over (true z_1, eta) given omega_2 is an integral over h weighted
+by Z(h) itself), omega_2 by :func:`omega_rule`.  Checks at every run: the outer mass (1) and
+the Nishimori identity at the refined order.  Results: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -65,6 +58,7 @@ from .smi_fibre import (
     fibre_point,
     fibre_quadratics,
     inverse_columns,
+    rotated,
     sinh_nodes,
 )
 
@@ -390,9 +384,7 @@ def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
     # each axis: trapezoid (step tau) in t, x = k sinh t, t >= 0, for 2 N(x; 0, q2) dx on x >= 0
     x, w = sinh_nodes(k, OMEGA_DMAX * math.sqrt(q2), tau, half=True)
     w = w * np.exp(-0.5 * x**2 / q2) / math.sqrt(2 * math.pi * q2)
-    S, D = np.repeat(x, x.size), np.tile(x, x.size)
-    W = np.repeat(w, x.size) * np.tile(w, x.size)
-    return (S + D) / math.sqrt(2), (S - D) / math.sqrt(2), W
+    return rotated(x, w, x, w)
 
 
 def omega_task(args):
@@ -859,7 +851,7 @@ def _quad_root(pts, l: int, lo: float, hi: float):
 
 def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
                            digits: int | None = None, orders=None, scan=LATTICE_SCAN,
-                           single: bool = True, split: bool = True, workers: int | None = None,
+                           single: bool = True, workers: int | None = None,
                            progress=None) -> list[dict]:
     """Sequential thresholds of every unlearned layer ``l = 1 .. L-1`` on the last layer's SE
     branch (THEORY 2.2), ``layers`` 2 or 3, by the deterministic rule :func:`branch_point`
@@ -877,7 +869,7 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
     gives the root ``x_l``; the coarse order is evaluated at ``x_l`` and shifted to its own root
     to first order with the parabola's slopes (``x_c``), the refined order ``orders[1]`` is
     evaluated at ``x_c`` and shifted likewise.  ``value = 1 / mu_l`` of the refined order;
-    ``error = |alpha_refined - alpha_coarse|`` (``split``: the order with the refined outer rules
+    ``error = |alpha_refined - alpha_coarse|`` (split: the order with the refined outer rules
     ``tau, dh`` and the coarse fibre lattice is evaluated too, and the moduli of the two steps are
     added, since the rules' errors may cancel) + interpolation (second-order remainder of both
     shifts from the parabolas' curvatures + the slope uncertainty: parabola slope ratio
@@ -910,7 +902,6 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
             and list(scan) == sorted(set(scan)), "scan", "at least 3 increasing values in (0, 1)",
             scan)
     require(isinstance(single, bool), "single", "a bool", single)
-    require(isinstance(split, bool), "split", "a bool", split)
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
@@ -977,8 +968,7 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
         c = shifted(coarse, xr)
         # split refinement: the outer rules (tau, dh) first, then the fibre lattice; the errors
         # of the two may have opposite signs, so the bar adds the two steps' moduli
-        evs = [c] + [shifted(o, c["x"]) for o in ((fine[:2] + coarse[2:]) if split else (),
-                                                  fine) if o]
+        evs = [c] + [shifted(o, c["x"]) for o in (fine[:2] + coarse[2:], fine)]
         f = evs[-1]
         a_f = 1.0 / f["mu"]
         steps = [abs(1.0 / e1["mu"] - 1.0 / e0["mu"]) for e0, e1 in zip(evs[:-1], evs[1:])]
@@ -1011,8 +1001,8 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
                     f"dh/sqrt V, dz1, dz2, R) {[list(o) for o in orders]}"
                     + (", float32 exponentials" if single else "")
                     + "; error = |alpha(refined) - alpha(coarse)|"
-                    + (" (outer rules and fibre lattice refined in turn, moduli added)" if split
-                       else "") + " + root interpolation + alpha x "
+                    + " (outer rules and fibre lattice refined in turn, moduli added)"
+                    + " + root interpolation + alpha x "
                     "(relative Nishimori residual + float32 bound) + cut bounds")))
     secs = time.perf_counter() - t0
     first = min(out, key=lambda d: d["value"])

@@ -2,7 +2,7 @@
 routes independent of every quadrature rule, called only by the tests and the benchmarks
 (``benchmarks/smi_*.py`` put this folder on ``sys.path``), never as an engine.  The one oracle
 the engine runs itself (the cross block of F, an identity check of ``aim-sym check``) stays in
-``aim_sym.numerics.smi_oracles``.
+``aim_sym.numerics.smi`` (``cross_block_montecarlo``).
 
 * :func:`montecarlo_lambdas`, :func:`montecarlo_inner_bias`, :func:`model_sampled_lambdas`: the
   weak-threshold coefficients of every layer at depth L, M tokens (the routes of
@@ -29,9 +29,9 @@ import time
 import numpy as np
 from aim_sym.numerics import smi_fibre, smi_weak
 from aim_sym.numerics.records import ConvergenceError, mean_estimate, require, standard_error
+from aim_sym.numerics.smi import teacher_q0
 from aim_sym.numerics.smi_amp import forward, gout
 from aim_sym.numerics.smi_fibre import attention_inverse, fibre_point, functions, inverse_columns
-from aim_sym.numerics.smi_oracles import teacher_q0
 from scipy import stats
 from scipy.stats import qmc
 

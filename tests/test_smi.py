@@ -6,7 +6,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 import smi_mc_oracles
-from aim_sym.numerics import smi, smi_branches, smi_fibre, smi_oracles, smi_route_a
+from aim_sym.numerics import smi, smi_branches, smi_fibre, smi_route_a
 from aim_sym.numerics.records import InputError
 
 from aim_sym import smi as sym
@@ -53,20 +53,20 @@ def test_sign_symmetry_and_block_diagonality():
     assert abs(s["K1"]) < 1e-14 and abs(s["K12"]) < 1e-14  # E[z_1 | y, omega] = 0
     s0 = smi_route_a.stats(0.0, 0.0, c=1.0, beta=1.0, n_w1=2, n_w2=2, n_h=16, n_z=20)
     assert abs(s0["K2"]) < 1e-14                               # E[z | y] = 0: Q = 0 fixed point
-    F = smi._weak_stats(c=1.0, beta=1.0, n_h=16, n_z=20)
+    F = smi_route_a.q0_gauss_hermite(16, 20, c=1.0, beta=1.0)
     assert F["cross"] == 0.0
 
 
 def test_weak_quadrature_converges():
-    a = smi._weak_stats(c=1.0, beta=1.0, n_h=48, n_z=64)
-    b = smi._weak_stats(c=1.0, beta=1.0, n_h=64, n_z=80)
+    a = smi_route_a.q0_gauss_hermite(48, 64, c=1.0, beta=1.0)
+    b = smi_route_a.q0_gauss_hermite(64, 80, c=1.0, beta=1.0)
     assert abs(a["mass"] - 1) < 1e-10
     assert abs(a["lam1"] - b["lam1"]) < 1e-6 and abs(a["lam2"] - b["lam2"]) < 1e-5
     assert abs(b["lam1"] - 0.1624184) < 2e-7 and abs(b["lam2"] - 5.391480) < 2e-6
 
 
 def test_weak_quadrature_agrees_with_montecarlo():
-    q = smi._weak_stats(c=1.0, beta=1.0, n_h=48, n_z=64)
+    q = smi_route_a.q0_gauss_hermite(48, 64, c=1.0, beta=1.0)
     mc = smi_mc_oracles.montecarlo_stability(samples=1500, inner=1500, seed=3)
     for k in ("lam1", "lam2"):
         assert abs(mc[k].value - q[k]) < 4 * mc[k].error + 0.01 * q[k]
@@ -125,7 +125,7 @@ def test_symbolic_logit_chart():
 
 
 def test_cross_block_montecarlo_small():
-    e = smi_oracles.cross_block_montecarlo(samples=100, inner=400, seed=2)
+    e = smi.cross_block_montecarlo(samples=100, inner=400, seed=2)
     assert abs(e.value) < 4 * e.error + 1e-12
 
 

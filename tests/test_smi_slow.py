@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import smi_mc_oracles
-from aim_sym.numerics import smi, smi_route_a
+from aim_sym.numerics import smi, smi_route_a, smi_sequential
 
 pytestmark = pytest.mark.slow
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def seq():
-    return smi.sequential_threshold(workers=2)
+    return smi_sequential.sequential_threshold(workers=2)
 
 
 def test_sequential_threshold_lattice(seq):
@@ -31,7 +31,7 @@ def test_sequential_threshold_lattice(seq):
 
 def test_sequential_threshold_more_digits(seq):
     # digits = 6 refines every rule by two rungs: inside the digits = 4 bar, a bar 10x smaller
-    r = smi.sequential_threshold(workers=2, digits=6)
+    r = smi_sequential.sequential_threshold(workers=2, digits=6)
     assert abs(r["value"] - seq["value"]) < seq["error"]
     assert r["error"] < 0.1 * seq["error"]
 
@@ -41,7 +41,7 @@ def test_sequential_threshold_eight_digits(seq):
     # its own bar below the target 5e-8 without stepping up the ladder (measured 3.5e-8)
     from aim_sym.numerics.smi_sequential import SEQ_DIGITS, SEQ_LADDER
 
-    r = smi.sequential_threshold(workers=2, digits=8)
+    r = smi_sequential.sequential_threshold(workers=2, digits=8)
     assert abs(r["value"] - seq["value"]) < seq["error"]
     assert r["error"] < 5e-8 and not r["note"]
     assert r["orders"] == [list(SEQ_LADDER[SEQ_DIGITS[8] - 1]), list(SEQ_LADDER[SEQ_DIGITS[8]])]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import smi_mc_oracles
-from aim_sym.numerics import smi, smi_sequential, smi_weak
+from aim_sym.numerics import smi, smi_route_a, smi_sequential, smi_weak
 from aim_sym.numerics.records import InputError
 from click.testing import CliRunner
 
@@ -40,8 +40,8 @@ def test_weak_thresholds_keep_their_values_at_c_1():
 
 def test_rotated_rules_agree_with_gauss_hermite_where_it_converges():
     # c = 1: the old tensor Gauss-Hermite rule is converged (mass 1, 1e-9 agreement)
-    a = smi._weak_stats(c=1.0, beta=1.0, n_h=96, n_z=128)
-    b = smi._weak_stats_rotated(c=1.0, beta=1.0, order=(96, 0.125, 96, 0.125))
+    a = smi_route_a.q0_gauss_hermite(96, 128, c=1.0, beta=1.0)
+    b = smi_route_a.q0_rotated((96, 0.125, 96, 0.125), c=1.0, beta=1.0)
     for k in ("lam1", "lam2"):
         assert abs(a[k] - b[k]) < 1e-8 * b[k]
 
@@ -49,8 +49,8 @@ def test_rotated_rules_agree_with_gauss_hermite_where_it_converges():
 def test_gauss_hermite_rule_misses_the_small_skip_feature():
     # the defect: at c = 0.01 the old rule's mass is off by a factor ~4 and lambda_2 exceeds
     # the bound; the rotated rule has mass 1
-    old = smi._weak_stats(c=0.01, beta=1.0, n_h=72, n_z=96)
-    new = smi._weak_stats_rotated(c=0.01, beta=1.0, order=(80, 0.15, 80, 0.15))
+    old = smi_route_a.q0_gauss_hermite(72, 96, c=0.01, beta=1.0)
+    new = smi_route_a.q0_rotated((80, 0.15, 80, 0.15), c=0.01, beta=1.0)
     assert abs(old["mass"] - 1) > 1.0 and old["lam2"] > LAMBDA_BOUND
     assert abs(new["mass"] - 1) < 1e-9 and new["lam2"] < LAMBDA_BOUND
 
