@@ -2,8 +2,9 @@
 (issue 14, THEORY 2.2, 2.5), by numerics.smi_weak, side by side with seeded plain Monte Carlo.
 
 For each case: lambda_l and alpha_l = 1 / lambda_l with the bar of the quadrature route (tensor
-Gauss-Hermite refinements, or scrambled Sobol replicates: Student-t 99% x standard error + ratio
-bias + outer-rule change + |mass - 1|), the seconds it took, and the Monte Carlo route (true z,
+Gauss-Hermite refinements, or scrambled Sobol replicates, one shared set or one set per outer
+ray: Student-t 99% x standard error + ratio bias + outer-rule change + |mass - 1|), the seconds
+it took, and the Monte Carlo route (true z,
 importance sampling of the free rows from their prior, the half-split estimator
 <C_a - I, C_b - I>) with its standard error.  ``E tr C_l`` must equal M (an identity).
 
@@ -12,15 +13,24 @@ iid prior samples of the free rows (2^15 per set, shared by its h) and the block
 (model_sampled_lambdas of tests/smi_mc_oracles.py); ``--inner-bias N`` measures the ratio bias of the Monte
 Carlo route at ``--inner`` on N sampled h (montecarlo_inner_bias, paired, 2^15 samples per h).
 
-Run: python benchmarks/smi_weak_depth.py --case 4,2 [--log2n 15] [--replicates 8]
+Accuracy against time (``--table``): each rule "rule:log2n:replicates" (rule ray = one
+independent scrambled Sobol set per outer ray, qmc = one shared set per replicate) with its
+seconds, lambda_l, bar and relative bar per layer, then plain Monte Carlo with its seconds.
+
+Run: python benchmarks/smi_weak_depth.py --case 4,2 [--rule ray] [--log2n 15] [--replicates 8]
      [--samples 20000] [--inner 2048] [--seed 3] [--skip 1] [--no-mc] [--third 28]
      [--inner-bias 1500]
+     python benchmarks/smi_weak_depth.py --case 4,2 --table ray:12:16,ray:14:16,qmc:14:16
+     [--samples 4000] [--inner 4096]
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # one BLAS thread: shared cores thrash
 
 from aim_sym.numerics import smi_weak
 
@@ -41,8 +51,12 @@ def main():
     ap.add_argument("--no-mc", action="store_true")
     ap.add_argument("--third", type=int, default=0, help="replicates of the third route")
     ap.add_argument("--inner-bias", type=int, default=0, help="sampled h for the bias check")
+    ap.add_argument("--table", default="", help="rule:log2n:replicates,... (accuracy vs time)")
     a = ap.parse_args()
     L, M = (int(x) for x in a.case.split(","))
+    if a.table:
+        table(L, M, a)
+        return
     opts = {k: v for k, v in (("log2n", a.log2n), ("replicates", a.replicates)) if v}
     t = time.perf_counter()
     F = smi_weak.stability(layers=L, tokens=M, skip=a.skip, rule=a.rule, **opts)
@@ -92,6 +106,32 @@ def main():
         for l in range(1, L + 1):
             d, se = r[f"lam{l}"][half]
             print(f"{l:5d} {d:+.2e} +- {se:.1e}")
+
+
+def table(L, M, a):
+    """Accuracy against time: the rules of ``--table`` and plain Monte Carlo, side by side."""
+    print(f"L = {L}, M = {M}, c = {a.skip:g}, beta = 1; seed {a.seed}")
+    print(f"{'rule':>16s} {'seconds':>8s} " + " ".join(f"{f'lambda_{l} +- bar (rel)':>32s}"
+                                                    for l in range(1, L + 1)))
+    for spec in a.table.split(","):
+        rule, log2n, reps = spec.split(":")
+        t = time.perf_counter()
+        F = smi_weak.stability(layers=L, tokens=M, skip=a.skip, rule=rule, log2n=int(log2n),
+                               replicates=int(reps), seed=a.seed)
+        dt = time.perf_counter() - t
+        cells = [f"{F[f'lam{l}'].value:.7f} +- {F[f'lam{l}'].error:.1e} "
+                 f"({F[f'lam{l}'].error / F[f'lam{l}'].value:.0e})" for l in range(1, L + 1)]
+        ident = max(abs(F[f"trace{l}"].value - M) / F[f"trace{l}"].error for l in range(1, L + 1))
+        print(f"{rule + ' ' + reps + ' x 2^' + log2n:>16s} {dt:8.1f} " + " ".join(
+            f"{c:>32s}" for c in cells) + f"   |E tr C - M| / bar <= {ident:.2f}")
+    if not a.no_mc:
+        t = time.perf_counter()
+        mc = smi_mc_oracles.montecarlo_lambdas(layers=L, tokens=M, skip=a.skip,
+                                               samples=a.samples, inner=a.inner, seed=a.seed)
+        dt = time.perf_counter() - t
+        cells = [f"{mc[f'lam{l}'][0]:.5f} +- {mc[f'lam{l}'][1]:.1e} (SE)" for l in range(1, L + 1)]
+        print(f"{'Monte Carlo':>16s} {dt:8.1f} " + " ".join(f"{c:>32s}" for c in cells)
+              + f"   ({a.samples} x {a.inner})")
 
 
 if __name__ == "__main__":

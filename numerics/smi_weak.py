@@ -26,7 +26,15 @@ Rules:
 * inner, z_free in R^{M (L-1)}: tensor Gauss-Hermite (``rule="gh"``, three orders, error from
   their differences) or ``R`` scrambled Sobol replicates (``rule="qmc"``, error = the Student-t
   99% factor x the standard error over replicates, plus the ratio bias measured as the gap
-  between the mean of the replicate ratios and the pooled ratio).
+  between the mean of the replicate ratios and the pooled ratio).  ``rule="ray"`` (the
+  default for L = 3, 4 with M = 2 and for L = 3, M = 3) is ``qmc`` with one independent
+  scrambled Sobol set per outer ray (per ring of constant cos(theta) for M = 3) in each
+  replicate: one set shared by all outer nodes makes their errors coherent (L = 4: the variance
+  of the sum is 27-260 x the sum of the per-node variances), and independent sets per ray cut
+  the standard error 2.7-4.5 x at 1.3-1.4 x the time.
+  Adapted proposals per outer node (Gaussian or Student-t from the weighted moments of the
+  free rows, spread 1.2-1.5) were measured and do not help: the posteriors of the free rows are
+  broad and far from Gaussian (docs/smi_depth.md, "Accuracy against time").
 
 Every estimate also carries the change between two outer rules and |mass - 1| x value.
 
@@ -43,10 +51,10 @@ import math
 import time
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 from scipy.stats import qmc
 
-from .records import Estimate, require, standard_error
+from .records import ConvergenceError, Estimate, require, standard_error
 from .smi_fibre import gh_tensor
 
 LAYERS = (2, 3, 4)
@@ -77,8 +85,16 @@ GH_ORDERS = {(2, 2): (40, 48, 56), (2, 3): (24, 28, 32)}
 # per-replicate spread falls only like n^-0.5 (L = 4, M = 2: a plain Monte Carlo rate; 32
 # replicates of 2^12 show no heavy tail, kurtosis |k| < 0.7), so replicates are as good as points
 # L = 3, M = 2 (c = 1): 16 x 2^15 gives alpha = 5.1497 +- 0.0050, 8.6947 +- 0.0088, 0.207177 +-
-# 5.7e-6 (layers 1, 2, 3) in ~15 s (docs/smi_depth.md)
+# 5.7e-6 (layers 1, 2, 3) in ~15 s unloaded (docs/smi_depth.md)
 QMC = {(3, 2): (15, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
+# rule "ray" (the default where listed): (log2n, replicates), one set per outer ray.  Measured
+# at c = 1 (docs/smi_depth.md, "Accuracy against time"): L = 4, 16 x 2^13 gives relative bars
+# 2e-3, 2e-3, 4e-3, 1.9e-4 (layers 1-4) against 7e-3, 6e-3, 1e-2, 2.3e-4 for the shared sets
+# 16 x 2^14, which take 1.7 x as long; L = 3, 16 x 2^15 gives alpha = 5.1475 +- 0.0012, 8.6976 +-
+# 0.0026, 0.2071760 +- 2.3e-6 against the shared sets' 0.0050, 0.0088, 5.7e-6 in the same time;
+# L = 3, M = 3 (one set per ring), 8 x 2^13: relative bars 4.4e-3, 2.7e-3, 2.5e-4 against the
+# shared sets' (16 x 2^12) 1.6e-2, 8.3e-3, 8.2e-4 in the same time
+RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8)}
 
 
 def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
@@ -125,6 +141,23 @@ def fibre_map(z_free: np.ndarray, *, skip: float, beta: float):
         prod = attention(h, skip=skip, beta=beta) @ prod
     sign, logdet = np.linalg.slogdet(prod)
     return np.linalg.inv(prod), logdet
+
+
+def _fibre_map_two(z_free: np.ndarray, *, skip: float, beta: float):
+    """:func:`fibre_map` for M = 2 in closed form (2 x 2 entries as arrays; 5-8 x faster):
+    row a of softmax(beta h h^T) is (expit(-beta h_a (h_b - h_a)), its complement)."""
+    def att(h0, h1):
+        p00 = special.expit(-beta * h0 * (h1 - h0))
+        p11 = special.expit(-beta * h1 * (h0 - h1))
+        return p00 + skip, 1.0 - p00, 1.0 - p11, p11 + skip
+    a, b, c, d = att(z_free[..., 0, 0], z_free[..., 0, 1])
+    for l in range(1, z_free.shape[-2]):
+        x0, x1 = z_free[..., l, 0], z_free[..., l, 1]
+        e, f, g, k = att(a * x0 + b * x1, c * x0 + d * x1)
+        a, b, c, d = e * a + f * c, e * b + f * d, g * a + k * c, g * b + k * d
+    det = a * d - b * c
+    inv = np.stack([np.stack([d, -b], -1), np.stack([-c, a], -1)], -2) / det[..., None, None]
+    return inv, np.log(det)
 
 
 def norm_bound(*, tokens: int, skip: float) -> float:
@@ -200,9 +233,13 @@ def cut_bound(*, layers: int, tokens: int, skip: float, sigma: float) -> float:
 
 def sobol_inner(log2n: int, *, dims: int, seed, spread: float = 1.0):
     """Scrambled Sobol points (2^log2n) mapped to N(0, spread^2 I_dims), weighted for N(0, I):
-    nodes and weights (equal for spread = 1)."""
-    u = qmc.Sobol(d=dims, scramble=True, seed=seed).random_base2(log2n)
-    x = spread * stats.norm.ppf(u)
+    nodes and weights (equal for spread = 1).  The points are multiples of 2^-bits; they are
+    moved to the centres of their cells, so that none is 0 (a coordinate 0 has probability
+    2^-30 and made ndtri return -inf and the whole estimate nan, about once in 20-40 runs at
+    L = 4)."""
+    sobol = qmc.Sobol(d=dims, scramble=True, seed=seed)
+    u = sobol.random_base2(log2n) + 2.0 ** -(sobol.bits + 1)
+    x = spread * special.ndtri(u)
     logw = dims * math.log(spread) - 0.5 * (1.0 - spread**-2) * (x**2).sum(1)
     return x, np.exp(logw) / u.shape[0]
 
@@ -215,7 +252,7 @@ def inner_moments(nodes: np.ndarray, weights: np.ndarray, *, layers: int, tokens
     weight x coefficients of (z_L z_L^T)_ab in hh."""
     m = tokens
     z_free = nodes.reshape(-1, layers - 1, m)
-    Mi, logdet = fibre_map(z_free, skip=skip, beta=beta)
+    Mi, logdet = (_fibre_map_two if m == 2 else fibre_map)(z_free, skip=skip, beta=beta)
     wi = weights * np.exp(-logdet) / (2 * math.pi) ** (m / 2)
     pairs = _pairs(m)
     B = np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
@@ -332,17 +369,94 @@ def lambdas_qmc(*, layers: int, tokens: int, skip: float, beta: float, log2n: in
                 outer_change=change, sigma=sigma)
 
 
+def direction_groups(n_angle, *, tokens: int) -> list[np.ndarray]:
+    """Outer directions that share one inner set under ``rule="ray"``: each angle for M = 2,
+    each ring of constant cos(theta) for M = 3 (indices into the rule's direction list)."""
+    if tokens == 2:
+        return [np.array([j]) for j in range(n_angle)]
+    n_cos, n_phi = n_angle
+    return [np.arange(i * n_phi, (i + 1) * n_phi) for i in range(n_cos)]
+
+
+def ray_moments(n_angle, h: np.ndarray, *, log2n: int, seed, layers: int, tokens: int,
+                skip: float, beta: float, chunk: int = _CHUNK) -> np.ndarray:
+    """Outer-node moments (N_h, K) with one independent scrambled Sobol set of 2^log2n points
+    per direction group (:func:`direction_groups`), shared along the radius.  The errors of one
+    shared set are coherent across all outer nodes (L = 4, M = 2: the variance of the sum is
+    27-260 x the sum of the per-node variances), so independent sets per ray cut the
+    standard error of lambda_l 2.7-4.5 x (docs/smi_depth.md).  Groups are batched through
+    :func:`inner_moments` to keep the per-set overhead small."""
+    groups = direction_groups(n_angle, tokens=tokens)
+    n_dirs = sum(len(g) for g in groups)
+    n_u = h.shape[0] // n_dirs
+    dims = tokens * (layers - 1)
+    pairs = _pairs(tokens)
+    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    seed = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    seeds = seed.spawn(len(groups))
+    idx = np.stack([(np.arange(n_u)[:, None] * n_dirs + g[None, :]).ravel() for g in groups])
+    batch = max(1, chunk // (idx.shape[1] << log2n))
+    out = None
+    for s0 in range(0, len(groups), batch):
+        sets = [sobol_inner(log2n, dims=dims, seed=np.random.default_rng(s))
+                for s in seeds[s0:s0 + batch]]
+        B, Mz = inner_moments(np.concatenate([x for x, _ in sets]),
+                              np.concatenate([w for _, w in sets]), layers=layers,
+                              tokens=tokens, skip=skip, beta=beta)
+        g = len(sets)
+        B, Mz = B.reshape(g, -1, B.shape[1]), Mz.reshape(g, -1, Mz.shape[1])
+        if out is None:
+            out = np.empty((h.shape[0], Mz.shape[2]))
+        step = max(1, chunk >> log2n)
+        for k, rows in enumerate(idx[s0:s0 + g]):
+            Bt = np.ascontiguousarray(B[k].T)
+            for r0 in range(0, rows.size, step):
+                E = hh[rows[r0:r0 + step]] @ Bt
+                E *= -0.5
+                out[rows[r0:r0 + step]] = np.exp(E, out=E) @ Mz[k]
+    return out
+
+
+def lambdas_ray(*, layers: int, tokens: int, skip: float, beta: float, log2n: int,
+                replicates: int, seed: int, outer) -> dict:
+    """As :func:`lambdas_qmc`, each replicate an independent scrambled Sobol set of 2^log2n
+    points per outer direction group (:func:`ray_moments`).  The outer-rule change is measured
+    as in :func:`lambdas_qmc`, both outer rules on one shared set (independent sets would add
+    their inner noise to it)."""
+    rules, h, sigma = _outer_pair(layers, tokens, skip, outer)
+    n0 = rules[0][0].shape[0]
+    seeds = np.random.SeedSequence(seed).spawn(replicates + 1)
+    kw = dict(log2n=log2n, layers=layers, tokens=tokens, skip=skip, beta=beta)
+    per, pooled = [], None
+    for s in seeds[:replicates]:
+        mom = ray_moments(outer[1][1], rules[1][0], seed=s, **kw)
+        pooled = mom if pooled is None else pooled + mom
+        per.append(reduce_lambdas(mom, rules[1][0], rules[1][1], layers=layers))
+    nodes, w = sobol_inner(log2n, dims=tokens * (layers - 1),
+                           seed=np.random.default_rng(seeds[-1]))
+    B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
+    mom = outer_moments(B, Mz, h)
+    change = np.abs(reduce_lambdas(mom[:n0], rules[0][0], rules[0][1], layers=layers)
+                    - reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))
+    pooled = pooled / replicates
+    return dict(per=np.array(per), pooled=reduce_lambdas(pooled, rules[1][0], rules[1][1],
+                                                        layers=layers),
+                outer_change=change, sigma=sigma)
+
+
 def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
               rule: str = "auto", orders=None, log2n: int | None = None,
               replicates: int | None = None, seed: int = 0, outer=None) -> dict:
     """lambda_l (``lam1`` .. ``lamL``), ``mass`` and ``trace1`` .. (E tr C_l, equal to M) as
     Estimates.  ``rule``: "gh" (three tensor Gauss-Hermite orders ``orders``), "qmc"
-    (``replicates`` scrambled Sobol sets of 2^``log2n`` points) or "auto" (gh where a default
-    order triple exists, else qmc)."""
+    (``replicates`` scrambled Sobol sets of 2^``log2n`` points), "ray" (``replicates`` times
+    one independent set of 2^``log2n`` points per outer ray, :func:`ray_moments`) or "auto" (gh
+    where a default order triple exists, else ray where :data:`RAY` lists (L, M), else qmc)."""
     check(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    require(rule in ("auto", "gh", "qmc"), "rule", "one of auto, gh, qmc", rule)
+    require(rule in ("auto", "gh", "qmc", "ray"), "rule", "one of auto, gh, qmc, ray", rule)
     if rule == "auto":
-        rule = "gh" if (layers, tokens) in GH_ORDERS else "qmc"
+        rule = ("gh" if (layers, tokens) in GH_ORDERS
+                else "ray" if (layers, tokens) in RAY else "qmc")
     outer = (default_outer(layers=layers, tokens=tokens, skip=skip) if outer is None
              else outer)
     keys = (["mass"] + [f"lam{l}" for l in range(1, layers + 1)]
@@ -365,17 +479,25 @@ def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 
             out[k] = Estimate(v, e + abs(v - r["coarse"][i]) + (dm + cut) * abs(v), meth,
                               extra=dict(orders=[float(x) for x in r["fine"][:, i]]))
         return out
-    log2n = QMC.get((layers, tokens), (14, 8))[0] if log2n is None else log2n
-    replicates = QMC.get((layers, tokens), (14, 8))[1] if replicates is None else replicates
-    require(isinstance(log2n, (int, np.integer)) and 6 <= log2n <= 20, "log2n", "in [6, 20]",
-            log2n)
+    table = RAY if rule == "ray" else QMC
+    log2n = table.get((layers, tokens), (12, 8))[0] if log2n is None else log2n
+    replicates = table.get((layers, tokens), (12, 8))[1] if replicates is None else replicates
+    top = 16 if rule == "ray" else 20
+    require(isinstance(log2n, (int, np.integer)) and 6 <= log2n <= top, "log2n",
+            f"in [6, {top}] for rule {rule}", log2n)
     require(isinstance(replicates, (int, np.integer)) and 4 <= replicates <= 64, "replicates",
             "in [4, 64]", replicates)
-    r = lambdas_qmc(layers=layers, tokens=tokens, skip=skip, beta=beta, log2n=log2n,
-                    replicates=replicates, seed=seed, outer=outer)
+    run = lambdas_ray if rule == "ray" else lambdas_qmc
+    r = run(layers=layers, tokens=tokens, skip=skip, beta=beta, log2n=log2n,
+            replicates=replicates, seed=seed, outer=outer)
+    if not (np.all(np.isfinite(r["per"])) and np.all(np.isfinite(r["pooled"]))):
+        raise ConvergenceError("non-finite inner moments in the weak-threshold kernel",
+                               last_iterate=r["pooled"].tolist())
     t = stats.t.ppf(COVERAGE, replicates - 1)
+    sets = (f"independent scrambled Sobol sets of 2^{log2n} points per outer ray"
+            if rule == "ray" else f"scrambled Sobol sets of 2^{log2n} points")
     meth = (f"radial x half-sphere outer rules {outer[0]} vs {outer[1]} x {replicates} "
-            f"scrambled Sobol sets of 2^{log2n} points over {tokens * (layers - 1)} fibre "
+            f"replicates of {sets} over {tokens * (layers - 1)} fibre "
             f"coordinates (error: {t:.2f} x standard error + ratio bias + outer change)")
     dm = abs(r["pooled"][0] - 1.0)
     for i, k in enumerate(keys):
@@ -385,7 +507,8 @@ def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 
         bias = abs(per.mean() - v)
         err = t * se + bias + r["outer_change"][i] + (dm + cut) * abs(v)
         out[k] = Estimate(v, err, meth, extra=dict(se=float(se), ratio_bias=float(bias),
-                                                   replicate_mean=float(per.mean())))
+                                                   replicate_mean=float(per.mean()),
+                                                   outer_change=float(r["outer_change"][i])))
     return out
 
 
