@@ -15,7 +15,10 @@ points are two matrix products followed by ``exp``.  As in :mod:`.smi_sequential
     g_L = (E[z_L | y, omega_L] - omega_L) / V,   r_l = mu_l - (1 - q) K_L / q,
 
 and the sequential threshold of layer ``l`` is the root ``q*`` of ``r_l`` with
-``alpha_seq,l = 1 / mu_l(q*)`` (on the branch ``alpha(q) = q / ((1 - q) K_L)``).
+``alpha_seq,l = 1 / mu_l(q*)`` (on the branch ``alpha(q) = q / ((1 - q) K_L)``).  The same
+kernel serves a joint branch (``learned``: the learned layers, L among them; :mod:`.smi_cascade`):
+each learned free row adds ``N(z_l; omega_l, V_l I) / N(z_l; 0, I)`` to the inner weights, one
+more column block of the same matrix product; ``learned = (L,)`` is the branch above.
 
 Rules:
 
@@ -85,8 +88,9 @@ DEFAULT_RULE = {(2, 2): (12, 13, 16), (3, 2): (12, 14, 16), (4, 2): (12, 14, 16)
 DEFAULT_SCAN = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.994, 0.997, 0.9985, 0.9993)
 
 
-def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
-    """InputError (one line naming the option) outside the supported set."""
+def check(*, layers: int, tokens: int, skip: float, beta: float, learned=None) -> None:
+    """InputError (one line naming the option) outside the supported set; ``learned`` (the
+    learned layers of a joint branch) must increase and end with the last layer."""
     require(isinstance(layers, (int, np.integer)) and isinstance(tokens, (int, np.integer))
             and (int(layers), int(tokens)) in SUPPORTED, "layers",
             f"with tokens one of {SUPPORTED} (layers, tokens) for the branch kernel",
@@ -97,6 +101,11 @@ def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
     require(isinstance(beta, (int, float)) and np.isfinite(beta)
             and BETA_RANGE[0] <= beta <= BETA_RANGE[1], "beta",
             f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the branch kernel", beta)
+    require(learned is None or (isinstance(learned, (tuple, list)) and len(learned) > 0
+                                and all(isinstance(x, (int, np.integer)) for x in learned)
+                                and list(learned) == sorted(set(learned)) and learned[0] >= 1
+                                and learned[-1] == layers), "learned",
+            f"increasing layers in 1..{layers} ending with the last layer {layers}", learned)
 
 
 def check_rule(log2_outer, log2_inner, replicates) -> None:
@@ -119,45 +128,52 @@ def gauss_sobol(log2n: int, dims: int, rng) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- inner rule
-def inner_features(z_free: np.ndarray, *, layers: int, tokens: int, skip: float,
-                   beta: float) -> dict:
+def inner_features(z_free: np.ndarray, *, layers: int, tokens: int, skip: float, beta: float,
+                   learned=None) -> dict:
     """Per inner node (free rows ``z_free`` (n, L-1, M)): ``B`` (n, Q) with ``|Mat^{-1} h|^2 =
     B . hh``, ``Y`` (n, M^2) with ``omega^T Mat^{-1} h = Y . (omega (x) h)``, ``logw =
-    -log det Mat``, the sign-even moment features ``FS`` (1, z_l z_l^T pairs for l < L, B) and
-    the sign-odd ones ``FD`` (entries of ``Mat^{-1}``)."""
+    -log det Mat``, the rows ``zs`` of the learned free layers and their ``|z_l|^2`` (``r``), the
+    sign-even moment features ``FS`` (1, learned z_l, z_l z_l^T pairs for l < L, B) and the
+    sign-odd ones ``FD`` (entries of ``Mat^{-1}``)."""
     m = tokens
     Mi, logdet = fibre_map(z_free, skip=skip, beta=beta)
     pairs = pair_list(m)
     B = np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
                   for a, b in pairs], 1)
     Y = Mi.reshape(-1, m * m)                      # Y[a * m + b] = Mi[a, b]
+    zs = [z_free[:, l - 1] for l in (learned or (layers,)) if l < layers]
     zz = [z_free[:, l, a] * z_free[:, l, b] for l in range(layers - 1) for a, b in pairs]
-    FS = np.stack([np.ones(len(B)), *zz, *B.T], 1)
-    return dict(B=B, Y=Y, logw=-logdet, FS=FS, FD=Y.copy(), n=len(B))
+    FS = np.stack([np.ones(len(B)), *(c for z in zs for c in z.T), *zz, *B.T], 1)
+    return dict(B=B, Y=Y, zs=zs, r=[(z**2).sum(1) for z in zs], logw=-logdet, FS=FS,
+                FD=Y.copy(), n=len(B))
 
 
 # ----------------------------------------------------------------------------- outer rule
 def teacher(u: np.ndarray, *, layers: int, tokens: int, skip: float, beta: float) -> dict:
-    """Teacher draws from Gaussian points ``u`` (n, M (L + 1)): rows ``z`` (n, L, M), ``xi``
-    (n, M) and the last-layer scores ``h``."""
+    """Teacher draws from Gaussian points ``u`` (n, M (L + k)): rows ``z`` (n, L, M), ``xi``
+    (n, k, M) (one row per learned layer) and the last-layer scores ``h``."""
     z = u[:, :layers * tokens].reshape(-1, layers, tokens)
-    xi = u[:, layers * tokens:]
+    xi = u[:, layers * tokens:].reshape(len(u), -1, tokens)
     return dict(z=z, xi=xi, h=scores(z, skip=skip, beta=beta))
 
 
-def posterior_sums(h: np.ndarray, omega: np.ndarray, v: float, inner: dict,
-                   splits: tuple) -> list:
-    """Inner-rule sums at outer points ``(h, omega)``: for each slice of inner nodes in
-    ``splits``, ``(sum S FS, sum D FD)`` with ``S, D = e+ +- e-`` and ``e+- = exp(logw -
-    |Mat^{-1} h|^2 / (2V) +- omega^T Mat^{-1} h / V - shift)``, a common row shift for all
-    slices."""
+def posterior_sums(h: np.ndarray, omegas: list, vs: list, inner: dict, splits: tuple) -> list:
+    """Inner-rule sums at outer points ``(h, omega_l)`` (one ``omega_l``, ``V_l`` per learned
+    layer, the last one L's): for each slice of inner nodes in ``splits``, ``(sum S FS, sum D
+    FD)`` with ``S, D = e+ +- e-``, ``e+- = exp(logw + sum_l [omega_l . z_l / V_l - |z_l|^2 (1 /
+    V_l - 1) / 2] - |Mat^{-1} h|^2 / (2 V_L) +- omega_L^T Mat^{-1} h / V_L - shift)`` (the sum
+    over the learned free rows), a common row shift for all slices."""
     m = h.shape[1]
     pairs = pair_list(m)
     hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
-    oh = (omega[:, :, None] * h[:, None, :]).reshape(len(h), m * m)
-    Pout = np.hstack([-0.5 / v * hh, np.ones((len(h), 1))])
-    Pin = np.vstack([inner["B"].T, inner["logw"][None, :]])
-    return signed_sums(Pout, Pin, oh / v, inner, splits)
+    oh = (omegas[-1][:, :, None] * h[:, None, :]).reshape(len(h), m * m)
+    logw = inner["logw"]
+    for r, v in zip(inner["r"], vs, strict=False):
+        logw = logw - 0.5 * (1.0 / v - 1.0) * r
+    Pout = np.hstack([-0.5 / vs[-1] * hh, *(om / v for om, v in zip(omegas[:-1], vs, strict=False)),
+                      np.ones((len(h), 1))])
+    Pin = np.vstack([inner["B"].T, *(z.T for z in inner["zs"]), logw[None, :]])
+    return signed_sums(Pout, Pin, oh / vs[-1], inner, splits)
 
 
 def signed_sums(Pout: np.ndarray, Pin: np.ndarray, X_out: np.ndarray, inner: dict,
@@ -208,92 +224,109 @@ def exp32(E: np.ndarray, shift: np.ndarray) -> np.ndarray:
     return e
 
 
-def _moments(sums, h: np.ndarray, *, layers: int):
-    """Posterior moments from one slice's sums: ``C`` (n, L-1, Q) pair entries of
-    ``E[z_l z_l^T | .]``, ``m`` (n, M) = ``E[z_L | .]``, ``n2`` (n,) = ``E |z_L|^2``."""
+def _moments(sums, h: np.ndarray, *, layers: int, seen: int):
+    """Posterior moments from one slice's sums: ``C`` (n, L-1, Q) pair entries of ``E[z_l z_l^T
+    | .]``, ``means`` (``E[z_l | .]`` of the ``seen`` learned free rows, then of ``z_L``), ``n2``
+    (n,) = ``E |z_L|^2``."""
     S, D = sums
     m = h.shape[1]
     q = m * (m + 1) // 2
     Z = S[:, 0]
-    C = S[:, 1:1 + q * (layers - 1)].reshape(len(h), layers - 1, q) / Z[:, None, None]
+    means = [S[:, 1 + m * i:1 + m * (i + 1)] / Z[:, None] for i in range(seen)]
+    k = 1 + m * seen
+    C = S[:, k:k + q * (layers - 1)].reshape(len(h), layers - 1, q) / Z[:, None, None]
     hh = np.stack([h[:, a] * h[:, b] for a, b in pair_list(m)], 1)
-    n2 = (S[:, 1 + q * (layers - 1):] * hh).sum(1) / Z
+    n2 = (S[:, k + q * (layers - 1):] * hh).sum(1) / Z
     Mi = D.reshape(len(h), m, m) / Z[:, None, None]
-    return C, np.einsum("nab,nb->na", Mi, h), n2
+    return C, [*means, np.einsum("nab,nb->na", Mi, h)], n2
 
 
-def sample_columns(layers: int, tokens: int) -> tuple:
-    """Names of the per-outer-sample columns of :func:`branch_samples`."""
-    free = range(1, layers)
-    return (*(f"mu{l}" for l in free), f"K{layers}",
-            *(f"r{l}" for l in free),
-            *(f"trace{l}" for l in free), f"trcov{layers}", "nishimori",
-            *(f"g{a}" for a in range(tokens)),
-            *(f"u_mu{l}" for l in free), f"u_K{layers}", *(f"u_r{l}" for l in free))
+def sample_columns(layers: int, tokens: int, learned=None) -> tuple:
+    """Names of the per-outer-sample columns of :func:`branch_samples`: ``mu_k`` and ``r_k = mu_k
+    - (1 - q_L) K_L / q_L`` per unlearned layer k, ``K_l``, the Nishimori form and ``E g_l`` per
+    learned layer l, ``E tr C_l`` per free row, and the two-halves partners ``u_``."""
+    learned = tuple(learned or (layers,))
+    unl = [k for k in range(1, layers) if k not in learned]
+    return (*(f"mu{k}" for k in unl), *(f"K{l}" for l in learned), *(f"r{k}" for k in unl),
+            *(f"trace{l}" for l in range(1, layers)), *(f"nishimori{l}" for l in learned),
+            *(f"g{l}_{a}" for l in learned for a in range(tokens)),
+            *(f"u_mu{k}" for k in unl), *(f"u_K{l}" for l in learned), *(f"u_r{k}" for k in unl))
 
 
-def branch_samples(qs, *, layers: int, tokens: int, skip: float, beta: float, outer_pts,
-                   inner_pts) -> dict:
-    """Per-outer-sample values at every ``q`` in ``qs`` for one replicate (teacher points
-    ``outer_pts``, inner points ``inner_pts`` (n, M (L-1)), common to every q): for the full inner
-    set (``full``) and the mean of its two halves (``half``), arrays (n_q, n_outer, columns of
-    :func:`sample_columns`), and the control variates ``cv`` (n_q, n_outer, k) (known mean 0)."""
-    m = tokens
+def branch_samples(points, *, layers: int, tokens: int, skip: float, beta: float, outer_pts,
+                   inner_pts, learned=None) -> dict:
+    """Per-outer-sample values at every point of ``points`` (a ``q_L``, or a tuple of the learned
+    layers' overlaps) for one replicate (teacher points ``outer_pts``, inner points ``inner_pts``
+    (n, M (L-1)), common to every point): for the full inner set (``full``) and the mean of its
+    two halves (``half``), arrays (n_pts, n_outer, columns of :func:`sample_columns`), and the
+    control variates ``cv`` (n_pts, n_outer, k) (known mean 0)."""
+    m, L = tokens, layers
+    learned = tuple(learned or (L,))
+    unl = [k for k in range(1, L) if k not in learned]
     fro = np.array([1.0 if a == b else 2.0 for a, b in pair_list(m)])
     eye = np.array([1.0 if a == b else 0.0 for a, b in pair_list(m)])
-    inner = inner_features(inner_pts.reshape(-1, layers - 1, m), layers=layers, tokens=m,
-                           skip=skip, beta=beta)
-    t = teacher(outer_pts, layers=layers, tokens=m, skip=skip, beta=beta)
+    inner = inner_features(inner_pts.reshape(-1, L - 1, m), layers=L, tokens=m, skip=skip,
+                           beta=beta, learned=learned)
+    t = teacher(outer_pts, layers=L, tokens=m, skip=skip, beta=beta)
     z, xi, h = t["z"], t["xi"], t["h"]
-    pr = pair_list(m)
-    T = np.stack([np.stack([z[:, l, a] * z[:, l, b] for a, b in pr], 1)
-                  for l in range(layers - 1)], 1)                       # (n, L-1, Q)
-    r2 = (z[:, :layers - 1] ** 2).sum(2)                                  # (n, L-1)
+    T = {k: np.stack([z[:, k - 1, a] * z[:, k - 1, b] for a, b in pair_list(m)], 1)
+         for k in unl}
+    r2 = (z**2).sum(2)                                                    # (n, L)
     n = inner["n"]
     splits = (slice(0, n // 2), slice(n // 2, n))
     full, half, cvs = [], [], []
-    for q in qs:
-        v = 1.0 - q
-        omega = q * z[:, -1] + math.sqrt(q * v) * xi
-        g_true = (z[:, -1] - omega) / v
-        sa, sb = posterior_sums(h, omega, v, inner, splits)
+    for qs in points:
+        qs = np.atleast_1d(qs)
+        vs = [1.0 - q for q in qs]
+        oms = [q * z[:, l - 1] + math.sqrt(q * v) * xi[:, i]
+               for i, (l, q, v) in enumerate(zip(learned, qs, vs, strict=True))]
+        gts = [(z[:, l - 1] - om) / v for l, om, v in zip(learned, oms, vs, strict=True)]
+        sa, sb = posterior_sums(h, oms, vs, inner, splits)
         whole = [sa[0] + sb[0], sa[1] + sb[1]]
+        mo = {k: _moments(s, h, layers=L, seen=len(learned) - 1)
+              for k, s in (("f", whole), ("a", sa), ("b", sb))}
+        aL = (1 - qs[-1]) / qs[-1]
+        u_mu = [((mo["a"][0][:, k - 1] - eye) * (mo["b"][0][:, k - 1] - eye) * fro).sum(1)
+                for k in unl]
+        u_K = [(((ma - om) / v) * ((mb - om) / v)).sum(1) for ma, mb, om, v
+               in zip(mo["a"][1], mo["b"][1], oms, vs, strict=True)]
+        u_r = [u - aL * u_K[-1] for u in u_mu]
         est = []
-        moms = {k: _moments(s, h, layers=layers) for k, s in (("f", whole), ("a", sa),
-                                                               ("b", sb))}
         for key in ("f", "a", "b"):
-            C, mz, n2 = moms[key]
-            g = (mz - omega) / v
-            mu = ((T - eye) * (C - eye) * fro).sum(2)                      # (n, L-1)
-            K = (g_true * g).sum(1)
-            trace = (C * eye).sum(2)
-            trcov = n2 - (moms["a"][1] * moms["b"][1]).sum(1)
-            nis = K - (m - trcov / v) / v
-            u_mu = ((moms["a"][0] - eye) * (moms["b"][0] - eye) * fro).sum(2)
-            ga, gb = (moms["a"][1] - omega) / v, (moms["b"][1] - omega) / v
-            u_K = (ga * gb).sum(1)
-            res = mu - ((1 - q) / q) * K[:, None]
-            u_r = u_mu - ((1 - q) / q) * u_K[:, None]
-            est.append(np.column_stack([mu, K, res, trace, trcov, nis, g, u_mu, u_K, u_r]))
+            C, means, n2 = mo[key]
+            gs = [(mz - om) / v for mz, om, v in zip(means, oms, vs, strict=True)]
+            mu = [((T[k] - eye) * (C[:, k - 1] - eye) * fro).sum(1) for k in unl]
+            K = [(gt * g).sum(1) for gt, g in zip(gts, gs, strict=True)]
+            # E tr Cov[z_l | .] from this set's own moments (its ratio bias is then measured)
+            cov = [(C[:, l - 1] * eye).sum(1) - (mz**2).sum(1)
+                   for l, mz in zip(learned[:-1], means, strict=False)]
+            cov.append(n2 - (means[-1] ** 2).sum(1))
+            nis = [k - (m - c / v) / v for k, c, v in zip(K, cov, vs, strict=True)]
+            est.append(np.column_stack([*mu, *K, *(x - aL * K[-1] for x in mu),
+                                        *(C * eye).sum(2).T, *nis, *gs, *u_mu, *u_K, *u_r]))
         full.append(est[0])
         half.append(0.5 * (est[1] + est[2]))
-        cv = np.column_stack([r2 - m, r2**2 - 2 * r2 + m - m * (m + 1),
-                              (g_true**2).sum(1) - m / v,
-                              (z[:, -1] ** 2).sum(1) - m])
-        cvs.append(cv)
+        cvs.append(np.column_stack([r2[:, :-1] - m,
+                                    *(r2[:, k - 1]**2 - 2 * r2[:, k - 1] + m - m * (m + 1)
+                                      for k in unl),
+                                    *((gt**2).sum(1) - m / v for gt, v in zip(gts, vs,
+                                                                               strict=True)),
+                                    r2[:, -1] - m]))
     return dict(full=np.array(full), half=np.array(half), cv=np.array(cvs))
 
 
-def _replicates(qs, *, layers, tokens, skip, beta, log2_outer, log2_inner, replicates, seed):
-    """:func:`branch_samples` over independent scrambles (seeded): arrays (R, n_q, n, k)."""
-    dims_o, dims_i = tokens * (layers + 1), tokens * (layers - 1)
+def replicate_samples(points, *, layers, tokens, skip, beta, log2_outer, log2_inner, replicates,
+                      seed, learned=None):
+    """:func:`branch_samples` over independent scrambles (seeded): arrays (R, n_pts, n, k)."""
+    k = len(learned or (layers,))
+    dims_o, dims_i = tokens * (layers + k), tokens * (layers - 1)
     seeds = np.random.SeedSequence(seed).spawn(replicates)
     full, half, cv = [], [], []
     for s in seeds:
         ro, ri = (np.random.default_rng(x) for x in s.spawn(2))
-        r = branch_samples(qs, layers=layers, tokens=tokens, skip=skip, beta=beta,
+        r = branch_samples(points, layers=layers, tokens=tokens, skip=skip, beta=beta,
                            outer_pts=gauss_sobol(log2_outer, dims_o, ro),
-                           inner_pts=gauss_sobol(log2_inner, dims_i, ri))
+                           inner_pts=gauss_sobol(log2_inner, dims_i, ri), learned=learned)
         full.append(r["full"])
         half.append(r["half"])
         cv.append(r["cv"])
@@ -350,8 +383,8 @@ def branch_stats_qmc(q: float, *, layers: int, tokens: int = 2, skip: float = 1.
                      seed: int = 0) -> dict:
     """``K_L``, ``mu_l`` and ``r_l`` (l < L) on the last layer's SE branch at overlap ``q`` with
     bars (THEORY 2.2; module docstring), and the identities ``trace_l`` (E tr C_l, equals M),
-    ``nishimori`` (``K_L - (M - E tr Cov_L / V) / V``, equals 0), ``g0 ..`` (E g_L, equal 0):
-    a dict of ``{value, error, se, ratio_bias}`` per name, plus ``seconds`` and ``method``."""
+    ``nishimori{L}`` (``K_L - (M - E tr Cov_L / V) / V``, equals 0), ``g{L}_a`` (E g_L, equal
+    0): a dict of ``{value, error, se, ratio_bias}`` per name, plus ``seconds`` and ``method``."""
     check(layers=layers, tokens=tokens, skip=skip, beta=beta)
     require(isinstance(q, (int, float)) and np.isfinite(q) and 0 < q < 1, f"q{layers}",
             "in (0, 1)", q)
@@ -361,7 +394,7 @@ def branch_stats_qmc(q: float, *, layers: int, tokens: int = 2, skip: float = 1.
                  d[2] if replicates is None else replicates)
     check_rule(lo, li, R)
     t0 = time.perf_counter()
-    full, half, cv = _replicates([q], layers=layers, tokens=tokens, skip=skip, beta=beta,
+    full, half, cv = replicate_samples([q], layers=layers, tokens=tokens, skip=skip, beta=beta,
                                  log2_outer=lo, log2_inner=li, replicates=R, seed=seed)
     names = sample_columns(layers, tokens)
     e = estimates(full, half, cv, names)
@@ -432,7 +465,7 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
     names = sample_columns(layers, tokens)
     free = range(1, layers)
     kw = dict(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    sf, sh, sc = _replicates(list(scan), **kw, log2_outer=scan_rule[0],
+    sf, sh, sc = replicate_samples(list(scan), **kw, log2_outer=scan_rule[0],
                              log2_inner=scan_rule[1], replicates=scan_rule[2], seed=seed + 7919)
     rs = estimates(sf, sh, sc, names)["value"]
     tick(1, 1 + layers - 1, "sequential (branch QMC): scan")
@@ -451,7 +484,7 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
             qs = [-math.expm1(x) for x in xs]
             require(all(0 < x < 1 for x in qs), "scan", "brackets whose points stay in (0, 1)",
                     qs)
-            full, half, cv = _replicates(qs, **kw, log2_outer=lo, log2_inner=li,
+            full, half, cv = replicate_samples(qs, **kw, log2_outer=lo, log2_inner=li,
                                          replicates=R, seed=seed)
             e = estimates(full, half, cv, names)
             rv = e["value"][:, names.index(f"r{l}")]
@@ -490,8 +523,8 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
         j = int(np.argmin([abs(x - xr) for x in xs]))
         checks = {k: (float(e["value"][j, names.index(k)]),
                       float(e["t"] * e["se"][j, names.index(k)] + e["bias"][j, names.index(k)]))
-                  for k in (*(f"trace{k}" for k in free), "nishimori",
-                            *(f"g{b}" for b in range(tokens)))}
+                  for k in (*(f"trace{k}" for k in free), f"nishimori{layers}",
+                            *(f"g{layers}_{b}" for b in range(tokens)))}
         out.append({
             "layer": l, "kind": "sequential", "value": float(a), "error": float(err),
             f"q{layers}": float(q_star), f"q{layers}_error": float(q_err),

@@ -92,6 +92,23 @@ def test_unsupported_inputs_are_refused(kw):
         bq.branch_stats_qmc(0.5, **kw)
 
 
+@pytest.mark.parametrize("learned", [(1, 2), (2, 1, 3), (0, 3), [3.0], ()])
+def test_learned_sets_without_the_last_layer_are_refused(learned):
+    with pytest.raises(InputError, match="learned"):
+        bq.check(layers=3, tokens=2, skip=1.0, beta=1.0, learned=learned)
+
+
+def test_last_layer_branch_is_the_learned_set_of_the_last_layer():
+    # learned = (L,) is the default branch: the same columns and the same numbers
+    kw = dict(layers=3, tokens=2, skip=1.0, beta=1.0, log2_outer=7, log2_inner=8,
+              replicates=4, seed=1)
+    a = bq.replicate_samples([0.97], **kw)
+    b = bq.replicate_samples([(0.97,)], **kw, learned=(3,))
+    assert bq.sample_columns(3, 2) == bq.sample_columns(3, 2, (3,))
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
 @pytest.mark.parametrize("q", [0.0, 1.0, -0.2, float("nan")])
 def test_overlap_outside_the_unit_interval_is_refused(q):
     with pytest.raises(InputError, match="q2"):
@@ -121,8 +138,9 @@ def test_identities_on_the_branch(layers, tokens):
         e = st[f"trace{l}"]
         assert abs(e["value"] - tokens) <= e["error"] and e["error"] < 0.05 * tokens
     for a in range(tokens):
-        assert abs(st[f"g{a}"]["value"]) <= st[f"g{a}"]["error"]
-    nis, K = st["nishimori"], st[f"K{layers}"]
+        g = st[f"g{layers}_{a}"]
+        assert abs(g["value"]) <= g["error"]
+    nis, K = st[f"nishimori{layers}"], st[f"K{layers}"]
     assert abs(nis["value"]) <= nis["error"] and nis["error"] < 0.1 * K["value"]
     # teacher-paired and U-statistic forms share their mean
     for k in (*(f"mu{l}" for l in range(1, layers)), f"K{layers}"):

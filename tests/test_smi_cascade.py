@@ -8,77 +8,79 @@ import pytest
 from aim_sym.numerics import smi_branch_qmc as bq
 from aim_sym.numerics import smi_cascade as sc
 from aim_sym.numerics.records import ConvergenceError, InputError
+from test_smi_branch_qmc import _adjugate, _forward
 
 SEQ2_LATTICE = (1.1358, 0.0044)   # layer 2 on the layer-3 branch, L = 3 (numerics.smi_sequential)
+CASC_L3 = (1.1258, 0.0060)        # L = 3 cascade, 32 x 2^12 x 2^14, seed 2 (docs/smi_cascade.md)
+SEQ_L4 = {2: (1.434, 0.022), 3: (2.069, 0.033)}   # layers 2, 3 on the layer-4 branch (branch QMC)
 CHEAP = dict(log2_outer=10, log2_inner=12, replicates=8)
 
 
 # ----------------------------------------------------------------------------- plain Monte Carlo
-def _attention(h, *, skip, beta):
-    """``softmax_rows(beta h h^T) + c I`` for rows ``h`` (..., 2) (THEORY 2.1)."""
-    s = beta * h[..., :, None] * h[..., None, :]
-    e = np.exp(s - s.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True) + skip * np.eye(2)
-
-
-def _mat(z1, z2, *, skip, beta):
-    """``Mat = A_2 A_1`` for rows ``z_1, z_2`` (..., 2): ``A_1 = A(z_1)``, ``A_2 = A(A_1 z_2)``."""
-    a1 = _attention(z1, skip=skip, beta=beta)
-    h2 = np.einsum("...ab,...b->...a", a1, z2)
-    return _attention(h2, skip=skip, beta=beta) @ a1
-
-
-def plain_cascade_mc(q1s, q3, *, samples, inner, seed, skip=1.0, beta=1.0):
-    """Seeded plain Monte Carlo on Q = diag(q1, 0, q3) for each ``q1`` in ``q1s``, independent
-    of the kernel: teacher z ~ N(0, I) (3 rows, 2 tokens), omega_l = q_l z_l + sqrt(q_l V_l)
-    xi_l; per teacher its own iid draws z_1 ~ N(omega_1, V1 I) at the first ``q1`` (the z_1
-    factor sampled; the other ``q1`` reweight the same draws by the ratio of their z_1 factors,
-    common random numbers) and z_2 ~ N(0, I), weighted by N(s Mat^{-1} h; omega_3, V3 I) /
-    det Mat (both signs, 2 x 2 inverse written out), cut into two independent halves: per sample
-    <C_a - I, C_b - I>_F of z_2 and g_a . g_b of layers 1 and 3 (no variance bias; ratio bias
-    O(1 / inner)).  Returns (len(q1s), samples, 3): mu2, K1, K3."""
+def plain_cascade_mc(points, *, samples, inner, seed, layers=3, learned=(1, 3), skip=1.0,
+                     beta=1.0):
+    """Seeded plain Monte Carlo on the joint branch of the ``learned`` layers (M = 2) at each
+    point of ``points`` (the learned layers' overlaps; q_L common to all), independent of the
+    kernel: teacher z ~ N(0, I) (L rows), omega_l = q_l z_l + sqrt(q_l V_l) xi_l; per teacher its
+    own iid draws of the free rows, each learned one from its factor N(omega_l, V_l I) at the
+    first point (the other points reweight the same draws by the ratio of their factors, common
+    random numbers), the others from N(0, I), weighted by N(s Mat^{-1} h; omega_L, V_L I) /
+    det Mat (both signs, adjugate written out), cut into two independent halves: per sample
+    <C_a - I, C_b - I>_F of every unlearned row and g_a . g_b of every learned layer (no variance
+    bias; ratio bias O(1 / inner)).  Returns (len(points), samples, k): mu_k (unlearned k), then
+    K_l (learned l)."""
     rng = np.random.default_rng(seed)
-    v3 = 1.0 - q3
+    m, L = 2, layers
+    seen = [l for l in learned if l < L]
+    unl = [k for k in range(1, L) if k not in learned]
+    q_last = points[0][-1]
+    assert all(p[-1] == q_last for p in points)
+    v_last = 1.0 - q_last
     out = []
     step = max(1, 200_000 // inner)
     for s0 in range(0, samples, step):
         n = min(step, samples - s0)
-        z = rng.standard_normal((n, 3, 2))
-        xi1, xi3 = rng.standard_normal((n, 2)), rng.standard_normal((n, 2))
-        mt = _mat(z[:, 0], z[:, 1], skip=skip, beta=beta)
-        h = np.einsum("nab,nb->na", mt, z[:, 2])
-        om3 = q3 * z[:, 2] + math.sqrt(q3 * v3) * xi3
-        oms = [q * z[:, 0] + math.sqrt(q * (1 - q)) * xi1 for q in q1s]
-        z1 = oms[0][:, None] + math.sqrt(1 - q1s[0]) * rng.standard_normal((n, inner, 2))
-        z2 = rng.standard_normal((n, inner, 2))
-        m = _mat(z1, z2, skip=skip, beta=beta)
-        det = m[..., 0, 0] * m[..., 1, 1] - m[..., 0, 1] * m[..., 1, 0]
-        hb = h[:, None]
-        u = np.stack([m[..., 1, 1] * hb[..., 0] - m[..., 0, 1] * hb[..., 1],
-                      -m[..., 1, 0] * hb[..., 0] + m[..., 0, 0] * hb[..., 1]], -1) / det[..., None]
-        lp = -((u - om3[:, None]) ** 2).sum(-1) / (2 * v3) - np.log(det)
-        lm = -((u + om3[:, None]) ** 2).sum(-1) / (2 * v3) - np.log(det)
+        z = rng.standard_normal((n, L, m))
+        xi = rng.standard_normal((n, len(learned), m))
+        _, h = _forward(z[:, :-1], z[:, -1], skip=skip, beta=beta)
+        oms = [[q * z[:, l - 1] + math.sqrt(q * (1 - q)) * xi[:, i]
+                for i, (l, q) in enumerate(zip(learned, p, strict=True))] for p in points]
+        zf = rng.standard_normal((n, inner, L - 1, m))
+        for i, l in enumerate(seen):
+            zf[:, :, l - 1] = oms[0][i][:, None] + math.sqrt(1 - points[0][i]) * zf[:, :, l - 1]
+        mat, _ = _forward(zf, None, skip=skip, beta=beta)
+        adj, det = _adjugate(mat)
+        u = np.einsum("niab,nb->nia", adj, h) / det[..., None]
+        om_last = oms[0][-1][:, None]
+        lp = -((u - om_last) ** 2).sum(-1) / (2 * v_last) - np.log(det)
+        lm = -((u + om_last) ** 2).sum(-1) / (2 * v_last) - np.log(det)
 
-        def log_factor(q, om, z1=z1):
-            return -((z1 - om[:, None]) ** 2).sum(-1) / (2 * (1 - q)) - math.log(1 - q)
+        def log_factor(q, om, zl):
+            return -((zl - om[:, None]) ** 2).sum(-1) / (2 * (1 - q)) - math.log(1 - q)
 
         rows = []
-        for q, om1 in zip(q1s, oms, strict=True):
-            corr = log_factor(q, om1) - log_factor(q1s[0], oms[0])
+        for p, om in zip(points, oms, strict=True):
+            corr = sum(log_factor(p[i], om[i], zf[:, :, l - 1])
+                       - log_factor(points[0][i], oms[0][i], zf[:, :, l - 1])
+                       for i, l in enumerate(seen))
             top = np.maximum((lp + corr).max(1), (lm + corr).max(1))[:, None]
             wp, wm = np.exp(lp + corr - top), np.exp(lm + corr - top)
             res = []
             for part in (slice(0, inner // 2), slice(inner // 2, inner)):
                 w, d = (wp + wm)[:, part], (wp - wm)[:, part]
                 zn = w.sum(1)[:, None]
-                c2 = np.einsum("nia,nib->nab", z2[:, part] * w[..., None], z2[:, part])
-                c2 = c2 / zn[..., None] - np.eye(2)
-                g1 = ((w[..., None] * z1[:, part]).sum(1) / zn - om1) / (1 - q)
-                g3 = ((d[..., None] * u[:, part]).sum(1) / zn - om3) / v3
-                res.append((c2, g1, g3))
-            (ca, g1a, g3a), (cb, g1b, g3b) = res
-            rows.append(np.column_stack([(ca * cb).sum((1, 2)), (g1a * g1b).sum(1),
-                                         (g3a * g3b).sum(1)]))
+                zp = zf[:, part]
+                cs = [np.einsum("nia,nib->nab", zp[:, :, k - 1] * w[..., None], zp[:, :, k - 1])
+                      / zn[..., None] - np.eye(m) for k in unl]
+                gs = [((w[..., None] * zp[:, :, l - 1]).sum(1) / zn - om[i]) / (1 - p[i])
+                      for i, l in enumerate(seen)]
+                gs.append(((d[..., None] * u[:, part]).sum(1) / zn - om[-1]) / v_last)
+                res.append((cs, gs))
+            (ca, ga), (cb, gb) = res
+            rows.append(np.column_stack([*((x * y).sum((1, 2)) for x, y in zip(ca, cb,
+                                                                                 strict=True)),
+                                         *((x * y).sum(1) for x, y in zip(ga, gb,
+                                                                           strict=True))]))
         out.append(np.array(rows))
     return np.concatenate(out, 1)
 
@@ -103,17 +105,37 @@ def test_unsupported_parameters_are_refused(kw, name):
         sc.cascade_stats(0.2, 0.98, **{**CHEAP, **kw})
 
 
-@pytest.mark.parametrize("kw,name", [(dict(step1=0.2), "step1"), (dict(step3=5.0), "step3"),
-                                     (dict(center=(0.1,)), "center")])
-def test_threshold_grid_options_are_checked(kw, name):
+@pytest.mark.parametrize("kw,name", [(dict(steps=(0.2, 0.2)), "steps"),
+                                     (dict(steps=(0.06, 5.0)), "steps"),
+                                     (dict(center=(0.1,)), "center"),
+                                     (dict(layer=1), "layer"), (dict(layer=3), "layer"),
+                                     (dict(layers=4, learned=(1, 4), layer=4), "layer"),
+                                     (dict(layers=4, learned=(1, 3)), "learned"),
+                                     (dict(layers=4, learned=(4,)), "learned"),
+                                     (dict(layers=4, learned=(1, 2, 3, 4)), "learned"),
+                                     (dict(layers=4, learned=(4, 1)), "learned"),
+                                     (dict(layers=2, learned=(1, 2)), "layers"),
+                                     (dict(layers=5, learned=(1, 5)), "layers")])
+def test_threshold_options_are_checked(kw, name):
+    # the learned set must contain the last layer and leave one layer unlearned; L in {3, 4}
     with pytest.raises(InputError, match=name):
         sc.cascade_threshold(**{**CHEAP, **kw})
+
+
+@pytest.mark.parametrize("qs,kw,name", [((0.2,), {}, "q"), ((0.2, 0.3, 0.98), {}, "q"),
+                                        ((0.2, 0.3, 0.0), dict(layers=4, learned=(1, 2, 4)),
+                                         "q4"),
+                                        ((0.2, 0.98), dict(layers=4, learned=(2, 3)),
+                                         "learned")])
+def test_overlaps_per_learned_layer(qs, kw, name):
+    with pytest.raises(InputError, match=name):
+        sc.cascade_stats(*qs, **kw, **CHEAP)
 
 
 def test_root_outside_the_grid_raises_convergence_error():
     # at q3 near 0.9 mu2 < a3 everywhere (layer 2 stable, far from its threshold)
     with pytest.raises(ConvergenceError, match="outside"):
-        sc.cascade_threshold(center=(0.3, 0.9), step1=0.1, step3=0.1, log2_outer=8,
+        sc.cascade_threshold(center=(0.3, 0.9), steps=(0.1, 0.1), log2_outer=8,
                              log2_inner=10, replicates=4)
 
 
@@ -148,7 +170,7 @@ def test_identities_on_the_joint_branch():
 def test_plain_monte_carlo_agrees_with_the_kernel():
     # independent route: z_1 sampled from its factor per teacher, iid inner draws
     q1, q3 = 0.3, 0.985
-    (mc,) = plain_cascade_mc((q1,), q3, samples=3000, inner=512, seed=11)
+    (mc,) = plain_cascade_mc([(q1, q3)], samples=3000, inner=512, seed=11)
     st = sc.cascade_stats(q1, q3, **CHEAP, seed=11)
     for j, k in enumerate(("mu2", "K1", "K3")):
         m, se = _mean_se(mc[:, j])
@@ -168,6 +190,8 @@ def test_cascade_threshold_cheap_rule(cheap):
     assert abs(r["sequential"] - SEQ2_LATTICE[0]) <= r["sequential_error"] + SEQ2_LATTICE[1]
     assert 0.06 <= r["q1"] <= 0.18 and 0.9835 <= r["q3"] <= 0.989
     assert r["error"] < 0.05 and r["shift_error"] < r["error"]
+    # the generic joint-branch path reproduces the L = 3 cascade of the production rule
+    assert abs(r["value"] - CASC_L3[0]) <= r["error"] + CASC_L3[1]
     # the 2-D SE fixed point q_l = alpha K_l / (1 + alpha K_l) at alpha_casc is the root, where
     # alpha mu2 = 1; below it layer 2 is stable (alpha mu2 < 1), above unstable
     at = {round(b["alpha"] - r["value"], 6): b for b in r["branch"]}
@@ -187,11 +211,96 @@ def test_cascade_threshold_cheap_rule(cheap):
 
 def test_grid_moves_to_the_root(cheap):
     # started two steps away in q1, the grid is moved once and brackets the same root
-    r = sc.cascade_threshold(center=(0.3, 0.9865), **CHEAP, seed=2)
+    r = sc.cascade_threshold(center=(0.3, 0.9865), log2_outer=9, log2_inner=11, replicates=8,
+                             seed=2)
     assert r["center"][0] < 0.3
     ref = cheap
     assert abs(r["value"] - ref["value"]) <= r["error"] + ref["error"]
     assert abs(r["q1"] - ref["q1"]) <= r["q1_error"] + ref["q1_error"]
+
+
+# ----------------------------------------------------------------------------- depth 4
+@pytest.mark.parametrize("learned,qs,li", [((1, 4), (0.2, 0.988), 12),
+                                           ((1, 2, 4), (0.6, 0.4, 0.995), 14)])
+def test_identities_at_depth_4(learned, qs, li):
+    # E tr C_l = M (Nishimori), E g_l = 0 (sign symmetry), the Nishimori form of every K_l; two
+    # learned free rows (posteriors of width sqrt(V_l) under prior nodes) need more inner nodes.
+    # Coverage of these 99% bars at (1, 4), 20 seeds x 9 checks: 178 of 180 inside
+    st = sc.cascade_stats(*qs, layers=4, learned=learned, log2_outer=10, log2_inner=li,
+                          replicates=8, seed=0)
+    for l in (1, 2, 3):
+        e = st[f"trace{l}"]
+        assert abs(e["value"] - 2.0) <= e["error"] < 0.1
+    for l in learned:
+        nis, K = st[f"nishimori{l}"], st[f"K{l}"]
+        assert abs(nis["value"]) <= nis["error"] < 0.25 * K["value"]
+        for a in (0, 1):
+            assert abs(st[f"g{l}_{a}"]["value"]) <= st[f"g{l}_{a}"]["error"]
+        assert st[f"a{l}"]["value"] == pytest.approx((1 - qs[learned.index(l)])
+                                                     / qs[learned.index(l)] * K["value"])
+
+
+def test_q1_zero_is_the_layer4_branch_kernel():
+    # at L = 4 with q1 = 0 the joint branch of layers 1 and 4 is the last layer's (independent
+    # points): mu_2, mu_3 and K_4 agree within the two bars; K_1 vanishes
+    q4 = 0.988
+    a = sc.cascade_stats(0.0, q4, layers=4, learned=(1, 4), **CHEAP, seed=1)
+    b = bq.branch_stats_qmc(q4, layers=4, **CHEAP, seed=2)
+    for k in ("mu2", "mu3", "K4", "trace1"):
+        assert abs(a[k]["value"] - b[k]["value"]) <= a[k]["error"] + b[k]["error"], k
+    assert abs(a["K1"]["value"]) <= a["K1"]["error"] < 0.02
+
+
+def test_plain_monte_carlo_agrees_with_the_kernel_l4():
+    # independent route at L = 4 on the joint branch of layers 1 and 4 near the cascade root
+    q1, q4 = 0.17, 0.988
+    (mc,) = plain_cascade_mc([(q1, q4)], layers=4, learned=(1, 4), samples=1500, inner=512,
+                             seed=13)
+    st = sc.cascade_stats(q1, q4, layers=4, learned=(1, 4), **CHEAP, seed=13)
+    for j, k in enumerate(("mu2", "mu3", "K1", "K4")):
+        m, se = _mean_se(mc[:, j])
+        assert abs(m - st[k]["value"]) <= 3.5 * se + st[k]["error"], k
+        assert se < 0.15 * m
+
+
+@pytest.mark.slow
+def test_l4_cascade_layer2_first_and_plain_monte_carlo_at_its_root():
+    """L = 4, layers 4 and 1 learned: layer 2's cascade threshold lies below its layer-4-branch
+    value's upper end, layer 3 is stable there (alpha mu_3 < 1 by more than its bar), and at
+    the root the plain Monte Carlo has mu_2 = a_1 = a_4 = 1 / alpha_casc, alpha mu_3 < 1."""
+    r = sc.cascade_threshold(layers=4, learned=(1, 4), log2_outer=11, log2_inner=13,
+                             replicates=8, seed=3)
+    alpha = r["value"]
+    assert r["layer"] == 2 and r["error"] < 0.06
+    assert abs(r["sequential"] - SEQ_L4[2][0]) <= r["sequential_error"] + SEQ_L4[2][1]
+    st3 = r["stability"][3]
+    assert st3["eigenvalue"] + st3["error"] < 1.0
+    q1, q4 = r["q1"], r["q4"]
+    # the plain Monte Carlo's a_4 carries a ratio bias of about +0.03 at 1024 draws (V_4 ~ 0.012;
+    # docs/smi_cascade.md): 4096 draws per teacher
+    (mc,) = plain_cascade_mc([(q1, q4)], layers=4, learned=(1, 4), samples=3000, inner=4096,
+                             seed=29)
+    q = np.array(r["points"][:9])
+    s4 = abs((r["a4"][3] - r["a4"][5]) / (q[3, 1] - q[5, 1]))
+    s1 = abs((r["a1"][1] - r["a1"][7]) / (q[1, 0] - q[7, 0]))
+    for x, slope in ((mc[:, 0], 0.0), ((1 - q1) / q1 * mc[:, 2], s1 * r["q1_error"]),
+                     ((1 - q4) / q4 * mc[:, 3], s4 * r["q4_error"])):
+        m, se = _mean_se(x)
+        assert abs(m - 1 / alpha) <= 3.5 * se + r["error"] / alpha**2 + slope
+    m, se = _mean_se(mc[:, 1])
+    assert alpha * (m + 3.5 * se) < 1.0
+
+
+@pytest.mark.slow
+def test_l4_next_step_layer3_on_the_branch_of_layers_1_2_4():
+    """L = 4, layers 4, 1, 2 learned: layer 3's cascade threshold, above layer 2's and below
+    its layer-4-branch value; the reference (q2 = 0) is layer 3 on the branch of 1 and 4."""
+    r = sc.cascade_threshold(layers=4, learned=(1, 2, 4), log2_outer=10, log2_inner=14,
+                             replicates=8, seed=1)
+    assert r["layer"] == 3 and r["sequential_branch"] == [1, 4]
+    assert 1.5 < r["value"] - r["error"] and r["value"] + r["error"] < SEQ_L4[3][0]
+    for k, (v, e) in r["checks"].items():
+        assert abs(v - (2.0 if k.startswith("trace") else 0.0)) <= e, k
 
 
 @pytest.mark.slow
@@ -199,7 +308,7 @@ def test_plain_monte_carlo_confirms_the_cascade_root():
     # at the kernel's root (q1*, q3*) the plain Monte Carlo has a1 = a3 = mu2 = 1 / alpha_casc
     r = sc.cascade_threshold(log2_outer=11, log2_inner=13, replicates=8, seed=5)
     q1, q3, alpha = r["q1"], r["q3"], r["value"]
-    (mc,) = plain_cascade_mc((q1,), q3, samples=16000, inner=1024, seed=23)
+    (mc,) = plain_cascade_mc([(q1, q3)], samples=16000, inner=1024, seed=23)
     a1 = (1 - q1) / q1 * mc[:, 1]
     a3 = (1 - q3) / q3 * mc[:, 2]
     m, se = _mean_se(mc[:, 0])
@@ -236,7 +345,7 @@ def test_plain_monte_carlo_sees_layer1_raise_layer2_residual():
     f3 = (1 - q3) / q3
     d, se = [], []
     for order in ((q1, 0.0), (0.0, q1)):
-        a, b = plain_cascade_mc(order, q3, samples=24000, inner=2048, seed=7)
+        a, b = plain_cascade_mc([(q, q3) for q in order], samples=24000, inner=2048, seed=7)
         if order[0] == 0.0:
             a, b = b, a
         m, s = _mean_se((a[:, 0] - b[:, 0]) - f3 * (a[:, 2] - b[:, 2]))
@@ -247,8 +356,9 @@ def test_plain_monte_carlo_sees_layer1_raise_layer2_residual():
     # the kernel's difference at the same points (common random numbers): per-replicate
     # differences, and the ratio bias of the difference measured as whole vs halves
     pts = [(q1, q3), (0.0, q3)]
-    full, half, cv = sc._replicates(pts, skip=1.0, beta=1.0, log2_outer=11, log2_inner=13,
-                                    replicates=16, seed=41)
+    full, half, cv = bq.replicate_samples(pts, layers=3, tokens=2, skip=1.0, beta=1.0,
+                                          log2_outer=11, log2_inner=13, replicates=16, seed=41,
+                                          learned=(1, 3))
     e = bq.estimates(full, half, cv, sc.columns())
     n = sc.columns()
 
