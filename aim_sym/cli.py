@@ -290,13 +290,26 @@ def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> Non
         + [o["note"]]))
 
 
-def _smi_cascade_cli(kind: str, kw: dict, **flags) -> None:
-    """``threshold weak --model smi --layers 3 --cascade``: layer 2's cascade threshold
-    (aim_sym.thresholds.smi_cascade)."""
+def _learned_option(text: str, layers: int) -> tuple[int, ...]:
+    """``--learned 1,4``: increasing layer indices ending with the last layer."""
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        vals = ()
+    if not vals or vals[-1] != layers or list(vals) != sorted(set(vals)) or vals[0] < 1:
+        fail("--learned", f"increasing layer indices in 1..{layers} ending with {layers}, "
+             "comma-separated (e.g. 1,4)", text)
+    return vals
+
+
+def _smi_cascade_cli(kind: str, kw: dict, learned: str | None, **flags) -> None:
+    """``threshold weak --model smi --layers 3|4 --cascade [--learned 1,4]``: the next layer's
+    cascade threshold on a joint branch (aim_sym.thresholds.smi_cascade; docs/smi_cascade.md)."""
     from .thresholds import smi_cascade
 
-    if kw["model"] != "smi" or (kw.get("layers") or 2) != 3 or kw["tokens"] != 2:
-        fail("--cascade", "used with --model smi --layers 3 --tokens 2", True)
+    layers = kw.get("layers") or 2
+    if kw["model"] != "smi" or layers not in (3, 4) or kw["tokens"] != 2:
+        fail("--cascade", "used with --model smi --layers 3 or 4 --tokens 2", True)
     if kind != "weak":
         fail("KIND", "weak with --cascade", kind)
     for opt, value in flags.items():
@@ -308,20 +321,38 @@ def _smi_cascade_cli(kind: str, kw: dict, **flags) -> None:
     skip = 1.0 if kw.get("skip") is None else kw["skip"]
     beta = 1.0 if kw.get("beta") is None else kw["beta"]
     from .numerics import smi_branch_qmc
+    from .numerics import smi_cascade as sc
 
-    _dashed(smi_branch_qmc.check, layers=3, tokens=2, skip=skip, beta=beta)
-    progress_printer(0, 1, "L = 3 cascade: joint branch of layers 3 and 1 (QMC grid)")
-    r = smi_cascade(skip=skip, beta=beta)
+    sets = [k[1] for k in sc.DEFAULTS if k[0] == layers]
+    chosen = sets[0] if learned is None else _learned_option(learned, layers)
+    if chosen not in sets:
+        fail("--learned", "one of " + ", ".join(",".join(map(str, s)) for s in sets)
+             + f" at --layers {layers}", learned)
+    _dashed(smi_branch_qmc.check, layers=layers, tokens=2, skip=skip, beta=beta, learned=chosen)
+    names = ", ".join(map(str, chosen))
+    progress_printer(0, 1, f"L = {layers} cascade: joint branch of layers {names} (QMC grid)")
+    r = smi_cascade(layers=layers, learned=chosen, skip=skip, beta=beta)
     progress_printer(1, 1, "done")
+    d = r.details
     out = {**r.parameters, "threshold": r.quantity, "value": r.value, "error": r.error,
-           "method": r.method, **r.details,
-           "note": "layer 2's stability on the joint branch Q = diag(q1, 0, q3); 'sequential' is "
-                   "layer 2 on the layer-3-only branch from the same points (docs/smi_depth.md)"}
-    emit(out, kw["as_json"], lambda o: (
-        f"SMI deep attention L=3 M=2 skip={skip} beta={beta}: cascade (layer 2 once layers 3 "
-        f"and 1 are learned) alpha = {o['value']:.6g} +- {o['error']:.1e} at q1 = {o['q1']:.4g}, "
-        f"q3 = {o['q3']:.6g}\n  layer-3-only branch, same points: {o['sequential']:.6g} +- "
-        f"{o['sequential_error']:.1e}; shift {o['shift']:+.4g} +- {o['shift_error']:.1e}"))
+           "method": r.method, **d,
+           "note": f"layer {d['layer']}'s stability on the joint branch of layers {names}; "
+                   "'sequential' is the same layer on the branch without the newest learned "
+                   "layer, from the same points (docs/smi_cascade.md)"}
+
+    def text(o: dict) -> str:
+        qs = ", ".join(f"q{l} = {o[f'q{l}']:.6g}" for l in o["learned"])
+        lines = [f"SMI deep attention L={layers} M=2 skip={skip} beta={beta}: cascade (layer "
+                 f"{o['layer']} once layers {names} are learned) alpha = {o['value']:.6g} +- "
+                 f"{o['error']:.1e} at {qs}",
+                 f"  branch of layers {', '.join(map(str, o['sequential_branch']))}, same "
+                 f"points: {o['sequential']:.6g} +- {o['sequential_error']:.1e}; shift "
+                 f"{o['shift']:+.4g} +- {o['shift_error']:.1e}"]
+        lines += [f"  layer {j}: alpha mu = {s['eigenvalue']:.4g} +- {s['error']:.1e} at the "
+                  "root" for j, s in o["stability"].items() if int(j) != o["layer"]]
+        return "\n".join(lines)
+
+    emit(out, kw["as_json"], text)
 
 
 def _smi_branch_se(kw: dict, alpha: float) -> None:
@@ -585,18 +616,23 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
 @click.option("--certified", is_flag=True, help="aim: a guaranteed interval by ball "
               "arithmetic (python-flint)")
 @click.option("--no-sequential", is_flag=True, help="smi: weak thresholds only")
-@click.option("--cascade", is_flag=True, help="smi --layers 3: layer 2's threshold once layers "
-              "3 and 1 are both learned (~2-4 min)")
+@click.option("--cascade", is_flag=True, help="smi --layers 3 or 4: the next layer's threshold "
+              "on a joint branch (default: layers 1 and L learned; ~2-6 min)")
+@click.option("--learned", default=None, help="smi --cascade: the learned layers, e.g. 1,4 or "
+              "1,2,4 at --layers 4 (1,3 at --layers 3)")
 @click.option("--direct", is_flag=True, help="erm perfect: the direct (element-wise, "
               "Frobenius) parameterisation instead of the factorised one")
-def threshold(kind, small_width, digits, certified, no_sequential, cascade, direct, **kw):
+def threshold(kind, small_width, digits, certified, no_sequential, cascade, learned, direct,
+              **kw):
     """Weak-recovery or perfect-recovery threshold (closed form where it exists); for
     --model erm the interpolation or perfect-recovery threshold (THEORY 3)."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     if cascade:
-        _smi_cascade_cli(kind, kw, no_sequential=no_sequential, digits=digits,
+        _smi_cascade_cli(kind, kw, learned, no_sequential=no_sequential, digits=digits,
                          certified=certified, small_width=small_width, direct=direct)
         return
+    if learned is not None:
+        fail("--learned", "used with --cascade", learned)
     if model == "aim" and kw.get("layers") == 2:
         if kw.get("design") is not None:
             fail("--design", "omitted for threshold --model aim --layers 2 (the small-width "

@@ -310,22 +310,26 @@ def smi_depth_sequential(*, layers: int, tokens: int = 2, skip: float = 1.0, bet
         for r in rows), params)
 
 
-def smi_cascade(*, skip: float = 1.0, beta: float = 1.0):
-    """Layer 2's cascade threshold of deep tied attention at L = 3, M = 2 (THEORY 2.2;
-    docs/smi_depth.md, "The L = 3 cascade"): the alpha at which Q_22 = 0 becomes unstable on
-    the joint branch Q = diag(q1, 0, q3), layers 3 and 1 learned, by
-    :mod:`aim_sym.numerics.smi_cascade` (model-sampled QMC, about 2-4 minutes). A Result
-    "alpha_cascade"; details q1, q3 with errors, the layer-3-only sequential value from the
-    same points and the shift alpha_cascade - alpha_sequential with its error. Validated at
-    c = 1, beta = 1."""
+def smi_cascade(*, layers: int = 3, learned: tuple[int, ...] | None = None, skip: float = 1.0,
+                beta: float = 1.0):
+    """A cascade threshold of deep tied attention, M = 2 (THEORY 2.2; docs/smi_cascade.md): the
+    alpha at which the next unlearned layer becomes unstable on the joint branch of the
+    ``learned`` layers (increasing, ending with ``layers``; default (1, 3) at L = 3, (1, 4) at
+    L = 4; (1, 2, 4) gives layer 3's), by :mod:`aim_sym.numerics.smi_cascade` (model-sampled
+    QMC, about 2-6 minutes). A Result "alpha_cascade"; details: the learned overlaps q_l with
+    errors, every other unlearned layer's eigenvalue alpha mu_j at the root (``stability``), the
+    previous branch's value from the same points (``sequential``, ``sequential_branch``) and the
+    shift. Validated at c = 1, beta = 1."""
     from .numerics import smi_cascade as sc
     from .results import Result
 
-    r = sc.cascade_threshold(skip=skip, beta=beta)
-    keys = ("q1", "q1_error", "q3", "q3_error", "sequential", "sequential_error", "shift",
+    r = sc.cascade_threshold(layers=layers, learned=learned, skip=skip, beta=beta)
+    keys = ("layer", "learned", *(f"q{l}{e}" for l in r["learned"] for e in ("", "_error")),
+            "stability", "sequential", "sequential_error", "sequential_branch", "shift",
             "shift_error", "stat_error", "ratio_bias", "interpolation", "seconds")
     return Result(quantity="alpha_cascade", value=r["value"], error=r["error"],
                   method=r["method"], precision=None,
-                  parameters={"model": "smi", "channel": "deep-attention", "layers": 3,
-                              "tokens": 2, "skip": skip, "beta": beta},
+                  parameters={"model": "smi", "channel": "deep-attention", "layers": layers,
+                              "tokens": 2, "skip": skip, "beta": beta,
+                              "learned": list(r["learned"])},
                   details={k: r[k] for k in keys if k in r})

@@ -268,6 +268,14 @@ CASES = [
     ("cascade-aim", ["threshold", "weak", "--cascade", "--small-width"], "--cascade"),
     ("cascade-skip", ["threshold", "weak", "--model", "smi", "--layers", "3", "--cascade",
                       "--skip", "0.1"], "--skip"),
+    ("cascade-learned-set", ["threshold", "weak", "--model", "smi", "--layers", "4", "--cascade",
+                             "--learned", "2,4"], "--learned"),
+    ("cascade-learned-last", ["threshold", "weak", "--model", "smi", "--layers", "4",
+                              "--cascade", "--learned", "1,3"], "--learned"),
+    ("cascade-learned-alone", ["threshold", "weak", "--model", "smi", "--layers", "4",
+                               "--learned", "1,4"], "--learned"),
+    ("cascade-layers-5", ["threshold", "weak", "--model", "smi", "--layers", "5", "--cascade"],
+     "--cascade"),
 ]
 
 
