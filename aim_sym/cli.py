@@ -515,7 +515,7 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
 @click.option("--method", type=click.Choice(["traced", "per-alpha"]), default="traced",
               show_default=True,
               help="aim: trace alpha(Delta) once for all alphas, or solve each alpha on its own")
-@click.option("--direct", is_flag=True, help="erm --cross-validate: the direct (ridge) "
+@click.option("--direct", is_flag=True, help="erm: the direct (element-wise, ridge penalty) "
               "parameterisation")
 @click.option("--cross-validate", is_flag=True, help="erm T = 2: at each alpha the lambda "
               "minimising the SE test error (replaces --lam; ~1-3 min per alpha)")
@@ -525,8 +525,8 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
     grid = parse_grid(alphas, "--alphas")
     if not np.all(grid >= 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
-    if direct and not cross_validate:
-        fail("--direct", "used with curve --model erm --cross-validate", True)
+    if direct and model != "erm":
+        fail("--direct", "used only with --model erm", True)
     if cross_validate:
         _cross_validate_options(model, kw)
         for opt, value in (("tol", tol), ("method", method)):
@@ -566,7 +566,7 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
             title = (f"ERM kappa0={kw['kappa0']}, Delta={kw['delta'] or 0}, cross-validated "
                      f"lambda ({'direct' if direct else 'factorised'})")
         else:
-            rows = cli_erm.curve_rows(alphas=grid, **opts)
+            rows = cli_erm.curve_rows(alphas=grid, direct=direct, **opts)
             ycols = list(cli_erm.CURVE_COLUMNS)
             title = f"ERM kappa0={kw['kappa0']}, Delta={kw['delta'] or 0}, lambda={kw['lam']}"
     elif model == "smi":
@@ -646,8 +646,6 @@ def threshold(kind, small_width, digits, certified, no_sequential, cascade, lear
                 fail("--" + opt.replace("_", "-"), "used only with --model aim or smi", value)
         if kind not in ("interpolation", "perfect"):
             fail("KIND", "interpolation or perfect for --model erm", kind)
-        if direct and kind != "perfect":
-            fail("--direct", "used only with KIND perfect", True)
         # lambda -> 0+ and the output temperatures do not enter; perfect recovery is noiseless
         unused = ("lam", "beta", "beta0") + (("delta",) if kind == "perfect" else ())
         for name in unused:

@@ -49,7 +49,8 @@ def erm_model(**opts: Any) -> ERM:
 
 @_relabelled
 def se_json(*, alpha: float, direct: bool = False, rule: str = "gh", **opts: Any) -> dict:
-    """``aim-sym se --model erm [--direct] [--output-rule R]``: the six order parameters,
+    """``aim-sym se --model erm [--direct] [--output-rule R]`` (``--direct``: T = 2..6, as the
+    factorised SE): the six order parameters,
     train, test, mse, rank (each with ``*_error``) of the global-minimum fixed point, and every
     fixed point found."""
     m = erm_model(**opts)
@@ -119,11 +120,12 @@ def cross_validated_rows(*, alphas, direct: bool = False, progress=None, **opts:
 
 
 @_relabelled
-def curve_rows(*, alphas, **opts: Any) -> list[dict]:
-    """``aim-sym curve --model erm``: one row per alpha (write with tables.write_csv and plot
-    with plots.plot_curve(rows, CURVE_COLUMNS, ...))."""
+def curve_rows(*, alphas, direct: bool = False, **opts: Any) -> list[dict]:
+    """``aim-sym curve --model erm [--direct]``: one row per alpha (write with
+    tables.write_csv and plot with plots.plot_curve(rows, CURVE_COLUMNS, ...)); ``direct``: the
+    element-wise (ridge) parameterisation, any T the SE takes."""
     m = erm_model(**opts)
-    return [dict(r) for r in m.curve(alphas=list(alphas))]
+    return [dict(r) for r in m.curve(alphas=list(alphas), direct=direct)]
 
 
 @_relabelled

@@ -84,9 +84,6 @@ class ERM:
                               allowed=f">= {LAM_SE_MIN:g} for the state evolution (at lambda = "
                               "1e-4 the quadrature's bar was measured not to cover; the lambda "
                               "-> 0+ limit: numerics.erm_se.interpolator_limit, docs/erm_peak.md)")
-        if direct and self.tokens != 2:
-            raise DomainError(TOKENS_ERM, self.tokens, "tokens",
-                              allowed="2 for the direct parameterisation's state evolution")
         return ERMParams(alpha=alpha, kappa0=self.kappa0, Delta=self.delta, lam=self.lam,
                          beta=self.beta, beta0=self.beta0, tokens=self.tokens)
 
@@ -97,7 +94,8 @@ class ERM:
         q, m, sigma, q_hat, m_hat, sigma_hat, train, test, mse, rank, their ``*_error`` (two
         quadrature orders) and ``global_minimum`` (lowest training loss). ``direct``: the
         element-wise (ridge) parameterisation, penalty (lam/2) d ||S||_F^2 as the authors'
-        ``lreg`` (:mod:`aim_sym.numerics.erm_direct`); rank is then 1. ``rule``: the T = 2
+        ``lreg`` (:mod:`aim_sym.numerics.erm_direct`, any T the factorised SE takes); rank is
+        then 1. ``rule``: the T = 2
         output rule, "gh" (tensor Gauss-Hermite) or "split" (the prox's jumps located on lines,
         bars 3-10x smaller, ~1.5x the time; factorised model only; docs/erm.md)."""
         from .numerics import erm_direct, erm_se
@@ -145,27 +143,30 @@ class ERM:
                    details={"fixed_points": rows, "iterations": best["iterations"]})
             for k in _QUANTITIES), params)
 
-    def curve(self, *, alphas) -> ResultTable:
+    def curve(self, *, alphas, direct: bool = False) -> ResultTable:
         """The global-minimum branch over ``alphas``, each point started from the previous one
-        (and from the default starts where that fails): one row per alpha."""
-        from .numerics import erm_se
+        (and from the default starts where that fails): one row per alpha. ``direct``: the
+        element-wise (ridge) parameterisation (see :meth:`fixed_points`)."""
+        from .numerics import erm_direct, erm_se
 
         grid = check_grid(alphas, ALPHA_ERM, label="alphas")
+        solve = erm_direct.solve if direct else erm_se.solve
         rows = []
         prev = None
         for a in grid:
-            p = self._params(a)
+            p = self._params(a, direct=direct)
             inits = None if prev is None else (
                 (prev.q / p.Q0, prev.m / p.Q0, prev.sigma),)
             try:
-                fps = erm_se.solve(p, inits=inits)
+                fps = solve(p, inits=inits)
             except ConvergenceError:
                 if prev is None:
                     raise
-                fps = erm_se.solve(p)
+                fps = solve(p)
             prev = next(f for f in fps if f.global_minimum)
             rows.append(dict(prev.as_dict(), alpha=a, fixed_points=len(fps)))
-        return ResultTable(tuple(rows), self.parameters())
+        params = self.parameters(direct=True) if direct else self.parameters()
+        return ResultTable(tuple(rows), params)
 
     def optimal_lambda(self, *, alpha: float, direct: bool = False,
                        lam_range: tuple[float, float] = (LAM_SE_MIN, 1.0), tol: float = 0.1,
@@ -214,10 +215,10 @@ class ERM:
             evaluations=[list(e) for e in s.evaluations])
         limit = None
         if direct and alpha < 0.25:
-            limit = erm_crossval.direct_interpolator_limit(
+            limit = erm_direct.interpolator_limit(
                 alpha=alpha, kappa0=self.kappa0, Delta=self.delta, beta=self.beta,
                 beta0=self.beta0)
-            limit = (limit["test"], limit["test_error"])
+            limit = (limit.test, limit.test_error)
         elif not direct and self.delta > 0:
             a_int = erm_thresholds.interpolation_threshold(kappa0=self.kappa0, Delta=self.delta,
                                                            dps=None).value
@@ -309,7 +310,9 @@ class ERM:
     # ------------------------------------------------------------------ thresholds
     def threshold(self, kind: str = "interpolation", *, direct: bool = False,
                   digits: int = 30) -> Result:
-        """``"interpolation"``: alpha_interp (lambda -> 0+, needs delta > 0); ``"perfect"``:
+        """``"interpolation"``: alpha_interp (lambda -> 0+; factorised: needs delta > 0;
+        ``direct``: 1/(T^2 + T - 2), alpha_bar = 1/2, closed form for every kappa0, delta,
+        beta, beta0, :func:`aim_sym.numerics.erm_direct.interpolation_threshold`); ``"perfect"``:
         noiseless perfect recovery, factorised (nuclear norm) or ``direct`` (Frobenius).
         ``value``: alpha as a decimal string; details: alpha_bar = alpha (T^2 + T - 2)/2 and its
         error, the Bayes-optimal alpha_bar for comparison, delta_bar (interpolation)."""
@@ -321,10 +324,18 @@ class ERM:
         bayes = th.perfect_recovery_threshold(kappa0=self.kappa0, tokens=self.tokens,
                                               kind="bayes", dps=digits)
         details: dict = {"kind": kind, "alpha_bar_bayes": _s(bayes.extra["alpha_bar"], digits)}
+        if kind == "interpolation" and direct:
+            fac = (self.tokens * self.tokens + self.tokens - 2) // 2
+            with mpmath.workdps(digits + 5):
+                value = mpmath.mpf(1) / (2 * fac)
+            details.update(alpha_bar=_s(value * fac, digits), alpha_bar_error=0.0)
+            return Result(
+                quantity="alpha_interp", value=_s(value, digits), error=0.0,
+                method="direct (ridge) ERM SE as lambda -> 0+: the minimum-Frobenius-norm "
+                "interpolator exists for 2 alpha_bar < 1, alpha = 1/(T^2 + T - 2) (closed form, "
+                "numerics.erm_direct)", precision=digits,
+                parameters=self.parameters(direct=True), details=details)
         if kind == "interpolation":
-            if direct:
-                raise InputError("direct must be False for the interpolation threshold (the "
-                                 "direct parameterisation's SE is not implemented); got True")
             if self.delta <= 0:
                 raise DomainError(NOISE, self.delta, "delta", allowed="> 0 for the "
                                   "interpolation threshold (Delta -> 0+: alpha_bar -> "

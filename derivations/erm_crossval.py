@@ -161,7 +161,7 @@ def _figure(rows: list[dict], ref: dict, plot: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from aim_sym.numerics import erm_crossval, erm_se, erm_thresholds
+    from aim_sym.numerics import erm_direct, erm_se, erm_thresholds
 
     colours = {"factorised": "C0", "direct": "C3"}
     # the lambda -> 0+ limits (minimum-norm interpolators) where the models interpolate
@@ -170,8 +170,7 @@ def _figure(rows: list[dict], ref: dict, plot: Path) -> None:
     limits = {
         "factorised": [(a, erm_se.interpolator_limit(alpha=a, kappa0=KAPPA0, Delta=DELTA).test)
                        for a in np.linspace(0.02, a_int, 24)],
-        "direct": [(a, erm_crossval.direct_interpolator_limit(alpha=a, kappa0=KAPPA0,
-                                                              Delta=DELTA)["test"])
+        "direct": [(a, erm_direct.interpolator_limit(alpha=a, kappa0=KAPPA0, Delta=DELTA).test)
                    for a in np.linspace(0.02, 0.245, 24)]}
     labels = {"factorised": "factorised (nuclear norm, L1)", "direct": "direct (ridge, L2)"}
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))

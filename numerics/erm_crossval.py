@@ -21,7 +21,7 @@ The test error at b exceeds the minimum only at second order: by at most
 (1/2) f'' (bar on x*)^2 with f'' = d^2 test / d x^2 from the parabola (``flatness``).
 
 lambda -> 0+ below interpolation: the factorised limit is :func:`.erm_se.interpolator_limit`;
-the direct one is closed (:func:`direct_interpolator_limit`, derived there).
+the direct one is closed (:func:`.erm_direct.interpolator_limit`, derived there).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .erm_output import generalisation_error
 from .erm_se import DEFAULT_INITS, ERMParams, algebraic_factor
 from .records import ConvergenceError, require
 
-__all__ = ["LambdaSearch", "search", "direct_interpolator_limit", "SEARCH_ORDER",
+__all__ = ["LambdaSearch", "search", "SEARCH_ORDER",
            "SEARCH_ORDER_LO", "SCAN_POINTS", "TOL", "STENCIL"]
 
 SEARCH_ORDER = 8  # Gauss-Hermite order of the search (the final point is re-solved by the caller)
@@ -237,29 +237,3 @@ def search(p: ERMParams, *, direct: bool = False, lam_range: tuple[float, float]
         vertex_lo=None if v_lo is None else math.exp(v_lo),
         fixed_point=tuple(fp), train=train, other_fixed_points=others,
         evaluations=tuple(f.log), order=order, order_lo=order_lo, tol=tol)
-
-
-def direct_interpolator_limit(*, alpha: float, kappa0: float, Delta: float, beta: float = 1.0,
-                              beta0: float = 1.0) -> dict:
-    """The direct (ridge) SE as lambda -> 0+ at T = 2 below its interpolation threshold
-    a = 2 fac alpha < 1 (fac = (T^2 + T - 2)/2 = 2; alpha_bar = alpha fac < 1/2), closed form.
-
-    As Sigma -> infinity the proximal point matches the labels and (as for the factorised model,
-    docs/erm_peak.md) m_hat = Sigma_hat = 2 alpha fac / Sigma, q_hat = 2 alpha fac (Q0n - 2m + q)
-    / Sigma^2.  The linear prior (:mod:`.erm_direct`) Sigma = 1 / (Sigma_hat + 2 lam) then fixes
-    lam Sigma = (1 - a)/2 and eta = m_hat Sigma = a, so m = a Q0 and q = a^2 Q0 + a (Q0n - 2m + q):
-
-        q = a (Q0n - a Q0) / (1 - a),   m = a Q0   (the minimum-Frobenius-norm interpolator).
-
-    Returns q, m, lam_sigma = lim lam Sigma, mse = Q0 + q - 2m and test (trapezoidal rule; error:
-    the difference to the coarser step)."""
-    p = ERMParams(alpha=alpha, kappa0=kappa0, Delta=Delta, lam=0.0, beta=beta, beta0=beta0)
-    a = 4.0 * p.alpha
-    require(a < 1.0, "alpha", "< 1/4 (the direct model's interpolation threshold at T = 2)",
-            alpha)
-    q = a * (p.Q0n - a * p.Q0) / (1.0 - a)
-    m = a * p.Q0
-    test = generalisation_error(q=q, m=m, Q0n=p.Q0n, beta=beta, beta0=beta0)
-    coarse = generalisation_error(q=q, m=m, Q0n=p.Q0n, beta=beta, beta0=beta0, step=0.25)
-    return {"q": q, "m": m, "lam_sigma": (1.0 - a) / 2.0, "mse": p.Q0 + q - 2.0 * m,
-            "test": test, "test_error": abs(test - coarse)}

@@ -27,7 +27,7 @@ T >= 3 (:mod:`numerics.erm_output_tokens`): the output side by randomised QMC, R
 Sobol replicates of ``qmc_points`` each (common random numbers: the map is deterministic).  The
 value is the fixed point of the pooled map; its error bar is COVER (= 3) times the standard error
 of the R fixed points of the single-replicate maps, each started from the pooled one, so the QMC
-error is carried through the fixed point without linearisation (:func:`_solve_tokens`).
+error is carried through the fixed point without linearisation (:func:`solve_tokens`).
 Default starts: :data:`DEFAULT_INITS` (T = 2), :data:`DEFAULT_INITS_TOKENS` (T >= 3, with a
 large-Sigma start for the interpolating phase).
 
@@ -59,7 +59,7 @@ from .erm_thresholds import delta_bracket
 from .records import ConvergenceError, require, require_reals
 
 __all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
-           "potential", "fixed_point", "solve", "DEFAULT_INITS", "DEFAULT_INITS_TOKENS",
+           "potential", "fixed_point", "solve", "solve_tokens", "DEFAULT_INITS", "DEFAULT_INITS_TOKENS",
            "InterpolatorLimit", "interpolator_limit"]
 
 # (q/Q0, m/Q0, Sigma) starting points: a weak, a middle and a strong overlap
@@ -322,7 +322,7 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
     if p.tokens != 2:
         require(prior is None and derived is None, "tokens",
                 "2 for a custom prior side (T >= 3 is the factorised model only)", p.tokens)
-        return _solve_tokens(p, inits=inits, label=label)
+        return solve_tokens(p, inits=inits, label=label)
     if derived is None:
         def derived(p, params, order):
             return _derived(p, params, order, rule)
@@ -390,15 +390,19 @@ def _derived_tokens(p: ERMParams, params: tuple, replicate: int | None) -> dict:
 QMC_TOL = 1e-9  # fixed-point tolerance of the T >= 3 iteration (the QMC map is deterministic)
 
 
-def _solve_tokens(p: ERMParams, *, inits: tuple, label: str) -> list[FixedPoint]:
+def solve_tokens(p: ERMParams, *, inits: tuple, label: str, prior: Callable | None = None,
+                 derived: Callable | None = None) -> list[FixedPoint]:
     """T >= 3: the fixed points of the pooled QMC map (all replicates), each with the error bar
     COVER x the standard error of the R fixed points of the single-replicate maps (started from
     the pooled one): the QMC error propagated through the fixed point without linearising.
     ``errors`` also holds ``*_stderr`` and ``*_bias`` (mean of the replicate fixed points minus
-    the pooled one: a nonlinearity check, expected well inside the standard error)."""
+    the pooled one: a nonlinearity check, expected well inside the standard error).  ``prior``
+    (:func:`fixed_point`) and ``derived`` ((p, params, replicate) -> train, test, mse, rank)
+    default to the factorised model's; a cheap pass with 1/16 of the points comes first."""
     names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
+    derived = _derived_tokens if derived is None else derived
     R = p.qmc_replicates
-    kw = {"tol": QMC_TOL, "label": label, "max_iter": 300}
+    kw = {"tol": QMC_TOL, "label": label, "max_iter": 300, "prior": prior}
     found: list[FixedPoint] = []
     failures = []
     cheap: list[tuple] = []
@@ -417,8 +421,8 @@ def _solve_tokens(p: ERMParams, *, inits: tuple, label: str) -> list[FixedPoint]
         except ConvergenceError as e:
             failures.append(e)
             continue
-        vals = {**dict(zip(names, params, strict=True)), **_derived_tokens(p, params, None)}
-        rep_vals = [{**dict(zip(names, x, strict=True)), **_derived_tokens(p, x, r)}
+        vals = {**dict(zip(names, params, strict=True)), **derived(p, params, None)}
+        rep_vals = [{**dict(zip(names, x, strict=True)), **derived(p, x, r)}
                     for r, x in enumerate(reps)]
         errors = {}
         for k in vals:

@@ -64,19 +64,19 @@ def test_direct_interpolator_limit_is_a_fixed_point_of_the_map():
     # a), m = a Q0, lam Sigma = (1 - a)/2 (a = 4 alpha); one SE map evaluation at Sigma = 1e6
     # (Gauss-Hermite output side, the ridge prior) must return (q, m, Sigma)
     alpha = 0.1
-    lim = X.direct_interpolator_limit(alpha=alpha, kappa0=KAPPA0, Delta=DELTA)
+    lim = D.interpolator_limit(alpha=alpha, kappa0=KAPPA0, Delta=DELTA)
     a = 4 * alpha
-    assert lim["m"] == pytest.approx(a * (1 + KAPPA0), rel=1e-14)
+    assert lim.m == pytest.approx(a * (1 + KAPPA0), rel=1e-14)
     # (measured relative deviations 9e-4 at Sigma = 1e6 and 1.6e-5 at 1e8: labels with |ell|
     # beyond ~ln(Sigma)/2 are not matched at finite Sigma, docs/erm_peak.md)
     for sigma, rel in ((1e6, 2e-3), (1e8, 4e-5)):
-        p = S.ERMParams(alpha=alpha, kappa0=KAPPA0, Delta=DELTA, lam=lim["lam_sigma"] / sigma)
-        hats = S.hats_from_overlaps(lim["q"], lim["m"], sigma, p, order=10)[:3]
+        p = S.ERMParams(alpha=alpha, kappa0=KAPPA0, Delta=DELTA, lam=lim.lam_sigma / sigma)
+        hats = S.hats_from_overlaps(lim.q, lim.m, sigma, p, order=10)[:3]
         q, m, sig, _ = D.overlaps_from_hats(*hats, p)
-        assert (q, m, sig) == pytest.approx((lim["q"], lim["m"], sigma), rel=rel)
-    assert lim["test_error"] < 1e-10
+        assert (q, m, sig) == pytest.approx((lim.q, lim.m, sigma), rel=rel)
+    assert lim.test_error < 1e-10
     with pytest.raises(InputError, match="alpha"):
-        X.direct_interpolator_limit(alpha=0.25, kappa0=KAPPA0, Delta=DELTA)
+        D.interpolator_limit(alpha=0.25, kappa0=KAPPA0, Delta=DELTA)
 
 
 def test_search_refuses_bad_input():
@@ -126,8 +126,7 @@ def test_optimal_lambda_reports_an_edge_and_the_lambda_to_0_limit():
     (["se", "--model", "aim", "--alpha", "0.2", "--cross-validate"], "--cross-validate"),
     (["se", "--model", "erm", "--kappa0", "0.05", "--alpha", "0.2", "--cross-validate",
       "--tokens", "3"], "--tokens"),
-    (["curve", "--model", "erm", "--kappa0", "0.05", "--alphas", "0.1:0.2:2", "--direct"],
-     "--direct"),
+    (["curve", "--model", "aim", "--alphas", "0.1:0.2:2", "--direct"], "--direct"),
 ])
 def test_cli_cross_validate_refusals(args, option):
     import subprocess
