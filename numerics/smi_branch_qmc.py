@@ -54,9 +54,17 @@ beta = 1, default rules): L = 2 0.7208 +- 0.0048 (lattice 0.71963568) in 64 s; L
 171 s.  New: L = 4, M = 2 layers 1, 2, 3: 1.171 +- 0.019 (q4* = 0.9789), 1.434 +- 0.022
 (0.9886), 2.069 +- 0.033 (0.9959) in 272 s (layer 1 first; as at L = 3 the later ones are
 upper bounds only; another seed with 2^13 inner nodes: 1.163 +- 0.025, 1.429 +- 0.027,
-2.089 +- 0.043 in 95 s); L = 2, M = 3: 0.4386 +- 0.0034 (q2* = 0.9382) in 161 s.  Independent
+2.089 +- 0.043 in 95 s); L = 2, M = 3: 0.4386 +- 0.0034 (q2* = 0.9382) in 161 s.  New: L = 3,
+M = 3 layers 1, 2: 0.5886 +- 0.0137 (q3* = 0.94118), 0.6673 +- 0.0147 (0.95876) in 258 s (layer 1
+first, 2.7 combined bars apart; layer 2 an upper bound only; 2^15 inner nodes, 2^11 teachers:
+seed 1 0.5801 +- 0.0109, 0.6602 +- 0.0124; seed 0 0.5878 +- 0.0164, 0.6672 +- 0.0152).  The
+ratio bias is 2/3 of the default rule's bar there (V ~ 0.05, 6 free coordinates).  Independent
 check (plain Monte Carlo with per-teacher iid inner draws, tests/test_smi_branch_qmc.py) at
-L = 4, q4 = 0.978888: mu_1 = 0.852 +- 0.013 against 1 / 1.171 = 0.854, r_1 = -0.010 +- 0.014.
+L = 4, q4 = 0.978888: mu_1 = 0.852 +- 0.013 against 1 / 1.171 = 0.854, r_1 = -0.010 +- 0.014;
+at L = 3, M = 3 (8000 teachers x 2048 draws, +- 1 SE; its own ratio bias, -0.046 +- 0.007 for mu_1 with
+halves of 1024 draws, removed by its 1/k law from quarters of the same draws): q3 = 0.941185,
+mu_1 = 1.660 +- 0.037 against 1 / 0.5886 = 1.699, r_1 = -0.033 +- 0.039; q3 = 0.958758,
+mu_2 = 1.536 +- 0.036 against 1 / 0.6673 = 1.499, r_2 = -0.006 +- 0.040.
 The bars are dominated by the outer sampling (per-sample SD ~2-3 x the mean of the
 mu_l estimators, heavy-tailed) and the ratio bias at q -> 1 (V ~ 0.02); 1e-3 relative would need
 ~20x the work.
@@ -74,7 +82,7 @@ from scipy.stats import qmc
 from .records import ConvergenceError, require, standard_error
 from .smi_weak import fibre_map, scores
 
-SUPPORTED = ((2, 2), (3, 2), (4, 2), (2, 3))
+SUPPORTED = ((2, 2), (3, 2), (4, 2), (2, 3), (3, 3))
 SKIP_RANGE = (0.5, 4.0)
 BETA_RANGE = (0.25, 2.0)
 COVERAGE = 0.995             # two-sided 99% Student-t factor over the replicates
@@ -83,9 +91,11 @@ _BLOCK = 1 << 17             # (outer x inner) entries per block
 
 # (log2 outer, log2 inner, replicates) per (L, M)
 DEFAULT_RULE = {(2, 2): (12, 13, 16), (3, 2): (12, 14, 16), (4, 2): (12, 14, 16),
-                (2, 3): (12, 14, 16)}
+                (2, 3): (12, 14, 16), (3, 3): (12, 14, 16)}
 # scans in q for the roots (coarse), per (L, M)
 DEFAULT_SCAN = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.994, 0.997, 0.9985, 0.9993)
+# scans of their own: (3, 3) has its roots near q3 = 0.94 and 0.96 (cheap scan, 8 x 2^10 x 2^12)
+SCANS = {(3, 3): (0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.994, 0.997)}
 
 
 def check(*, layers: int, tokens: int, skip: float, beta: float, learned=None) -> None:
@@ -431,17 +441,18 @@ def _root(xs, r, deg: int):
 def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0,
                               beta: float = 1.0, log2_outer: int | None = None,
                               log2_inner: int | None = None, replicates: int | None = None,
-                              seed: int = 0, scan=DEFAULT_SCAN, scan_rule=(10, 12, 8),
+                              seed: int = 0, scan=None, scan_rule=(10, 12, 8),
                               points: int = 4, spacing: float = 0.2,
                               progress=None) -> list[dict]:
     """Sequential thresholds of every unlearned layer ``l = 1 .. L-1`` on the last layer's SE
     branch (THEORY 2.2): the root ``q*`` of ``r_l = mu_l - (1 - q) K_L / q``, ``alpha_seq,l =
     1 / mu_l(q*)``.
 
-    A cheap scan (``scan_rule`` = (log2 outer, log2 inner, replicates)) over ``scan`` brackets
-    each sign change; ``points`` values of ``q``, ``spacing`` apart in ``x = log(1 - q)`` and
-    centred on the scan's linear root (moved by their span, at most twice, until ``r_l`` changes
-    sign among them), are evaluated with the main rule and common random numbers.  ``r_l`` and
+    A cheap scan (``scan_rule`` = (log2 outer, log2 inner, replicates)) over ``scan`` (default
+    :data:`SCANS` for (L, M), else :data:`DEFAULT_SCAN`) brackets each sign change; ``points``
+    values of ``q``, ``spacing`` apart in ``x = log(1 - q)`` and centred on the scan's linear
+    root (moved by their span, at most twice, until ``r_l`` changes sign among them), are
+    evaluated with the main rule and common random numbers.  ``r_l`` and
     ``mu_l`` are fitted by quadratics in ``x``.  Error = Student-t 99% factor x SE of the
     per-replicate roots' alpha + ratio bias (the bars' bias terms of ``mu_l`` and ``r_l`` carried
     through the slopes) + |quadratic - linear fit|.  Records ``layer, kind="sequential", value, error,
@@ -453,6 +464,8 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
                  d[2] if replicates is None else replicates)
     check_rule(lo, li, R)
     check_rule(*scan_rule)
+    if scan is None:
+        scan = SCANS.get((int(layers), int(tokens)), DEFAULT_SCAN)
     require(isinstance(scan, (tuple, list)) and len(scan) >= 2
             and all(isinstance(x, (int, float)) and 0 < x < 1 for x in scan)
             and list(scan) == sorted(set(scan)), "scan", "increasing values in (0, 1)", scan)

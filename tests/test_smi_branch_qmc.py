@@ -45,13 +45,14 @@ def _adjugate(a):
     return np.swapaxes(cof, -1, -2), (a[..., 0, :] * cof[..., 0, :]).sum(-1)
 
 
-def plain_branch_mc(q, *, layers, tokens, samples, inner, seed, skip=1.0, beta=1.0):
+def plain_branch_mc(q, *, layers, tokens, samples, inner, seed, skip=1.0, beta=1.0, blocks=2):
     """Seeded plain Monte Carlo on the branch Q = diag(0, .., 0, q), independent of the kernel:
     teacher z ~ N(0, I), xi ~ N(0, I), omega_L = q z_L + sqrt(q V) xi; per teacher its own iid
     prior draws of the free rows, weighted by N(s Mat^{-1} h; omega_L, V I) / det Mat (both signs,
-    solved per draw), cut into two independent halves: per-sample <C_a - I, C_b - I>_F of every
-    free row and g_a . g_b (no variance bias; the ratio bias is O(1 / inner)).  Returns
-    (samples, L) arrays: mu_1 .. mu_{L-1}, K_L."""
+    solved per draw), cut into ``blocks`` independent blocks (two halves by default): per-sample
+    <C_a - I, C_b - I>_F of every free row and g_a . g_b, averaged over the block pairs a < b (no
+    variance bias; the ratio bias is O(blocks / inner), so two block counts on the same draws
+    measure it).  Returns (samples, L) arrays: mu_1 .. mu_{L-1}, K_L."""
     rng = np.random.default_rng(seed)
     m, v = tokens, 1.0 - q
     out = []
@@ -72,19 +73,22 @@ def plain_branch_mc(q, *, layers, tokens, samples, inner, seed, skip=1.0, beta=1
         top = np.maximum(lp.max(1), lm.max(1))[:, None]
         wp, wm = np.exp(lp - top), np.exp(lm - top)
         res = []
-        for part in (slice(0, inner // 2), slice(inner // 2, inner)):
+        k = inner // blocks
+        for part in (slice(j * k, (j + 1) * k) for j in range(blocks)):
             w, d = (wp + wm)[:, part], (wp - wm)[:, part]
             zz = np.einsum("nila,nilb->nlab", zf[:, part] * w[..., None, None],
                            zf[:, part]) / w.sum(1)[:, None, None, None]
             g = ((d[..., None] * u[:, part]).sum(1) / w.sum(1)[:, None] - om) / v
             res.append((zz - np.eye(m), g))
-        (ca, ga), (cb, gb) = res
-        out.append(np.column_stack([(ca * cb).sum((2, 3)), (ga * gb).sum(1)]))
+        pairs = [(a, b) for a in range(blocks) for b in range(a + 1, blocks)]
+        out.append(sum(np.column_stack([(res[a][0] * res[b][0]).sum((2, 3)),
+                                        (res[a][1] * res[b][1]).sum(1)])
+                       for a, b in pairs) / len(pairs))
     return np.concatenate(out)
 
 
 # ----------------------------------------------------------------------------- input checks
-@pytest.mark.parametrize("kw", [dict(layers=5, tokens=2), dict(layers=3, tokens=3),
+@pytest.mark.parametrize("kw", [dict(layers=5, tokens=2), dict(layers=4, tokens=3),
                                 dict(layers=2, tokens=2, skip=0.1),
                                 dict(layers=2, tokens=2, beta=3.0)])
 def test_unsupported_inputs_are_refused(kw):
@@ -129,7 +133,7 @@ def test_unbracketed_root_raises_convergence_error():
 
 
 # ----------------------------------------------------------------------------- the kernel
-@pytest.mark.parametrize("layers,tokens", [(2, 2), (2, 3), (4, 2)])
+@pytest.mark.parametrize("layers,tokens", [(2, 2), (2, 3), (4, 2), (3, 3)])
 def test_identities_on_the_branch(layers, tokens):
     # E tr C_l = M (Nishimori), E g_L = 0 (sign symmetry), the Nishimori form of K_L
     st = bq.branch_stats_qmc(0.9, layers=layers, tokens=tokens, log2_outer=9, log2_inner=11,
@@ -146,6 +150,26 @@ def test_identities_on_the_branch(layers, tokens):
     for k in (*(f"mu{l}" for l in range(1, layers)), f"K{layers}"):
         a, b = st[k], st["u_" + k]
         assert abs(a["value"] - b["value"]) <= a["error"] + b["error"]
+
+
+def test_three_layers_three_tokens_layer_one_goes_first():
+    """(L, M) = (3, 3): the default scan brackets both roots (r_l < 0 at its first point, > 0
+    at its last) and mu_1 > mu_2 by more than the bar of the paired difference across the roots
+    (q3 = 0.93 .. 0.97), so r_1 crosses zero first: layer 1 is learned before layer 2."""
+    scan = bq.SCANS[(3, 3)]
+    qs = [scan[0], 0.93, 0.95, 0.97, scan[-1]]
+    names = bq.sample_columns(3, 3)
+    f, h, c = bq.replicate_samples(qs, layers=3, tokens=3, skip=1.0, beta=1.0, log2_outer=9,
+                                   log2_inner=11, replicates=8, seed=5)
+    e = bq.estimates(f, h, c, names)
+    for k in ("r1", "r2"):
+        i = names.index(k)
+        bar = e["t"] * e["se"][:, i] + e["bias"][:, i]
+        assert e["value"][0, i] + bar[0] < 0 < e["value"][-1, i] - bar[-1]
+    i1, i2 = names.index("mu1"), names.index("mu2")
+    d = e["per"][:, :, i1] - e["per"][:, :, i2]                     # (replicates, points)
+    bar = e["t"] * d.std(0, ddof=1) / math.sqrt(len(d)) + e["bias"][:, i1] + e["bias"][:, i2]
+    assert np.all(d.mean(0)[1:4] > bar[1:4])
 
 
 def test_small_overlap_limit_is_the_weak_coefficients():
@@ -200,6 +224,29 @@ def test_plain_monte_carlo_confirms_the_l4_layer1_root():
     assert abs(res.mean()) <= 3.5 * se + slope * r1["q4_error"]
     se_mu = mc[:, 0].std(ddof=1) / math.sqrt(len(mc))
     assert abs(mc[:, 0].mean() - 1 / r1["value"]) <= 3.5 * se_mu + r1["error"] / r1["value"] ** 2
+
+
+@pytest.mark.slow
+def test_plain_monte_carlo_confirms_the_l3_m3_layer1_root():
+    # (L, M) = (3, 3), a smaller rule than the default: layer 1 is first; at its root q3* the
+    # plain Monte Carlo residual r_1 vanishes, its mu_1 equals 1 / alpha_seq,1 (within 3.5 of
+    # its standard errors + the kernel's bars) and layer 2 is still stable (alpha mu_2 < 1).
+    # The Monte Carlo's own ratio bias (about -3 % for mu_1 with halves of 1024 draws) is
+    # removed by its 1/k law: 2 x (halves) - (quarters) on the same draws
+    out = bq.sequential_thresholds_qmc(layers=3, tokens=3, log2_outer=11, log2_inner=13,
+                                       replicates=8)
+    assert [r["layer"] for r in out if r["first"]] == [1]
+    r1 = out[0]
+    q, a = r1["q3"], (1 - r1["q3"]) / r1["q3"]
+    m2, m4 = (plain_branch_mc(q, layers=3, tokens=3, samples=4000, inner=2048, seed=31,
+                              blocks=b) for b in (2, 4))
+    mc = 2 * m2 - m4
+    se = lambda x: x.std(ddof=1) / math.sqrt(len(x))  # noqa: E731
+    res = mc[:, 0] - a * mc[:, 2]
+    slope = abs(r1["slope_r"]) / (1 - q)                 # d r_1 / d q
+    assert abs(res.mean()) <= 3.5 * se(res) + slope * r1["q3_error"]
+    assert abs(mc[:, 0].mean() - 1 / r1["value"]) <= 3.5 * se(mc[:, 0]) + r1["error"] / r1["value"] ** 2
+    assert (r1["value"] + r1["error"]) * (mc[:, 1].mean() + 3.5 * se(mc[:, 1])) < 1
 
 
 def test_branch_fixed_point_l2_against_the_lattice_se():
