@@ -31,7 +31,9 @@ per whitened coordinate, while the deviations xi - a, x - b stay independent of 
 the cross-overlap q'_12 = Tr(F_hat_1 F_hat_2)/D of the fluctuating parts, whose conjugate
 q_hat_12 = 2 alpha E[g_1 . g_2] is not zero with shared tokens: :func:`fixed_point` reports it
 (``q_hat_12``, ``cross_correlation``) as the size of what is neglected, and
-:func:`cross_overlap_effect` estimates its first-order effect on mmse. ``design="independent"``
+:func:`cross_overlap_effect` estimates its first-order effect on mmse,
+:func:`cross_overlap_output_effect` on e_gen (the output side at q'_12) and Phi (second order,
+q_hat_12 q'_12 / 4); :func:`fixed_point` adds all three to the bars. ``design="independent"``
 is the law of one token copy per layer (the law of this module before 2026-11-25).
 
 The expectation (over a, b and the truth's deviations, 8 Gaussian dimensions) is a randomised
@@ -512,7 +514,9 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     ``q_hat_12_mean_square`` beside it) and ``cross_correlation`` = q_hat_12 / sqrt(q_hat_1
     q_hat_2), each with ``_error``: the conjugate of the cross-overlap the SE neglects, zero for
     independent tokens and not for shared ones (module docstring; :func:`cross_overlap_effect`),
-    the map's ``jacobian`` and the ``design``."""
+    the map's ``jacobian`` and the ``design``. ``cross_term`` (shared tokens only): add the
+    cross-overlap's first-order term to the mmse, q, e_gen and Phi bars
+    (:func:`add_cross_overlap_term`, reported under ``cross_overlap``)."""
     _check_alpha(alpha)
     for v in v_init:
         require(0 < v <= 1, "v_init", "pairs in (0, 1]", v_init)
@@ -675,13 +679,13 @@ def _matrix_sums(model: DeepAimSE, q1: float, q2: float, q12: float, h_in: float
     """Per scramble: (G_11, G_22, G_12) of G = E[g g^T] (summed over the two whitened
     coordinates) at a cross-overlap q12, g = Sigma^-1 E[deviation | z], Sigma = [[V1, -q12],
     [-q12, V2]]: G = 2 Sigma^-1 - Sigma^-1 K Sigma^-1, K the mean posterior covariance (the
-    variance form; law of total variance)."""
+    variance form; law of total variance); column 3: Psi_out = E log Z_out(z) at q12."""
     v1, v2 = model.q0[0] - q1, model.q0[1] - q2
     sig_inv = np.linalg.inv(np.array([[v1, -q12], [-q12, v2]]))
     r, n, _ = normals.shape
-    out = np.zeros((r, 3))
+    out = np.zeros((r, 4))
     for k in range(r):
-        acc = np.zeros(3)
+        acc = np.zeros(4)
         for st in range(0, n, chunk):
             a, b, e1, e2 = _outer_points(model, q1, q2, normals[k, st:st + chunk], "variance",
                                          q12=q12)
@@ -689,10 +693,11 @@ def _matrix_sums(model: DeepAimSE, q1: float, q2: float, q12: float, h_in: float
                                 b[:, 1] + e2[:, 1], skip=model.skip, beta=model.beta)
             p = posterior(model, z1, z2, a[:, 0], a[:, 1], b[:, 0], b[:, 1], v1, v2, h_in,
                           c12=-q12)
-            acc += [np.sum(p["tr_cov_xi"]), np.sum(p["tr_cov_x"]), np.sum(p["tr_cov_cross"])]
+            acc += [np.sum(p["tr_cov_xi"]), np.sum(p["tr_cov_x"]), np.sum(p["tr_cov_cross"]),
+                    np.sum(p["log_z_out"])]
         kk = acc / n
         g = 2.0 * sig_inv - sig_inv @ np.array([[kk[0], kk[2]], [kk[2], kk[1]]]) @ sig_inv
-        out[k] = g[0, 0], g[1, 1], g[0, 1]
+        out[k] = g[0, 0], g[1, 1], g[0, 1], kk[3]
     return out
 
 
@@ -718,7 +723,8 @@ def cross_overlap_effect(model: DeepAimSE, *, fp: dict, m: int = 10, scrambles: 
     q12 (Estimate), delta_mmse and delta_mmse_error (lists), below_bars (|delta| + error below
     the fixed point's mmse bars, per layer); dE12_dq12, loop_gain = 2 alpha mmse_1 mmse_2
     dE12/dq12 and q12_self_consistent = q12/(1 - loop_gain) (q_hat_12 fed by q'_12 itself, same
-    first-order approximation)."""
+    first-order approximation); dpsi_dq12, the central difference of Psi_out in q'_12 (equal to
+    E[g_1 . g_2] = q_hat_12 / (2 alpha) by stationarity, :func:`cross_overlap_output_effect`)."""
     require(not fp.get("perfect_recovery") and "q_hat_12" in fp, "fp",
             "a finite fixed point of fixed_point", fp.get("perfect_recovery"))
     alpha = fp["alpha"]
@@ -733,7 +739,7 @@ def cross_overlap_effect(model: DeepAimSE, *, fp: dict, m: int = 10, scrambles: 
         dn = _matrix_sums(model, q[0], q[1], -d, h_in, normals)
         diffs.append((up - dn) / (2 * d))
     slopes = []
-    for i in range(3):
+    for i in range(4):
         d1, d2 = diffs[0][:, i], diffs[1][:, i]
         se = standard_error(d1)
         slopes.append(Estimate(float(d1.mean()), COVERAGE * se + abs(float(d1.mean() - d2.mean())),
@@ -753,7 +759,7 @@ def cross_overlap_effect(model: DeepAimSE, *, fp: dict, m: int = 10, scrambles: 
     df_err = np.array([abs(dmmse[i]) * 2 * alpha * slopes[i].error for i in range(2)])
     delta = inv @ df * q12
     err = np.abs(inv) @ (df_err * abs(q12) + np.abs(df) * q12_err)
-    return {"dE_dq12": slopes[:2], "dE12_dq12": slopes[2],
+    return {"dE_dq12": slopes[:2], "dE12_dq12": slopes[2], "dpsi_dq12": slopes[3],
             "q12": Estimate(q12, q12_err, "q_hat_12 mmse_1 mmse_2 (first-order response)"),
             "loop_gain": gain, "q12_self_consistent": q12 / (1 - gain) if gain < 1 else math.inf,
             "delta_mmse": delta.tolist(), "delta_mmse_error": err.tolist(),
@@ -771,26 +777,120 @@ def add_cross_overlap_term(model: DeepAimSE, fp: dict, *, m: int = 10, scrambles
     """The fixed point ``fp`` with the neglected cross-overlap's first-order effect
     (:func:`cross_overlap_effect`) added to each layer's mmse and q bars: |delta mmse_l| + its
     error, divided by 1 - loop gain (q_hat_12 fed back by q'_12; gain capped at
-    :data:`CROSS_GAIN_MAX`). The SE with one overlap per layer is exact only without
-    cross-overlap (independent tokens); with shared tokens this term is the model error it
-    carries (docs/deep_aim.md, "Shared tokens"). ``fp["cross_overlap"]``: the term per layer,
-    delta_mmse, loop_gain, trusted."""
-    v = [x["mmse"] for x in fp["layers"]]
-    eff = cross_overlap_effect(model, fp=fp, m=m, scrambles=scrambles, seed=seed,
-                               dq12=min(0.01, 0.1 * min(v)))
+    :data:`CROSS_GAIN_MAX`); and its effect on e_gen, the plug-in error and Phi
+    (:func:`cross_overlap_output_effect`, |delta| + its error) added to their bars. The SE
+    with one overlap per layer is exact only without cross-overlap (independent tokens); with
+    shared tokens this term is the model error it carries (docs/deep_aim.md, "Shared tokens").
+    ``fp["cross_overlap"]``: the term per layer, delta_mmse, loop_gain, trusted, q12, and the
+    e_gen / Phi pieces of :func:`cross_overlap_output_effect`."""
+    dq12 = _cross_step(model, fp)
+    if dq12 <= 1e-9:
+        # q_l at q_min_l (the uninformed point): no cross-overlap fits the law, q_hat_12 ~ 0
+        co = {"term": [0.0, 0.0], "loop_gain": 0.0, "trusted": True, "q12": 0.0,
+              "method": "q at the uninformed point: no cross-overlap term"}
+        return {**fp, "layers": [{**x, "cross_overlap_term": 0.0} for x in fp["layers"]],
+                "cross_overlap": co}
+    eff = cross_overlap_effect(model, fp=fp, m=m, scrambles=scrambles, seed=seed, dq12=dq12)
     gain = float(eff["loop_gain"])
     trusted = gain < CROSS_GAIN_MAX
     scale = 1.0 / (1.0 - min(max(gain, 0.0), CROSS_GAIN_MAX))
     terms = [scale * (abs(d) + e) for d, e in zip(eff["delta_mmse"], eff["delta_mmse_error"])]
     layers = [{**x, "mmse_error": x["mmse_error"] + t, "q_error": x["q_error"] + t,
                "cross_overlap_term": t} for x, t in zip(fp["layers"], terms)]
-    return {**fp, "layers": layers,
-            "cross_overlap": {"term": terms, "delta_mmse": eff["delta_mmse"],
-                              "delta_mmse_error": eff["delta_mmse_error"], "loop_gain": gain,
-                              "trusted": trusted,
-                              "method": "first-order response of the cross-overlap q'_12 = "
-                              "q_hat_12 mmse_1 mmse_2, output side exact at q'_12 (central "
-                              "differences), divided by 1 - loop gain; added to the bars"}}
+    co = {"term": terms, "delta_mmse": eff["delta_mmse"],
+          "delta_mmse_error": eff["delta_mmse_error"], "loop_gain": gain, "trusted": trusted,
+          "q12": eff["q12"].value, "q12_error": eff["q12"].error,
+          "method": "first-order response of the cross-overlap q'_12 = "
+          "q_hat_12 mmse_1 mmse_2, output side exact at q'_12 (central "
+          "differences), divided by 1 - loop gain; added to the bars"}
+    out = {**fp, "layers": layers, "cross_overlap": co}
+    oe = cross_overlap_output_effect(model, fp=out, seed=seed)
+    co.update(oe)
+    out["e_gen_error"] = fp["e_gen_error"] + oe["e_gen_term"]
+    out["e_gen_plugin_error"] = fp["e_gen_plugin_error"] + oe["e_gen_plugin_term"]
+    out["phi_error"] = fp["phi_error"] + oe["phi_term"]
+    return out
+
+
+def _cross_step(model: DeepAimSE, fp: dict) -> float:
+    """The central-difference step in q'_12: 0.01, at most a tenth of the smaller V_l and a fifth
+    of sqrt((q1 - q_min_1)(q2 - q_min_2)) (the fluctuating parts' overlap must stay inside its
+    Cauchy-Schwarz range, :func:`_check_q12`, at +- 2 steps)."""
+    q = [x["q"] for x in fp["layers"]]
+    v = [x["mmse"] for x in fp["layers"]]
+    room = math.sqrt(max(q[0] - model.q_min[0], 0.0) * max(q[1] - model.q_min[1], 0.0))
+    return min(0.01, 0.1 * min(v), 0.2 * room)
+
+
+def cross_overlap_output_effect(model: DeepAimSE, *, fp: dict, m: int = 14, scrambles: int = 8,
+                                seed: int = 0) -> dict:
+    """First-order effect of the neglected cross-overlap q'_12 on e_gen, the plug-in error and
+    Phi at a fixed point ``fp`` that carries ``cross_overlap`` (:func:`add_cross_overlap_term`:
+    delta_mmse, its error, the loop gain, q12 = q_hat_12 mmse_1 mmse_2).
+
+    e_gen (THEORY 1.5): the output side at (q_l - delta mmse_l, q'_12) against (q_l, 0),
+    delta e = -sum_l (d e/d q_l) delta mmse_l + (d e/d q'_12) q'_12, divided by 1 - loop gain
+    (capped as in :func:`add_cross_overlap_term`); the law at q'_12 is :func:`_egen_sums`'s.
+    Derivatives by central differences on one 12-dimensional RQMC point set (2^m x
+    ``scrambles``); error: COVERAGE standard errors of the paired differences, |D(d) - D(2 d)|,
+    and the errors of delta mmse and q'_12, propagated.
+
+    Phi (THEORY 1.1, 1.6, with the 2 x 2 overlap -Tr(Q Q_hat)/4 = ... - q'_12 q_hat_12/2): the SE
+    point (q'_12 = q_hat_12 = 0 in the 2 x 2 Phi) has zero gradient except d Phi/d q'_12 = alpha
+    d Psi_out/d q'_12 = alpha E[g_1 . g_2] = q_hat_12/2 (checked numerically by
+    :func:`cross_overlap_effect`'s ``dpsi_dq12``), so to second order (Phi quadratic near its
+    stationary point, f(x*) - f(x0) = g.(x* - x0)/2) the 2 x 2 fixed point has
+    delta Phi = q_hat_12 q'_12 / 4 with the self-consistent q'_12 = q12 / (1 - loop gain); error
+    from the bars of q_hat_12 and q12. Cubic terms are not bounded: like the mmse term this is
+    an order of magnitude of the model error, not a bound.
+
+    Returns delta_e_gen, delta_e_gen_plugin, delta_phi with ``_error`` and the bar terms
+    e_gen_term, e_gen_plugin_term, phi_term (|delta| + error)."""
+    co = fp.get("cross_overlap")
+    require(not fp.get("perfect_recovery") and co is not None and "q_hat_12" in fp, "fp",
+            "a finite fixed point carrying cross_overlap (add_cross_overlap_term)", co)
+    q = [x["q"] for x in fp["layers"]]
+    v = [x["mmse"] for x in fp["layers"]]
+    gain = float(co["loop_gain"])
+    scale = 1.0 / (1.0 - min(max(gain, 0.0), CROSS_GAIN_MAX))
+    q12 = co.get("q12", fp["q_hat_12"] * v[0] * v[1])
+    q12_err = co.get("q12_error", fp["q_hat_12_error"] * v[0] * v[1])
+    normals = _sobol_normals(m, scrambles, seed, d=12)
+
+    def slope(i: int, d: float) -> np.ndarray:
+        """Per scramble the central difference of (e_gen, plug-in) in q1, q2 (i = 0, 1) or q12."""
+        lo, hi = [q[0], q[1], 0.0], [q[0], q[1], 0.0]
+        lo[i] -= d
+        hi[i] += d
+        return (_egen_sums(model, *hi[:2], normals, q12=hi[2])
+                - _egen_sums(model, *lo[:2], normals, q12=lo[2])) / (2 * d)
+
+    dq12 = _cross_step(model, fp)
+    ests = []
+    for i in range(3):
+        d = dq12 if i == 2 else 1e-3 * min(q[i] - model.q_min[i], model.q0[i] - q[i])
+        if d <= 1e-12:
+            ests.append((np.zeros(2), np.zeros(2)))
+            continue
+        d1, d2 = slope(i, d), slope(i, 2 * d)
+        ests.append((d1.mean(axis=0), COVERAGE * standard_error(d1, axis=0)
+                     + np.abs(d1.mean(axis=0) - d2.mean(axis=0))))
+    dm = np.asarray(co["delta_mmse"], float)
+    dm_err = np.asarray(co["delta_mmse_error"], float)
+    delta = scale * (-ests[0][0] * dm[0] - ests[1][0] * dm[1] + ests[2][0] * q12)
+    error = scale * (sum(np.abs(ests[i][0]) * dm_err[i] + ests[i][1] * abs(dm[i])
+                         for i in range(2))
+                     + np.abs(ests[2][0]) * q12_err + ests[2][1] * abs(q12))
+    qh12, qh12_err = fp["q_hat_12"], fp["q_hat_12_error"]
+    dphi = qh12 * q12 * scale / 4.0
+    dphi_err = (abs(qh12_err * q12) + abs(qh12) * q12_err) * scale / 4.0
+    return {"delta_e_gen": float(delta[0]), "delta_e_gen_error": float(error[0]),
+            "delta_e_gen_plugin": float(delta[1]), "delta_e_gen_plugin_error": float(error[1]),
+            "de_gen_dq12": float(ests[2][0][0]), "de_gen_dq12_error": float(ests[2][1][0]),
+            "delta_phi": float(dphi), "delta_phi_error": float(dphi_err),
+            "e_gen_term": float(abs(delta[0]) + error[0]),
+            "e_gen_plugin_term": float(abs(delta[1]) + error[1]),
+            "phi_term": float(abs(dphi) + dphi_err)}
 
 
 # ---------------------------------------------------------------- free entropy
@@ -940,19 +1040,23 @@ def _diagonal_outputs(xi1, xi2, x1, x2, *, model: DeepAimSE):
     return expit(model.beta * (z1 + z2) / 2.0), expit(model.beta * (z1 - z2) / 2.0)
 
 
-def _egen_sums(model: DeepAimSE, q1: float, q2: float, normals: np.ndarray) -> np.ndarray:
+def _egen_sums(model: DeepAimSE, q1: float, q2: float, normals: np.ndarray,
+               q12: float = 0.0) -> np.ndarray:
     """Per scramble: the RQMC means of ||y(h) - y(h')||_F^2 / 2 (h, h' two draws given omega: its
     mean is the Bayes e_gen) and of ||y(h) - y(omega)||_F^2 (plug-in), over 12 dimensions; the
     means (a, b) correlated across layers with shared tokens (:func:`mean_pair_cholesky`), the
-    deviations independent given them."""
+    deviations independent given them. ``q12``: a cross-overlap q'_12 (neglected by the SE;
+    :func:`cross_overlap_output_effect`) adds q12 to Cov(a_k, b_k) and gives each replica's two
+    deviations covariance -q12 (the law of :func:`outer_covariance`)."""
     v1, v2 = model.q0[0] - q1, model.q0[1] - q2
-    r1, r2 = (math.sqrt(max(x, 0.0)) for x in (v1, v2))
     u = normals
-    L = mean_pair_cholesky(q1=q1, q2=q2, cross=model.cross)
+    L = mean_pair_cholesky(q1=q1, q2=q2, cross=model.cross + q12)
     a, b = L[0, 0] * u[..., 0:2], L[1, 0] * u[..., 0:2] + L[1, 1] * u[..., 2:4]
+    D = psd_cholesky(np.array([[max(v1, 0.0), -q12], [-q12, max(v2, 0.0)]]))
     ys = []
     for k in (4, 8):
-        xi, x = a + r1 * u[..., k:k + 2], b + r2 * u[..., k + 2:k + 4]
+        e1, e2 = u[..., k:k + 2], u[..., k + 2:k + 4]
+        xi, x = a + D[0, 0] * e1, b + D[1, 0] * e1 + D[1, 1] * e2
         ys.append(_diagonal_outputs(xi[..., 0], xi[..., 1], x[..., 0], x[..., 1], model=model))
     y0 = _diagonal_outputs(a[..., 0], a[..., 1], b[..., 0], b[..., 1], model=model)
     (p1, p2), (r1_, r2_) = ys
@@ -962,14 +1066,18 @@ def _egen_sums(model: DeepAimSE, q1: float, q2: float, normals: np.ndarray) -> n
 
 
 def generalisation_error(model: DeepAimSE, *, q1: float, q2: float, m: int = 14,
-                         scrambles: int = 8, seed: int = 0) -> dict[str, Estimate]:
+                         scrambles: int = 8, seed: int = 0,
+                         q12: float = 0.0) -> dict[str, Estimate]:
     """Bayes-optimal e_gen = E_omega E_{h|omega} ||y(h) - E[y|omega]||_F^2 (THEORY 1.5) at overlaps
     (q1, q2), estimated as E||y(h) - y(h')||_F^2 / 2 with h, h' independent given omega (no inner
     integral), and the plug-in error E||y(h) - y(omega)||_F^2 (a different quantity, larger),
     both by randomised QMC in 12 dimensions (scrambled Sobol, 2^m points x ``scrambles``);
-    error COVERAGE standard errors over scrambles. q_l = Q0_l gives 0 exactly."""
+    error COVERAGE standard errors over scrambles. q_l = Q0_l gives 0 exactly. ``q12``: a
+    cross-overlap q'_12 of the fluctuating parts (0 in the SE; :func:`cross_overlap_output_effect`),
+    with |q12| < sqrt(V1 V2)."""
     _check_q(model, q1, q2, closed=True)
-    sums = _egen_sums(model, q1, q2, _sobol_normals(m, scrambles, seed, d=12))
+    _check_q12(model, q1, q2, q12)
+    sums = _egen_sums(model, q1, q2, _sobol_normals(m, scrambles, seed, d=12), q12=q12)
     out = {}
     for i, name in enumerate(("e_gen", "e_gen_plugin")):
         f = sums[:, i]
@@ -978,6 +1086,16 @@ def generalisation_error(model: DeepAimSE, *, q1: float, q2: float, m: int = 14,
                              "randomised QMC (scrambled Sobol, 12 dimensions)",
                              extra={"standard_error": se, "points": 2**m, "scrambles": scrambles})
     return out
+
+
+def _check_q12(model: DeepAimSE, q1: float, q2: float, q12: float) -> None:
+    """q12 = 0, or |q12| < sqrt(V1 V2) and q12^2 <= (q1 - q_min_1)(q2 - q_min_2): the 2 x 2 laws
+    of the deviations and of the means' fluctuating parts stay positive semi-definite."""
+    v1, v2 = model.q0[0] - q1, model.q0[1] - q2
+    lo = model.q_min
+    require(math.isfinite(q12) and (q12 == 0 or (q12 * q12 < v1 * v2 and q12 * q12
+                                                  <= (q1 - lo[0]) * (q2 - lo[1]))),
+            "q12", "0, or |q12| < sqrt(V1 V2) and <= sqrt((q1 - q_min_1)(q2 - q_min_2))", q12)
 
 
 def _egen_at(model: DeepAimSE, *, q: list[float], q_error: list[float], m: int, scrambles: int,
@@ -1007,13 +1125,16 @@ def _egen_at(model: DeepAimSE, *, q: list[float], q_error: list[float], m: int, 
 
 
 def generalisation_error_mc(model: DeepAimSE, *, q1: float, q2: float, outer: int = 4000,
-                            inner: int = 64, seed: int = 0) -> dict[str, Estimate]:
+                            inner: int = 64, seed: int = 0,
+                            q12: float = 0.0) -> dict[str, Estimate]:
     """Independent route for :func:`generalisation_error`: nested seeded Monte Carlo on the
     matrices themselves (no whitening, no reduction to z): omega^l_ab ~ N(0, (1 + delta_ab) q_l)
     (shared tokens: omega^l = sqrt(rho_l) U + sqrt(q_l - rho_l) N^l with U common to the layers),
     ``inner`` draws H^l = omega^l + N(0, (1 + delta_ab) V_l) per omega, A = c I + softmax_beta(H1),
     y = softmax_beta(A H2 A^T) row-wise; e_gen = E_omega of the unbiased sample variance summed over
-    the entries of y; plug-in E||y(H) - y(omega)||_F^2. Standard error over omega."""
+    the entries of y; plug-in E||y(H) - y(omega)||_F^2. Standard error over omega. ``q12``: a
+    cross-overlap, drawn entrywise: the fluctuating parts of omega^1, omega^2 get covariance
+    q12 (1 + delta_ab), the two deviations H^l - omega^l covariance -q12 (1 + delta_ab)."""
     require(outer >= 2 and inner >= 2, "outer, inner", "integers >= 2", (outer, inner))
     rng = np.random.default_rng(seed)
     c, beta = model.skip, model.beta
@@ -1033,17 +1154,21 @@ def generalisation_error_mc(model: DeepAimSE, *, q1: float, q2: float, outer: in
     scale = np.sqrt(np.array([2.0, 1.0, 2.0]))
     v1, v2 = model.q0[0] - q1, model.q0[1] - q2
     _check_q(model, q1, q2, closed=True)
+    _check_q12(model, q1, q2, q12)
+    lo = model.q_min if model.design == "shared" else (0.0, 0.0)
+    # the fluctuating parts of the means (variances q_l - rho_l or q_l, covariance q12) and the
+    # deviations (variances V_l, covariance -q12), each a 2 x 2 law per entry
+    F = psd_cholesky(np.array([[max(q1 - lo[0], 0.0), q12], [q12, max(q2 - lo[1], 0.0)]]))
+    G = psd_cholesky(np.array([[max(v1, 0.0), -q12], [-q12, max(v2, 0.0)]]))
+    f = scale * rng.standard_normal((2, outer, 1, 3))
+    om1, om2 = F[0, 0] * f[0], F[1, 0] * f[0] + F[1, 1] * f[1]
     if model.design == "shared":
         common = scale * rng.standard_normal((outer, 1, 3))
-        om1 = (math.sqrt(model.rho1) * common + math.sqrt(max(q1 - model.rho1, 0.0)) * scale
-               * rng.standard_normal((outer, 1, 3)))
-        om2 = (math.sqrt(model.rho2) * common + math.sqrt(max(q2 - model.rho2, 0.0)) * scale
-               * rng.standard_normal((outer, 1, 3)))
-    else:
-        om1 = math.sqrt(q1) * scale * rng.standard_normal((outer, 1, 3))
-        om2 = math.sqrt(q2) * scale * rng.standard_normal((outer, 1, 3))
-    h1 = om1 + math.sqrt(v1) * scale * rng.standard_normal((outer, inner, 3))
-    h2 = om2 + math.sqrt(v2) * scale * rng.standard_normal((outer, inner, 3))
+        om1 = math.sqrt(model.rho1) * common + om1
+        om2 = math.sqrt(model.rho2) * common + om2
+    g = scale * rng.standard_normal((2, outer, inner, 3))
+    h1 = om1 + G[0, 0] * g[0]
+    h2 = om2 + G[1, 0] * g[0] + G[1, 1] * g[1]
     y = output(h1, h2)
     bayes = y.var(axis=1, ddof=1).sum(axis=(-1, -2))
     plug = ((y - output(om1, om2)) ** 2).sum(axis=(-1, -2)).mean(axis=1)

@@ -262,7 +262,7 @@ def test_cross_term_forms_agree_with_and_without_cross_overlap():
     normals = ds._sobol_normals(7, 6, 2)
     base = ds._output_sums(model, q1, q2, 0.35, normals)
     np.testing.assert_allclose(ds._matrix_sums(model, q1, q2, 0.0, 0.35, normals),
-                               base[:, [0, 1, 9]], rtol=1e-10)
+                               base[:, [0, 1, 9, 4]], rtol=1e-10)
     q12 = 0.12
     s_inv = np.linalg.inv(np.array([[v1, -q12], [-q12, v2]]))
     ms, ni = [], []
@@ -274,7 +274,7 @@ def test_cross_term_forms_agree_with_and_without_cross_overlap():
         gt = np.einsum("ij,njk->nik", s_inv, np.stack([e1, e2], axis=1))
         ms.append([np.mean(np.sum(g[:, i] * g[:, j], 1)) for i, j in ((0, 0), (1, 1), (0, 1))])
         ni.append([np.mean(np.sum(gt[:, i] * g[:, j], 1)) for i, j in ((0, 0), (1, 1), (0, 1))])
-    var = ds._matrix_sums(model, q1, q2, q12, 0.35, normals)
+    var = ds._matrix_sums(model, q1, q2, q12, 0.35, normals)[:, :3]
     for other in (np.array(ms), np.array(ni)):
         d = var - other
         se = d.std(axis=0, ddof=1) / math.sqrt(d.shape[0])
@@ -540,9 +540,17 @@ def test_cross_overlap_term_is_added_to_the_bars():
               {"q": 0.9439, "q_error": 3.7e-4, "mmse": 0.5561, "mmse_error": 3.7e-4,
                "q_hat": 0.5383}]
     fp = {"alpha": 0.1, "layers": layers, "perfect_recovery": False, "q_hat_12": 0.008,
-          "q_hat_12_error": 2.4e-4, "jacobian": [[0.137, 0.068], [0.033, 0.397]]}
+          "q_hat_12_error": 2.4e-4, "jacobian": [[0.137, 0.068], [0.033, 0.397]],
+          "e_gen_error": 6e-4, "e_gen_plugin_error": 7e-4, "phi_error": 5e-4}
     out = ds.add_cross_overlap_term(model, fp, m=7, scrambles=4)
     co = out["cross_overlap"]
+    # e_gen and Phi bars carry the cross-overlap too (cross_overlap_output_effect)
+    for key, term in (("e_gen", "e_gen_term"), ("e_gen_plugin", "e_gen_plugin_term"),
+                      ("phi", "phi_term")):
+        assert out[f"{key}_error"] == pytest.approx(fp[f"{key}_error"] + co[term]) and co[term] > 0
+    assert co["delta_phi"] == pytest.approx(
+        0.008 * co["q12"] / (1 - co["loop_gain"]) / 4, rel=1e-12)
+    assert co["q12"] == pytest.approx(0.008 * 0.8235 * 0.5561)
     assert co["trusted"] and 0 < co["loop_gain"] < 0.5
     for x, y, d, e, t in zip(layers, out["layers"], co["delta_mmse"], co["delta_mmse_error"],
                              co["term"]):
