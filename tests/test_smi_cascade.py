@@ -393,3 +393,25 @@ def test_cli_cascade():
     assert o["threshold"] == "alpha_cascade"
     assert 0.977 < o["value"] - o["error"] and o["value"] + o["error"] < 1.1358 + 0.0044
     assert o["shift"] + o["shift_error"] < 0
+
+
+@pytest.mark.slow
+def test_cli_cascade_four_layers():
+    """`threshold weak --model smi --layers 4 --cascade --json` (~3-6 min): layer 2 once layers 4
+    and 1 are learned, after layer 1's sequential threshold 1.171 +- 0.019 and before the
+    layer-4-only bound it also reports (the shift is negative); layer 3 stays stable there."""
+    import json
+
+    from click.testing import CliRunner
+
+    from aim_sym.cli import cli
+
+    r = CliRunner().invoke(cli, ["threshold", "weak", "--model", "smi", "--layers", "4",
+                                 "--cascade", "--json"])
+    assert r.exit_code == 0, r.output
+    o = json.loads(r.output[r.output.index("{"):])
+    assert o["layer"] == 2 and o["learned"] == [1, 4] and o["sequential_branch"] == [4]
+    assert 1.171 + 0.019 < o["value"] - o["error"] and o["value"] < o["sequential"]
+    assert o["shift"] + o["shift_error"] < 0
+    s3 = o["stability"]["3"]
+    assert s3["eigenvalue"] + s3["error"] < 1
