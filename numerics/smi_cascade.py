@@ -1,5 +1,5 @@
-"""Cascade thresholds of deep tied attention on a joint SE branch, any depth L in {3, 4}, M = 2
-(THEORY 2.1, 2.2, 2.5; issue 14; docs/smi_cascade.md): the stability of an unlearned layer k
+"""Cascade thresholds of deep tied attention on a joint SE branch, (L, M) in {(3, 2), (4, 2),
+(3, 3)} (THEORY 2.1, 2.2, 2.5; issue 14; docs/smi_cascade.md): the stability of an unlearned layer k
 once the layers of a set ``learned`` (containing L) are learned, ``Q = diag(q_l, l in
 learned)``.
 
@@ -22,7 +22,10 @@ fitted by quadratics; the ``3^(d-1)`` reference points with the newest learned l
 two (common random numbers).  Error = Student-t 99% x SE over the per-replicate roots (the
 jackknife over replicates where one replicate alone has no root) + the measured ratio bias
 (inner halves vs whole) + |quadratic - linear fit|.  Identities: ``E g_l = 0``, ``E tr C_l =
-M``, the Nishimori form of ``K_l``.  Measured values: docs/smi_cascade.md.
+M``, the Nishimori form of ``K_l``.  Measured values: docs/smi_cascade.md.  At M = 3
+(``tokens=3``, L = 3 only) the default (:data:`DEFAULTS_M3`, 16 x 2^12 x 2^14, seed 0, ~250 s on
+a shared core) gives layer 2 at 0.6614 +- 0.0080 (q1* = 0.087 +- 0.037, q3* = 0.9583 +-
+0.0012), the layer-3-only value from the same points 0.6639 +- 0.0068, shift -0.0025 +- 0.0027.
 """
 
 from __future__ import annotations
@@ -37,30 +40,40 @@ from scipy import optimize
 from .records import ConvergenceError, require, standard_error
 from .smi_branch_qmc import check, check_rule, estimates, replicate_samples, sample_columns
 
-TOKENS = 2
+TOKENS = 2                           # the default M
+SUPPORTED = ((3, 2), (4, 2), (3, 3))  # (layers, tokens) of the cascade driver
 DEFAULT_RULE = (12, 14, 16)          # (log2 outer, log2 inner, replicates)
 #: (layers, learned) -> (target layer, grid centre (q_l per learned layer), steps, rule); the
 #: centres are the roots at c = 1, beta = 1; 3^3 + 9 points at (1, 2, 4): a smaller outer rule
 DEFAULTS = {(3, (1, 3)): (2, (0.12, 0.9865), (0.06, 0.2), DEFAULT_RULE),
             (4, (1, 4)): (2, (0.20, 0.9884), (0.08, 0.2), DEFAULT_RULE),
             (4, (1, 2, 4)): (3, (0.59, 0.40, 0.9949), (0.10, 0.12, 0.2), (10, 15, 8))}
+#: the same at M = 3 tokens (L = 3 only): the root at c = 1, beta = 1 (q1* ~ 0.09, q3* ~ 0.958)
+DEFAULTS_M3 = {(3, (1, 3)): (2, (0.10, 0.959), (0.08, 0.2), DEFAULT_RULE)}
+DEFAULTS_BY_TOKENS = {2: DEFAULTS, 3: DEFAULTS_M3}
 _US = (-1.0, 0.0, 1.0)               # grid coordinates per axis
 
-__all__ = ["DEFAULTS", "DEFAULT_RULE", "branch_point", "cascade_stats", "cascade_threshold",
-           "columns"]
+__all__ = ["DEFAULTS", "DEFAULTS_BY_TOKENS", "DEFAULTS_M3", "DEFAULT_RULE", "SUPPORTED",
+           "TOKENS", "branch_point", "cascade_stats", "cascade_threshold", "columns"]
 
 
-def columns(layers: int = 3, learned=None) -> tuple:
+def columns(layers: int = 3, learned=None, tokens: int = TOKENS) -> tuple:
     """Names of the per-outer-sample columns (:func:`.smi_branch_qmc.sample_columns`)."""
-    return sample_columns(layers, TOKENS, _learned(layers, learned))
+    return sample_columns(layers, tokens, _learned(layers, learned, tokens))
 
 
-def _learned(layers, learned) -> tuple:
-    """The learned set (default: the first in :data:`DEFAULTS` at this depth), checked."""
-    require(layers in (3, 4), "layers", "3 or 4 for the cascade kernel", layers)
+def _learned(layers, learned, tokens=TOKENS) -> tuple:
+    """The learned set (default: the first in :data:`DEFAULTS_BY_TOKENS` at this (L, M)),
+    checked; (L, M) outside :data:`SUPPORTED` is refused naming ``tokens`` (or ``layers``)."""
+    require(isinstance(tokens, (int, np.integer)) and int(tokens) in (2, 3), "tokens",
+            "2 or 3 for the cascade kernel", tokens)
+    require(isinstance(layers, (int, np.integer)) and int(layers) in (3, 4), "layers",
+            "3 or 4 for the cascade kernel", layers)
+    require((int(layers), int(tokens)) in SUPPORTED, "tokens",
+            "2 at layers 3 or 4, 3 at layers 3 only, for the cascade kernel", (layers, tokens))
     if learned is None:
-        learned = next(k[1] for k in DEFAULTS if k[0] == layers)
-    check(layers=layers, tokens=TOKENS, skip=1.0, beta=1.0, learned=learned)
+        learned = next(k[1] for k in DEFAULTS_BY_TOKENS[int(tokens)] if k[0] == layers)
+    check(layers=layers, tokens=tokens, skip=1.0, beta=1.0, learned=learned)
     require(len(learned) >= 2 and len(learned) < layers, "learned",
             f"at least one layer below {layers} learned and one unlearned", learned)
     return tuple(int(x) for x in learned)
@@ -81,35 +94,35 @@ def _check_q(qs, learned) -> None:
                 "in [0, 1)" if lo == 0 else "in (0, 1)", q)
 
 
-def _method(lo, li, R, layers, learned) -> str:
-    return (f"cascade kernel on Q = diag(q_l, l in {list(learned)}), L = {layers}: {R} "
-            f"replicates of 2^{lo} scrambled Sobol teacher draws (z, xi; "
-            f"{TOKENS * (layers + len(learned))} dims) x 2^{li} scrambled Sobol prior nodes of "
+def _method(lo, li, R, layers, learned, tokens) -> str:
+    return (f"cascade kernel on Q = diag(q_l, l in {list(learned)}), L = {layers}, M = {tokens}: "
+            f"{R} replicates of 2^{lo} scrambled Sobol teacher draws (z, xi; "
+            f"{tokens * (layers + len(learned))} dims) x 2^{li} scrambled Sobol prior nodes of "
             "the free rows weighted by N(z_l; omega_l, V_l) and N(s Mat^-1 h; omega_L, V_L) "
             "(both signs), teacher-paired and two-halves estimators mixed by regression with "
             "control variates; error = Student-t 99% x SE over replicates + ratio bias "
             "(inner halves vs whole)")
 
 
-def cascade_stats(*qs: float, layers: int = 3, learned=None, skip: float = 1.0,
-                  beta: float = 1.0, log2_outer: int | None = None,
+def cascade_stats(*qs: float, layers: int = 3, learned=None, tokens: int = TOKENS,
+                  skip: float = 1.0, beta: float = 1.0, log2_outer: int | None = None,
                   log2_inner: int | None = None, replicates: int | None = None,
                   seed: int = 0) -> dict:
     """``K_l`` (and ``a_l = (1 - q_l) K_l / q_l``, q_l > 0) per learned layer and ``mu_k`` per
     unlearned layer at overlaps ``qs`` (one per learned layer, increasing layer order) with bars,
     and the identities ``trace_l`` (equal M), ``nishimori_l`` (equal 0), ``g_l_a`` (equal 0): a
     dict of ``{value, error, se, ratio_bias}`` per name, plus ``seconds`` and ``method``.  At
-    L = 3 ``cascade_stats(q1, q3)`` is the branch ``Q = diag(q1, 0, q3)``."""
-    learned = _learned(layers, learned)
-    check(layers=layers, tokens=TOKENS, skip=skip, beta=beta)
+    L = 3 ``cascade_stats(q1, q3)`` is the branch ``Q = diag(q1, 0, q3)`` (``tokens=3``: M = 3)."""
+    learned = _learned(layers, learned, tokens)
+    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
     require(len(qs) == len(learned), "q", f"one overlap per learned layer {learned}", qs)
     _check_q(qs, learned)
     lo, li, R = _rule(log2_outer, log2_inner, replicates)
     t0 = time.perf_counter()
-    full, half, cv = replicate_samples([tuple(qs)], layers=layers, tokens=TOKENS, skip=skip,
+    full, half, cv = replicate_samples([tuple(qs)], layers=layers, tokens=tokens, skip=skip,
                                        beta=beta, log2_outer=lo, log2_inner=li, replicates=R,
                                        seed=seed, learned=learned)
-    names = columns(layers, learned)
+    names = columns(layers, learned, tokens)
     e = estimates(full, half, cv, names)
     out = {k: dict(value=float(e["value"][0, i]),
                    error=float(e["t"] * e["se"][0, i] + e["bias"][0, i]),
@@ -119,7 +132,7 @@ def cascade_stats(*qs: float, layers: int = 3, learned=None, skip: float = 1.0,
         if q > 0:
             out[f"a{l}"] = {x: (1.0 - q) / q * out[f"K{l}"][x] for x in out[f"K{l}"]}
     out["seconds"] = time.perf_counter() - t0
-    out["method"] = _method(lo, li, R, layers, learned)
+    out["method"] = _method(lo, li, R, layers, learned, tokens)
     return out
 
 
@@ -175,10 +188,10 @@ def branch_point(vals, U, deg: int, alpha: float) -> np.ndarray:
     return np.array([*sol.x, *(alpha * f(sol.x)[d:])])
 
 
-def _values(e_vals, pts, layers, learned) -> np.ndarray:
+def _values(e_vals, pts, layers, learned, tokens=TOKENS) -> np.ndarray:
     """Columns ``a_l`` (learned l; nan at q_l = 0) and ``mu_j`` (unlearned j) (n_pts, .) from
     arrays (n_pts, k) of :func:`columns`."""
-    n = columns(layers, learned)
+    n = columns(layers, learned, tokens)
     q = np.array(pts, float)
     f = np.where(q > 0, (1 - q) / np.where(q > 0, q, 1.0), np.nan)
     a = f * e_vals[:, [n.index(f"K{l}") for l in learned]]
@@ -197,14 +210,14 @@ def _solve(vals, layout, deg, start) -> np.ndarray:
     return np.array([*main, *ref[1:len(U[0])], ref[0], main[0] - ref[0]])
 
 
-def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None,
-                      skip: float = 1.0, beta: float = 1.0, center=None, steps=None,
+def cascade_threshold(*, layers: int = 3, learned=None, tokens: int = TOKENS,
+                      layer: int | None = None, skip: float = 1.0, beta: float = 1.0, center=None, steps=None,
                       log2_outer: int | None = None, log2_inner: int | None = None,
                       replicates: int | None = None, seed: int = 0, attempts: int = 3) -> dict:
     """Layer ``layer``'s cascade threshold on the joint branch of the ``learned`` layers
     (THEORY 2.2; module docstring): the root of ``a_l = a_L``, ``mu_k = a_L`` and ``alpha_casc =
     1 / a_L`` there (defaults per (layers, learned): :data:`DEFAULTS`; at L = 3 layer 2 on
-    ``Q = diag(q1, 0, q3)``).
+    ``Q = diag(q1, 0, q3)``; ``tokens=3`` at L = 3: M = 3, :data:`DEFAULTS_M3`).
 
     A ``3^d`` grid (``q_l = center_l + steps_l (-1, 0, 1)`` for the learned l < L, ``log(1 - q_L)
     = log(1 - center_L) + steps_L (-1, 0, 1)``) and the reference points (the newest learned
@@ -217,11 +230,11 @@ def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None
     :func:`.smi_branch_qmc.estimates`) + |quadratic - linear fit|.  When the root falls outside
     the grid, the grid is moved towards it (at most two steps per axis), ``attempts`` times in
     all; then ConvergenceError."""
-    learned = _learned(layers, learned)
-    check(layers=layers, tokens=TOKENS, skip=skip, beta=beta)
+    learned = _learned(layers, learned, tokens)
+    check(layers=layers, tokens=tokens, skip=skip, beta=beta)
     unl = [j for j in range(1, layers) if j not in learned]
     d = len(learned)
-    dflt = DEFAULTS.get((layers, learned))
+    dflt = DEFAULTS_BY_TOKENS[int(tokens)].get((layers, learned))
     layer = dflt[0] if layer is None and dflt else layer
     require(layer in unl, "layer", f"an unlearned layer, one of {unl}", layer)
     center = dflt[1] if center is None and dflt else center
@@ -239,7 +252,7 @@ def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None
             "an integer in [1, 5]", attempts)
     lo, li, R = _rule(log2_outer, log2_inner, replicates, dflt[3] if dflt else DEFAULT_RULE)
     t0 = time.perf_counter()
-    names = columns(layers, learned)
+    names = columns(layers, learned, tokens)
     new = d - 2                                         # index of the newest learned layer
     U = np.array(list(itertools.product(_US, repeat=d)))
     Ur = np.delete(U[U[:, new] == 0.0], new, axis=1)
@@ -254,11 +267,11 @@ def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None
         pts = [point(u, center) for u in U]
         pts += [tuple(0.0 if i == new else x for i, x in enumerate(p))
                 for p, u in zip(pts, U, strict=True) if u[new] == 0.0]
-        full, half, cv = replicate_samples(pts, layers=layers, tokens=TOKENS, skip=skip,
+        full, half, cv = replicate_samples(pts, layers=layers, tokens=tokens, skip=skip,
                                            beta=beta, log2_outer=lo, log2_inner=li,
                                            replicates=R, seed=seed, learned=learned)
         e = estimates(full, half, cv, names)
-        vals = _values(e["value"], pts, layers, learned)
+        vals = _values(e["value"], pts, layers, learned, tokens)
         best = _solve(vals, layout, 2, np.zeros(d))
         u = best[1:1 + d]
         inside = bool(np.all(np.abs(u) <= 1.0 + 1e-9)) and np.isfinite(best[-2])
@@ -273,19 +286,19 @@ def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None
                                last_iterate=[*u, *center],
                                residual=[float(x) for x in vals.ravel()])
     t = e["t"]
-    per = np.array([_solve(_values(e["per"][k], pts, layers, learned), layout, 2, u)
+    per = np.array([_solve(_values(e["per"][k], pts, layers, learned, tokens), layout, 2, u)
                     for k in range(R)])
     se = standard_error(per, axis=0)
     if not np.all(np.isfinite(per)):        # a replicate alone has no root: jackknife instead
         per = np.array([_solve(_values(np.delete(e["per"], k, 0).mean(0), pts, layers,
-                                       learned), layout, 2, u) for k in range(R)])
+                                       learned, tokens), layout, 2, u) for k in range(R)])
         se = math.sqrt(R - 1) * per.std(0)
     if not np.all(np.isfinite(se)):
         raise ConvergenceError("a per-replicate cascade root was not found", last_iterate=None,
                                residual=[float(x) for x in per.ravel()])
     # ratio bias, measured: one function at a time from the whole inner set to its halves
-    raw_f = _values(e["full_raw"], pts, layers, learned)
-    raw_h = _values(e["half_value"], pts, layers, learned)
+    raw_f = _values(e["full_raw"], pts, layers, learned, tokens)
+    raw_h = _values(e["half_value"], pts, layers, learned, tokens)
     base = _solve(raw_f, layout, 2, u)
     mix = np.abs(1.0 - e["beta"]) + 4.0 * np.abs(e["beta"])
     bias = np.zeros(len(best))
@@ -295,6 +308,11 @@ def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None
         bias += mix[:, names.index(key)].max() * np.abs(_solve(v, layout, 2, u) - base)
     fit = np.abs(_solve(vals, layout, 1, u) - best)
     bar = t * se + bias + fit
+    if not np.all(np.isfinite(bar)):    # a surface moved by its ratio bias (or linear) lost the root
+        raise ConvergenceError("the cascade root's bar was not found (the root is lost when the "
+                               "ratio bias or the linear fit moves a surface: a larger rule)",
+                               last_iterate=[*u, *center],
+                               residual=[float(x) for x in bar])
     alpha = best[0]
     j0 = len(U) // 2                                    # grid centre
     checks = {k: (float(e["value"][j0, names.index(k)]),
@@ -309,7 +327,8 @@ def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None
                                **{f"alpha_mu{j}": float(x) for j, x in zip(unl, b[d:],
                                                                            strict=True)}))
     q = point(u, center)
-    out = {"layer": layer, "kind": "cascade", "layers": layers, "learned": list(learned),
+    out = {"layer": layer, "kind": "cascade", "layers": layers, "tokens": int(tokens),
+           "learned": list(learned),
            "value": float(alpha), "error": float(bar[0]), "stat_error": float(t * se[0]),
            "ratio_bias": float(bias[0]), "interpolation": float(fit[0]), "center": center}
     for i, l in enumerate(learned):
@@ -330,10 +349,10 @@ def cascade_threshold(*, layers: int = 3, learned=None, layer: int | None = None
                             interpolation=float(fit[-1])),
         "points": pts, **{f"a{l}": vals[:, i].tolist() for i, l in enumerate(learned)},
         **{f"mu{j}": vals[:, d + i].tolist() for i, j in enumerate(unl)},
-        "errors": _values(t * e["se"] + e["bias"], pts, layers, learned).tolist(),
+        "errors": _values(t * e["se"] + e["bias"], pts, layers, learned, tokens).tolist(),
         "checks": checks, "branch": branch, "seconds": time.perf_counter() - t0,
         "method": (f"root of a_l = a_{layers} = mu_{layer} (a_l = (1 - q_l) K_l / q_l) on the "
                    f"joint branch of layers {list(learned)}, quadratic fits over a 3^{d} grid "
-                   "with common random numbers; " + _method(lo, li, R, layers, learned)
+                   "with common random numbers; " + _method(lo, li, R, layers, learned, tokens)
                    + " + |quadratic - linear fit|")})
     return out

@@ -18,19 +18,20 @@ CHEAP = dict(log2_outer=10, log2_inner=12, replicates=8)
 
 # ----------------------------------------------------------------------------- plain Monte Carlo
 def plain_cascade_mc(points, *, samples, inner, seed, layers=3, learned=(1, 3), skip=1.0,
-                     beta=1.0):
-    """Seeded plain Monte Carlo on the joint branch of the ``learned`` layers (M = 2) at each
+                     beta=1.0, tokens=2, blocks=2):
+    """Seeded plain Monte Carlo on the joint branch of the ``learned`` layers (M = ``tokens``) at each
     point of ``points`` (the learned layers' overlaps; q_L common to all), independent of the
     kernel: teacher z ~ N(0, I) (L rows), omega_l = q_l z_l + sqrt(q_l V_l) xi_l; per teacher its
     own iid draws of the free rows, each learned one from its factor N(omega_l, V_l I) at the
     first point (the other points reweight the same draws by the ratio of their factors, common
     random numbers), the others from N(0, I), weighted by N(s Mat^{-1} h; omega_L, V_L I) /
-    det Mat (both signs, adjugate written out), cut into two independent halves: per sample
-    <C_a - I, C_b - I>_F of every unlearned row and g_a . g_b of every learned layer (no variance
-    bias; ratio bias O(1 / inner)).  Returns (len(points), samples, k): mu_k (unlearned k), then
-    K_l (learned l)."""
+    det Mat (both signs, adjugate written out), cut into ``blocks`` independent blocks (two
+    halves by default): per sample <C_a - I, C_b - I>_F of every unlearned row and g_a . g_b of
+    every learned layer averaged over the block pairs a < b (no variance bias; ratio bias
+    O(blocks / inner), so two block counts on the same draws measure it).  Returns (len(points),
+    samples, k): mu_k (unlearned k), then K_l (learned l)."""
     rng = np.random.default_rng(seed)
-    m, L = 2, layers
+    m, L = tokens, layers
     seen = [l for l in learned if l < L]
     unl = [k for k in range(1, L) if k not in learned]
     q_last = points[0][-1]
@@ -66,7 +67,8 @@ def plain_cascade_mc(points, *, samples, inner, seed, layers=3, learned=(1, 3), 
             top = np.maximum((lp + corr).max(1), (lm + corr).max(1))[:, None]
             wp, wm = np.exp(lp + corr - top), np.exp(lm + corr - top)
             res = []
-            for part in (slice(0, inner // 2), slice(inner // 2, inner)):
+            kb = inner // blocks
+            for part in (slice(j * kb, (j + 1) * kb) for j in range(blocks)):
                 w, d = (wp + wm)[:, part], (wp - wm)[:, part]
                 zn = w.sum(1)[:, None]
                 zp = zf[:, part]
@@ -76,11 +78,11 @@ def plain_cascade_mc(points, *, samples, inner, seed, layers=3, learned=(1, 3), 
                       for i, l in enumerate(seen)]
                 gs.append(((d[..., None] * u[:, part]).sum(1) / zn - om[-1]) / v_last)
                 res.append((cs, gs))
-            (ca, ga), (cb, gb) = res
-            rows.append(np.column_stack([*((x * y).sum((1, 2)) for x, y in zip(ca, cb,
-                                                                                 strict=True)),
-                                         *((x * y).sum(1) for x, y in zip(ga, gb,
-                                                                           strict=True))]))
+            pairs = [(a, b) for a in range(blocks) for b in range(a + 1, blocks)]
+            rows.append(sum(np.column_stack(
+                [*((x * y).sum((1, 2)) for x, y in zip(res[a][0], res[b][0], strict=True)),
+                 *((x * y).sum(1) for x, y in zip(res[a][1], res[b][1], strict=True))])
+                for a, b in pairs) / len(pairs))
         out.append(np.array(rows))
     return np.concatenate(out, 1)
 
@@ -415,3 +417,77 @@ def test_cli_cascade_four_layers():
     assert o["shift"] + o["shift_error"] < 0
     s3 = o["stability"]["3"]
     assert s3["eigenvalue"] + s3["error"] < 1
+
+
+# ----------------------------------------------------------------------------- M = 3 tokens
+SEQ_L3_M3 = {1: (0.5886, 0.0137), 2: (0.6673, 0.0147)}   # layer-3 branch, M = 3 (branch QMC)
+
+
+@pytest.mark.parametrize("kw", [dict(tokens=4), dict(layers=4, learned=(1, 4), tokens=3),
+                                dict(tokens=2.5), dict(layers=4, tokens=3)])
+def test_unsupported_tokens_are_refused(kw):
+    # the cascade driver serves (L, M) = (3, 2), (4, 2), (3, 3)
+    with pytest.raises(InputError, match="tokens"):
+        sc.cascade_threshold(**{**CHEAP, **kw})
+    with pytest.raises(InputError, match="tokens"):
+        sc.cascade_stats(0.2, *((0.3,) if kw.get("layers") == 4 else ()), 0.98, **kw, **CHEAP)
+
+
+def test_identities_on_the_joint_branch_three_tokens():
+    # (L, M) = (3, 3) on Q = diag(q1, 0, q3) near the cascade root: E tr C_l = M, the Nishimori
+    # form of K_1 and K_3, E g_l = 0, and the two-halves partners agree
+    st = sc.cascade_stats(0.1, 0.959, tokens=3, log2_outer=10, log2_inner=13, replicates=8,
+                          seed=4)
+    for k in ("trace1", "trace2"):
+        assert abs(st[k]["value"] - 3.0) <= st[k]["error"] < 0.1
+    for k in ("nishimori1", "nishimori3"):
+        # K_1 ~ 0.16 at q1 = 0.1: its Nishimori form (from Cov[z_1 | .] / V_1^2) has a bar of
+        # about 0.3 K_1 at this rule
+        K = st["K" + k[-1]]["value"]
+        assert abs(st[k]["value"]) <= st[k]["error"] < 0.5 * K
+    for k in (f"g{l}_{a}" for l in (1, 3) for a in range(3)):
+        assert abs(st[k]["value"]) <= st[k]["error"], k
+    for k in ("mu2", "K1", "K3"):
+        a, b = st[k], st["u_" + k]
+        assert abs(a["value"] - b["value"]) <= a["error"] + b["error"], k
+    assert st["a3"]["value"] == pytest.approx(0.041 / 0.959 * st["K3"]["value"])
+    assert "M = 3" in st["method"]
+
+
+def test_q1_zero_is_the_layer3_branch_kernel_three_tokens():
+    # q1 = 0 at M = 3: the kernel of smi_branch_qmc on the layer-3 branch (independent points)
+    q3 = 0.959
+    a = sc.cascade_stats(0.0, q3, tokens=3, **CHEAP, seed=1)
+    b = bq.branch_stats_qmc(q3, layers=3, tokens=3, **CHEAP, seed=2)
+    for k in ("mu2", "K3", "trace1", "trace2"):
+        assert abs(a[k]["value"] - b[k]["value"]) <= a[k]["error"] + b[k]["error"], k
+    assert abs(a["K1"]["value"]) <= a["K1"]["error"] < 0.02
+
+
+@pytest.mark.slow
+def test_l3_m3_cascade_layer2_and_plain_monte_carlo_at_its_root():
+    """(L, M) = (3, 3), layers 3 and 1 learned (~1-2 min): layer 2's cascade threshold lies
+    after layer 1's sequential one, its same-points layer-3-only value is the branch kernel's
+    layer-2 value, and at the root the plain Monte Carlo has mu_2 = a_1 = a_3 = 1 / alpha_casc.
+    The Monte Carlo's own ratio bias (V_3 ~ 0.04, 6 free coordinates) is removed by its 1/k
+    law: 2 x (halves) - (quarters) of the same draws."""
+    r = sc.cascade_threshold(tokens=3, log2_outer=11, log2_inner=13, replicates=8, seed=3)
+    alpha = r["value"]
+    assert r["layer"] == 2 and r["tokens"] == 3 and r["error"] < 0.03
+    assert SEQ_L3_M3[1][0] + SEQ_L3_M3[1][1] < alpha - r["error"]
+    assert abs(r["sequential"] - SEQ_L3_M3[2][0]) <= r["sequential_error"] + SEQ_L3_M3[2][1]
+    assert alpha - r["error"] < SEQ_L3_M3[2][0] + SEQ_L3_M3[2][1]
+    for k, (v, e) in r["checks"].items():
+        assert abs(v - (3.0 if k.startswith("trace") else 0.0)) <= e, k
+    q1, q3 = r["q1"], r["q3"]
+    m2, m4 = (plain_cascade_mc([(q1, q3)], tokens=3, samples=4000, inner=2048, seed=31,
+                               blocks=b)[0] for b in (2, 4))
+    mc = 2 * m2 - m4
+    q = np.array(r["points"][:9])
+    s3 = abs((r["a3"][3] - r["a3"][5]) / (q[3, 1] - q[5, 1]))
+    s1 = abs((r["a1"][1] - r["a1"][7]) / (q[1, 0] - q[7, 0]))
+    for x, slope in ((mc[:, 0], 0.0), ((1 - q1) / q1 * mc[:, 1], s1 * r["q1_error"]),
+                     ((1 - q3) / q3 * mc[:, 2], s3 * r["q3_error"])):
+        m, se = _mean_se(x)
+        assert abs(m - 1 / alpha) <= 3.5 * se + r["error"] / alpha**2 + slope
+        assert se < 0.1 * m
