@@ -303,13 +303,17 @@ def _learned_option(text: str, layers: int) -> tuple[int, ...]:
 
 
 def _smi_cascade_cli(kind: str, kw: dict, learned: str | None, **flags) -> None:
-    """``threshold weak --model smi --layers 3|4 --cascade [--learned 1,4]``: the next layer's
-    cascade threshold on a joint branch (aim_sym.thresholds.smi_cascade; docs/smi_cascade.md)."""
+    """``threshold weak --model smi --layers 3|4 [--tokens 3] --cascade [--learned 1,4]``: the
+    next layer's cascade threshold on a joint branch (aim_sym.thresholds.smi_cascade;
+    docs/smi_cascade.md)."""
+    from .numerics import smi_cascade as sc
     from .thresholds import smi_cascade
 
-    layers = kw.get("layers") or 2
-    if kw["model"] != "smi" or layers not in (3, 4) or kw["tokens"] != 2:
-        fail("--cascade", "used with --model smi --layers 3 or 4 --tokens 2", True)
+    layers, tokens = kw.get("layers") or 2, kw["tokens"]
+    if kw["model"] != "smi" or layers not in (3, 4):
+        fail("--cascade", "used with --model smi --layers 3 or 4", True)
+    if (layers, tokens) not in sc.SUPPORTED:
+        fail("--tokens", "2 at --layers 3 or 4, or 3 at --layers 3, with --cascade", tokens)
     if kind != "weak":
         fail("KIND", "weak with --cascade", kind)
     for opt, value in flags.items():
@@ -321,17 +325,17 @@ def _smi_cascade_cli(kind: str, kw: dict, learned: str | None, **flags) -> None:
     skip = 1.0 if kw.get("skip") is None else kw["skip"]
     beta = 1.0 if kw.get("beta") is None else kw["beta"]
     from .numerics import smi_branch_qmc
-    from .numerics import smi_cascade as sc
 
-    sets = [k[1] for k in sc.DEFAULTS if k[0] == layers]
+    sets = [k[1] for k in sc.DEFAULTS_BY_TOKENS[tokens] if k[0] == layers]
     chosen = sets[0] if learned is None else _learned_option(learned, layers)
     if chosen not in sets:
         fail("--learned", "one of " + ", ".join(",".join(map(str, s)) for s in sets)
              + f" at --layers {layers}", learned)
-    _dashed(smi_branch_qmc.check, layers=layers, tokens=2, skip=skip, beta=beta, learned=chosen)
+    _dashed(smi_branch_qmc.check, layers=layers, tokens=tokens, skip=skip, beta=beta,
+            learned=chosen)
     names = ", ".join(map(str, chosen))
     progress_printer(0, 1, f"L = {layers} cascade: joint branch of layers {names} (QMC grid)")
-    r = smi_cascade(layers=layers, learned=chosen, skip=skip, beta=beta)
+    r = smi_cascade(layers=layers, learned=chosen, tokens=tokens, skip=skip, beta=beta)
     progress_printer(1, 1, "done")
     d = r.details
     out = {**r.parameters, "threshold": r.quantity, "value": r.value, "error": r.error,
@@ -342,8 +346,8 @@ def _smi_cascade_cli(kind: str, kw: dict, learned: str | None, **flags) -> None:
 
     def text(o: dict) -> str:
         qs = ", ".join(f"q{l} = {o[f'q{l}']:.6g}" for l in o["learned"])
-        lines = [f"SMI deep attention L={layers} M=2 skip={skip} beta={beta}: cascade (layer "
-                 f"{o['layer']} once layers {names} are learned) alpha = {o['value']:.6g} +- "
+        lines = [f"SMI deep attention L={layers} M={tokens} skip={skip} beta={beta}: cascade "
+                 f"(layer {o['layer']} once layers {names} are learned) alpha = {o['value']:.6g} +- "
                  f"{o['error']:.1e} at {qs}",
                  f"  branch of layers {', '.join(map(str, o['sequential_branch']))}, same "
                  f"points: {o['sequential']:.6g} +- {o['sequential_error']:.1e}; shift "

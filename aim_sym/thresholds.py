@@ -310,9 +310,10 @@ def smi_depth_sequential(*, layers: int, tokens: int = 2, skip: float = 1.0, bet
         for r in rows), params)
 
 
-def smi_cascade(*, layers: int = 3, learned: tuple[int, ...] | None = None, skip: float = 1.0,
-                beta: float = 1.0):
-    """A cascade threshold of deep tied attention, M = 2 (THEORY 2.2; docs/smi_cascade.md): the
+def smi_cascade(*, layers: int = 3, learned: tuple[int, ...] | None = None, tokens: int = 2,
+                skip: float = 1.0, beta: float = 1.0):
+    """A cascade threshold of deep tied attention, M = 2 (or M = 3 at L = 3) tokens (THEORY 2.2;
+    docs/smi_cascade.md): the
     alpha at which the next unlearned layer becomes unstable on the joint branch of the
     ``learned`` layers (increasing, ending with ``layers``; default (1, 3) at L = 3, (1, 4) at
     L = 4; (1, 2, 4) gives layer 3's), by :mod:`aim_sym.numerics.smi_cascade` (model-sampled
@@ -323,13 +324,13 @@ def smi_cascade(*, layers: int = 3, learned: tuple[int, ...] | None = None, skip
     from .numerics import smi_cascade as sc
     from .results import Result
 
-    r = sc.cascade_threshold(layers=layers, learned=learned, skip=skip, beta=beta)
+    r = sc.cascade_threshold(layers=layers, learned=learned, tokens=tokens, skip=skip, beta=beta)
     keys = ("layer", "learned", *(f"q{l}{e}" for l in r["learned"] for e in ("", "_error")),
             "stability", "sequential", "sequential_error", "sequential_branch", "shift",
             "shift_error", "stat_error", "ratio_bias", "interpolation", "seconds")
     return Result(quantity="alpha_cascade", value=r["value"], error=r["error"],
                   method=r["method"], precision=None,
                   parameters={"model": "smi", "channel": "deep-attention", "layers": layers,
-                              "tokens": 2, "skip": skip, "beta": beta,
+                              "tokens": tokens, "skip": skip, "beta": beta,
                               "learned": list(r["learned"])},
                   details={k: r[k] for k in keys if k in r})

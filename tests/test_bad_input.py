@@ -272,6 +272,8 @@ CASES = [
                                "--learned", "1,4"], "--learned"),
     ("cascade-layers-5", ["threshold", "weak", "--model", "smi", "--layers", "5", "--cascade"],
      "--cascade"),
+    ("cascade-tokens", ["threshold", "weak", "--model", "smi", "--layers", "4", "--tokens", "3",
+                        "--cascade"], "--tokens"),
 ]
 
 

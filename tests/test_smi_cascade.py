@@ -491,3 +491,23 @@ def test_l3_m3_cascade_layer2_and_plain_monte_carlo_at_its_root():
         m, se = _mean_se(x)
         assert abs(m - 1 / alpha) <= 3.5 * se + r["error"] / alpha**2 + slope
         assert se < 0.1 * m
+
+
+@pytest.mark.slow
+def test_cli_cascade_three_tokens():
+    """`threshold weak --model smi --layers 3 --tokens 3 --cascade --json` (~3-5 min): layer 2
+    once layers 3 and 1 are learned, after layer 1's sequential threshold 0.5886 +- 0.0137 at
+    M = 3; the same-points layer-3-only value agrees with the branch kernel's 0.6673 +- 0.0147."""
+    import json
+
+    from click.testing import CliRunner
+
+    from aim_sym.cli import cli
+
+    r = CliRunner().invoke(cli, ["threshold", "weak", "--model", "smi", "--layers", "3",
+                                 "--tokens", "3", "--cascade", "--json"])
+    assert r.exit_code == 0, r.output
+    o = json.loads(r.output[r.output.index("{"):])
+    assert o["tokens"] == 3 and o["layer"] == 2 and o["learned"] == [1, 3]
+    assert 0.5886 + 0.0137 < o["value"] - o["error"]
+    assert abs(o["sequential"] - 0.6673) < o["sequential_error"] + 0.0147
