@@ -461,7 +461,7 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
         if general.wants_general(kw):
             emit(general.se(kw, alpha=alpha), kw["as_json"])
             return
-        if ((kw.get("layers") or 2), kw["tokens"]) in ((3, 2), (4, 2), (2, 3)):
+        if ((kw.get("layers") or 2), kw["tokens"]) in ((3, 2), (4, 2), (2, 3), (3, 3)):
             _smi_branch_se(kw, alpha)
             return
         r = smi_model(kw).fixed_point(alpha=alpha)

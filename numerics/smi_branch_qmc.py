@@ -621,11 +621,17 @@ def branch_fixed_point(*, alpha: float, layers: int, tokens: int = 2, skip: floa
             seen[q] = resid(q, main)
         return seen[q][0]
 
-    xa, xb = math.log1p(-scan[i]), math.log1p(-scan[i + 1])
-    if f(xa) * f(xb) > 0:
+    # the cheap rule's bracket, else (a root next to a scan point, within the cheap rule's
+    # noise) the first sign change of the main rule over the neighbouring scan intervals
+    near = [i, *range(max(0, i - 1), min(len(scan) - 1, i + 2))]
+    pairs = [(math.log1p(-scan[j]), math.log1p(-scan[j + 1])) for j in dict.fromkeys(near)]
+    found = [(a, b) for a, b in pairs if f(a) * f(b) <= 0]
+    if not found:
         raise ConvergenceError(f"the scan's bracket of the layer-{L} branch point is lost on the "
-                               "main rule", last_iterate=(scan[i], scan[i + 1]),
-                               residual=(f(xa), f(xb)))
+                               "main rule", last_iterate=(scan[max(0, i - 1)],
+                                                          scan[min(len(scan) - 1, i + 2)]),
+                               residual=[(f(a), f(b)) for a, b in pairs])
+    xa, xb = found[0]
     x = brentq(f, xa, xb, xtol=1e-7, rtol=1e-10)
     q = -math.expm1(x)
     _, st = seen[q] if q in seen else resid(q, main)

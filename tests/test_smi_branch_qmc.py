@@ -269,3 +269,36 @@ def test_branch_fixed_point_below_the_weak_threshold_has_none():
     with pytest.raises(ConvergenceError):
         bq.branch_fixed_point(alpha=0.1, layers=2, tokens=2, log2_outer=8, log2_inner=10,
                                replicates=4, scan=(0.05, 0.3, 0.6, 0.9))
+
+
+@pytest.mark.slow
+def test_plain_monte_carlo_confirms_the_l3_m3_branch_fixed_point():
+    """(L, M) = (3, 3), alpha = 0.3 (above layer 3's weak threshold 0.112, below layer 1's
+    sequential one 0.5886): the kernel's fixed point q3 (a cheaper rule than the default, ~25 s)
+    checked by the plain Monte Carlo oracle at that q3 (~50 s): alpha K_3 solves q3 / (1 - q3) =
+    alpha K_3 and alpha mu_l (l = 1, 2) equals the reported stability eigenvalues, within the
+    kernel's bars + 3.5 of the oracle's standard errors.  The oracle's own ratio bias is removed
+    by its 1/k law (2 x halves - quarters of the same draws).  The default scan's point q3 = 0.6
+    lies within the cheap scan's noise of the root: the cheap rule brackets it on (0.4, 0.6), the
+    main rule on (0.6, 0.75) (before the neighbouring intervals were searched this raised)."""
+    alpha = 0.3
+    r = bq.branch_fixed_point(alpha=alpha, layers=3, tokens=3, log2_outer=11, log2_inner=13,
+                               replicates=8)
+    q = r["q3"]
+    assert 0.5 < q < 0.7 and r["q3_error"] < 0.02
+    assert abs(q / (1 - q) - r["q_hat3"]) < 1e-5                 # the root of the kernel's map
+    m2, m4 = (plain_branch_mc(q, layers=3, tokens=3, samples=10000, inner=2048, seed=43,
+                              blocks=b) for b in (2, 4))
+    mc = 2 * m2 - m4
+    se = lambda x: x.std(ddof=1) / math.sqrt(len(x))  # noqa: E731
+    K, se_K = mc[:, 2].mean(), se(mc[:, 2])
+    # the same q on both sides: q3 / (1 - q3) = alpha K_3 by the oracle
+    assert abs(r["q_hat3"] - alpha * K) <= r["q_hat3_error"] + 3.5 * alpha * se_K
+    # the fixed-point map q = alpha K / (1 + alpha K) returns q3 within q3's bar
+    assert abs(alpha * K / (1 + alpha * K) - q) <= r["q3_error"] + 3.5 * alpha * se_K
+    for l in (1, 2):
+        st = r["stability"][l]
+        assert st["stable"] is True
+        mu = mc[:, l - 1]
+        assert abs(alpha * mu.mean() - st["eigenvalue"]) <= st["error"] + 3.5 * alpha * se(mu)
+        assert st["error"] < 0.1 * st["eigenvalue"]
