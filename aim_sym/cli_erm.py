@@ -50,9 +50,8 @@ def erm_model(**opts: Any) -> ERM:
 @_relabelled
 def se_json(*, alpha: float, direct: bool = False, rule: str = "gh", **opts: Any) -> dict:
     """``aim-sym se --model erm [--direct] [--output-rule R]`` (``--direct``: T = 2..6, as the
-    factorised SE): the six order parameters,
-    train, test, mse, rank (each with ``*_error``) of the global-minimum fixed point, and every
-    fixed point found."""
+    factorised SE): the six order parameters, train, test, mse, rank (each with ``*_error``) of
+    the global-minimum fixed point, and every fixed point found."""
     m = erm_model(**opts)
     table = m.state_evolution(alpha=alpha, direct=direct, rule=rule)
     out: dict = {**m.parameters(), "alpha": float(alpha)}

@@ -95,9 +95,9 @@ class ERM:
         quadrature orders) and ``global_minimum`` (lowest training loss). ``direct``: the
         element-wise (ridge) parameterisation, penalty (lam/2) d ||S||_F^2 as the authors'
         ``lreg`` (:mod:`aim_sym.numerics.erm_direct`, any T the factorised SE takes); rank is
-        then 1. ``rule``: the T = 2
-        output rule, "gh" (tensor Gauss-Hermite) or "split" (the prox's jumps located on lines,
-        bars 3-10x smaller, ~1.5x the time; factorised model only; docs/erm.md)."""
+        then 1. ``rule``: the T = 2 output rule, "gh" (tensor Gauss-Hermite) or "split" (the
+        prox's jumps located on lines, bars 3-10x smaller, ~1.5x the time; factorised model
+        only; docs/erm.md)."""
         from .numerics import erm_direct, erm_se
 
         alpha = ALPHA_ERM.check(alpha)

@@ -313,14 +313,14 @@ def smi_depth_sequential(*, layers: int, tokens: int = 2, skip: float = 1.0, bet
 def smi_cascade(*, layers: int = 3, learned: tuple[int, ...] | None = None, tokens: int = 2,
                 skip: float = 1.0, beta: float = 1.0):
     """A cascade threshold of deep tied attention, M = 2 (or M = 3 at L = 3) tokens (THEORY 2.2;
-    docs/smi_cascade.md): the
-    alpha at which the next unlearned layer becomes unstable on the joint branch of the
-    ``learned`` layers (increasing, ending with ``layers``; default (1, 3) at L = 3, (1, 4) at
-    L = 4; (1, 2, 4) gives layer 3's), by :mod:`aim_sym.numerics.smi_cascade` (model-sampled
-    QMC, about 2-6 minutes). A Result "alpha_cascade"; details: the learned overlaps q_l with
-    errors, every other unlearned layer's eigenvalue alpha mu_j at the root (``stability``), the
-    previous branch's value from the same points (``sequential``, ``sequential_branch``) and the
-    shift. Validated at c = 1, beta = 1."""
+    docs/smi_cascade.md): the alpha at which the next unlearned layer becomes unstable on the
+    joint branch of the ``learned`` layers (increasing, ending with ``layers``; default (1, 3)
+    at L = 3, (1, 4) at L = 4; (1, 2, 4) gives layer 3's), by
+    :mod:`aim_sym.numerics.smi_cascade` (model-sampled QMC, about 2-6 minutes). A Result
+    "alpha_cascade"; details: the learned overlaps q_l with errors, every other unlearned
+    layer's eigenvalue alpha mu_j at the root (``stability``), the previous branch's value from
+    the same points (``sequential``, ``sequential_branch``) and the shift. Validated at c = 1,
+    beta = 1."""
     from .numerics import smi_cascade as sc
     from .results import Result
 
