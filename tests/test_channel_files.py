@@ -25,6 +25,7 @@ def write(tmp_path, text, name="ch.py"):
     return str(p)
 
 
+@pytest.mark.slow
 def test_examples_load_and_check():
     from aim_sym.checks import run_checks
 

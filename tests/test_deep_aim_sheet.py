@@ -98,6 +98,7 @@ def test_sheet_g_out_matches_the_engine(ex, engine, name, key, i):
     assert np.isfinite(g)
 
 
+@pytest.mark.slow
 def test_cli_derive_layers_2():
     run = [sys.executable, "-m", "aim_sym", "derive", "--model", "aim", "--layers", "2"]
     p = subprocess.run(run, capture_output=True, text=True, timeout=600)

@@ -241,6 +241,7 @@ def test_cli_hardmax_t5_se(run_cli):
     assert abs(g.value - f["e_gen"]) <= f["e_gen_error"] + g.error
 
 
+@pytest.mark.slow
 def test_t5_identity_checks_pass():
     """`check --channel hardmax --tokens 5` (hq.run_checks): every identity holds at T = 5 by the
     winner kernel."""

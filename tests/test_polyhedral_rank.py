@@ -43,6 +43,7 @@ def test_orthant_threshold_against_its_closed_form(K):
     assert r.error < 1e-4 * r.details["value_float"]
 
 
+@pytest.mark.slow
 def test_hardmax_file_default_rule_against_the_hardmax_route():
     """The engine's default cube rule (8 x 2^13 points): within its bar, bar < 1e-4."""
     out = AIM(hardmax_t3()).polyhedral
