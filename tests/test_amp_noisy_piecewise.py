@@ -14,7 +14,7 @@ import pytest
 from aim_sym.numerics import amp
 from aim_sym.numerics import amp_noisy_piecewise as anp
 from aim_sym.numerics.records import InputError
-from central_differences import column_differences
+from central_differences import column_differences, seeded_points
 
 from aim_sym.channel_file import from_file
 from aim_sym.noisy_piecewise_amp import amp_view, run_noisy_piecewise_amp
@@ -26,19 +26,10 @@ MODEL = NoisyPolyhedralAIM(from_file(str(RELU), tokens=2), rho=0.5)
 VIEW = amp_view(MODEL)
 
 
-def _points(view, *, n: int, seed: int, q: float = 0.8, V: float = 0.6):
-    """Seeded (y, omega, V): omega ~ N(0, q C), h | omega ~ N(omega, V C), y from the channel."""
-    rng = np.random.default_rng(seed)
-    w = np.asarray(view.weights)
-    om = np.sqrt(q * w) * rng.standard_normal((n, w.size))
-    h = om + np.sqrt(V * w) * rng.standard_normal((n, w.size))
-    return view.sample(h, rng), om, V
-
-
 def test_g_is_log_z_gradient():
     """g_out = d log Z_out / d omega (THEORY 1.1) at 6 seeded (omega, y), every pair a <= b;
     and a g shifted by 1e-4 would fail the same comparison."""
-    obs, om, V = _points(VIEW, n=6, seed=11)
+    obs, om, V = seeded_points(VIEW, n=6, seed=11)
     g, dg = VIEW.g_dg(obs, om, V)
     assert g.shape == dg.shape == om.shape and np.all(np.isfinite(g))
     fd = column_differences(lambda o: VIEW.log_z(obs, o, V), om, 1e-4)
@@ -51,7 +42,7 @@ def test_g_is_log_z_gradient():
 def test_dg_is_g_derivative():
     """Exact dg_out (dg_form "exact"): d g_ab / d omega_ab by central differences of g_out."""
     assert VIEW.dg_form == "exact"
-    obs, om, V = _points(VIEW, n=6, seed=5, q=0.5, V=0.3)
+    obs, om, V = seeded_points(VIEW, n=6, seed=5, q=0.5, V=0.3)
     _, dg = VIEW.g_dg(obs, om, V)
     fd = column_differences(lambda o: VIEW.g_dg(obs, o, V)[0], om, 1e-4)
     for i in range(om.shape[1]):

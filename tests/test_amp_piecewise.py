@@ -14,7 +14,7 @@ from aim_sym.numerics import amp_piecewise as ap
 from aim_sym.numerics import polyhedral_se as ps
 from aim_sym.numerics import sparsemax_t3 as s3
 from aim_sym.numerics.records import InputError
-from central_differences import column_differences
+from central_differences import column_differences, seeded_points
 
 from aim_sym.channel_file import from_file
 from aim_sym.models import AIM
@@ -47,19 +47,11 @@ G_TOL = {"hardmax2": 1e-6, "hardmax3": 1e-6, "hardmax4": 1e-6, "hardmax5": 2e-5,
          "sparsemax2": 1e-6, "sparsemax3": 3e-4, "three": 1e-4}
 
 
-def _points(view, *, n: int, seed: int, q: float = 0.8, V: float = 0.6):
-    rng = np.random.default_rng(seed)
-    w = np.asarray(view.weights)
-    om = np.sqrt(q * w) * rng.standard_normal((n, w.size))
-    h = om + np.sqrt(V * w) * rng.standard_normal((n, w.size))
-    return view.sample(h, rng), om, V
-
-
 @pytest.mark.parametrize("key", list(VIEWS))
 def test_g_is_log_z_gradient(key):
     """g_out = d log Z_out / d omega (THEORY 1.1) at seeded points, every pair a <= b."""
     view = VIEWS[key]
-    obs, om, V = _points(view, n=4, seed=11)
+    obs, om, V = seeded_points(view, n=4, seed=11)
     g, dg = view.g_dg(obs, om, V)
     assert g.shape == dg.shape == om.shape and np.all(np.isfinite(g))
     fd = column_differences(lambda o: view.log_z(obs, o, V), om, 1e-3)
@@ -72,7 +64,7 @@ def test_g_is_log_z_gradient(key):
 def test_dg_is_g_derivative(key):
     """Exact dg_out: d g_ab / d omega_ab by central differences of g_out."""
     view = VIEWS[key]
-    obs, om, V = _points(view, n=3, seed=5)
+    obs, om, V = seeded_points(view, n=3, seed=5)
     _, dg = view.g_dg(obs, om, V)
     fd = column_differences(lambda o: view.g_dg(obs, o, V)[0], om, 1e-3)
     for i in range(om.shape[1]):
