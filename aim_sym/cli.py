@@ -235,11 +235,12 @@ class _Deferred:
             sys.exit(2)
 
 
-def _dashed(check, **args) -> None:
-    """Run a numeric layer's input ``check``; its InputError names the parameter without the
-    dashes of the option, so they are added."""
+def _dashed(check, *args, **kwargs):
+    """Run a numeric layer's input ``check`` (or any call that names a parameter in its
+    InputError) and return its value; the InputError names the parameter without the dashes of
+    the option, so they are added."""
     try:
-        check(**args)
+        return check(*args, **kwargs)
     except InputError as e:
         raise InputError("--" + str(e)) from None
 
@@ -306,14 +307,15 @@ def _smi_cascade_cli(kind: str, kw: dict, learned: str | None, **flags) -> None:
     """``threshold weak --model smi --layers 3|4 [--tokens 3] --cascade [--learned 1,4]``: the
     next layer's cascade threshold on a joint branch (aim_sym.thresholds.smi_cascade;
     docs/smi_cascade.md)."""
+    from . import smi_routes
     from .numerics import smi_cascade as sc
     from .thresholds import smi_cascade
 
     layers, tokens = kw.get("layers") or 2, kw["tokens"]
-    if kw["model"] != "smi" or layers not in (3, 4):
-        fail("--cascade", "used with --model smi --layers 3 or 4", True)
-    if (layers, tokens) not in sc.SUPPORTED:
-        fail("--tokens", "2 at --layers 3 or 4, or 3 at --layers 3, with --cascade", tokens)
+    depths = sorted({L for L, _ in sc.SUPPORTED})
+    if kw["model"] != "smi" or layers not in depths:
+        fail("--cascade", f"used with --model smi --layers one of {depths}", True)
+    _dashed(smi_routes.engine, "cascade", layers=layers, tokens=tokens)
     if kind != "weak":
         fail("KIND", "weak with --cascade", kind)
     for opt, value in flags.items():
@@ -461,7 +463,10 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
         if general.wants_general(kw):
             emit(general.se(kw, alpha=alpha), kw["as_json"])
             return
-        if ((kw.get("layers") or 2), kw["tokens"]) in ((3, 2), (4, 2), (2, 3), (3, 3)):
+        from . import smi_routes
+
+        if _dashed(smi_routes.engine, "se", layers=kw.get("layers") or 2,
+                   tokens=kw["tokens"]) == "kernel":
             _smi_branch_se(kw, alpha)
             return
         r = smi_model(kw).fixed_point(alpha=alpha)
@@ -688,14 +693,9 @@ def threshold(kind, small_width, digits, certified, no_sequential, cascade, lear
                    f"{t['error']:.1e}  ({t['method']})" for t in o["thresholds"]]))
             return
         layers, tokens = kw.get("layers") or 2, kw["tokens"]
-        if layers not in (2, 3, 4):
-            fail("--layers", "2 or 3 (every command) or 4 (threshold weak, --tokens 2)", layers)
-        if tokens not in (2, 3):
-            fail("--tokens", "2 (every command) or 3 (threshold weak, --layers 2 or 3)", tokens)
-        if layers == 4 and tokens == 3:
-            fail("--layers", "at most 3 with --tokens 3 (9 free coordinates: not supported)",
-                 layers)
-        if (layers, tokens) in ((4, 2), (2, 3), (3, 3)):
+        from . import smi_routes
+
+        if _dashed(smi_routes.engine, "threshold", layers=layers, tokens=tokens) == "kernel":
             smi_depth_weak_cli(kw, digits=digits, sequential=not no_sequential)
             return
         m = smi_model(kw)

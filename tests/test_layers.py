@@ -31,7 +31,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
                   "deep_aim", "polyhedral", "sparsemax_pieces"),
                  "lambdify the derivations into callables for the numeric layer"),
     "api": (("", "results", "models", "thresholds", "checks", "sweep", "api", "erm",
-             "erm_gd_api", "smi_general_api", "sparsemax_model", "noisy_polyhedral_model",
+             "erm_gd_api", "smi_general_api", "smi_routes", "sparsemax_model", "noisy_polyhedral_model",
              "piecewise_amp", "noisy_piecewise_amp"),
             "the public API (package root included): may combine every layer below"),
     "presentation": (("cli", "cli_common", "cli_sweep", "cli_erm", "cli_gd", "cli_smi_general",
