@@ -25,6 +25,7 @@ from .channels import (
 from .cli_common import MODELS, emit, fail, parse_grid, progress_printer, smi_args
 from .domains import RHO, Domain
 from .numerics.smi_fibre import SKIP_FLOORS
+from .numerics.smi_sequential import SEQ_DIGITS
 from .plots import check_plot_path, plot_phase
 from .sweep import MAX_POINTS, aim_point, failed, grid, run_sweep, skip_columns, smi_point
 from .sweep import sweep_skip as run_skip_sweep
@@ -192,9 +193,11 @@ def sweep_grid(model, channel, alphas, rhos, tokens_, betas, epsilon, delta_out,
 @click.option("--out", "out_path", required=True)
 @click.option("--plot", "plot_path", default=None, help="figure: .png, .pdf or .svg")
 @click.option("--no-sequential", is_flag=True, help="weak thresholds only (fast)")
+@click.option("--digits", type=int, default=None, help="L = 2: digits of the sequential "
+              "threshold (bar below 5 x 10^-digits; default 4)")
 @click.option("--workers", type=int, default=1, show_default=True, help="local processes, 1..256")
 @click.option("--json", "as_json", is_flag=True)
-def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, workers,
+def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, digits, workers,
                as_json):
     """SMI deep attention: weak and sequential thresholds against the skip strength c
     (L = 3: the weak thresholds of the three layers)."""
@@ -206,10 +209,15 @@ def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, 
     if plot_path:
         check_plot_path(plot_path, "--plot")
         check_writable(plot_path, "--plot")
+    if digits is not None and (no_sequential or args["layers"] != 2):
+        fail("--digits", "used only for the L = 2 sequential threshold (not with "
+             "--no-sequential or --layers 3)", digits)
+    if digits is not None and digits not in SEQ_DIGITS:
+        fail("--digits", f"an integer in {min(SEQ_DIGITS)}..{max(SEQ_DIGITS)}", digits)
     check_writable(out_path, "--out")
     rows = run_skip_sweep(skips=cs, layers=args["layers"], tokens=tokens, beta=args["beta"],
                           out=out_path, progress=progress_printer, sequential=not no_sequential,
-                          workers=workers)
+                          workers=workers, digits=4 if digits is None else digits)
     write_csv(out_path, rows, columns=list(skip_columns(args["layers"])))
     if plot_path:
         plot_phase(rows, plot_path)

@@ -356,3 +356,25 @@ def test_sweep_skip_three_layers_keeps_the_earlier_numbers(tmp_path):
             got, err = row[f"weak_layer{layer}"], row[f"weak_layer{layer}_error"]
             assert abs(got - v) <= err + e, (row["skip"], layer, got, err, v, e)
             assert err < 0.01 * got
+
+
+def test_cli_skip_digits_reach_the_sequential_threshold(tmp_path, capsys, monkeypatch):
+    from aim_sym.numerics import smi
+
+    seen = []
+
+    def fake(*, layers, tokens, skip, beta, sequential, **kw):
+        seen.append(kw.get("digits"))
+        return [dict(layer=1, kind="sequential", value=0.7196, error=1e-5, method="m", q2=0.97)]
+
+    monkeypatch.setattr(smi, "weak_thresholds", fake)
+    out = str(tmp_path / "phase.csv")
+    code, _, _ = run_cli(["sweep", "skip", "--skips", "1", "--digits", "6", "--out", out],
+                         capsys, monkeypatch)
+    assert code == 0 and seen == [6] and float(table(out)[0]["sequential_layer1"]) == 0.7196
+    for extra, option in ((["--digits", "6", "--no-sequential"], "--digits"),
+                          (["--digits", "0"], "--digits"),
+                          (["--digits", "5", "--layers", "3"], "--digits")):
+        code, _, err = run_cli(["sweep", "skip", "--skips", "1", "--out", out, *extra], capsys,
+                               monkeypatch)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and option in err
