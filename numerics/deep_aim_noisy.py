@@ -32,7 +32,11 @@ Shared tokens (deep_aim_se module docstring): both layers read the same tokens, 
 (a, b) and the truths share the common part sqrt(rho_l) u; per whitened coordinate Cov(a_k, b_k) =
 Cov(xi_k, x_k) = sqrt(rho1 rho2) (``design="shared"``, the default, with the widths ``rho``), the
 deviations staying independent. The cross term E[g_1 . g_2] (q_hat_12 / (2 alpha), the conjugate
-of the neglected cross-overlap) is reported in three forms beside E_l.
+of the neglected cross-overlap) is reported in three forms beside E_l, and the first-order effect
+of that cross-overlap q'_12 is added to the fixed point's bars (:func:`add_cross_overlap_term_noisy`:
+the noisy output side at q'_12, :func:`_cross_sums`, in the generic response
+:func:`cross_overlap_response`; e_gen and Phi through deep_aim_se.cross_overlap_output_effect),
+as deep_aim_se does for the noiseless engine.
 
 SE (THEORY 1.6): q_hat_l = 2 alpha E_l, mmse_l = mmse_{rho_l}(1/q_hat_l), V_l = mmse_l,
 q_l = Q0_l - V_l, solved with the point sets held fixed (a deterministic map) by plain iteration
@@ -43,13 +47,24 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 from scipy.special import expit, ndtri
 from scipy.stats import qmc
 
 from . import wishart
-from .deep_aim_se import DESIGNS, DeepAimSE, generalisation_error, mean_pair_cholesky, prior_potential
+from .deep_aim_se import (
+    CROSS_GAIN_MAX,
+    DESIGNS,
+    DeepAimSE,
+    cross_overlap_output_effect,
+    cross_step,
+    generalisation_error,
+    mean_pair_cholesky,
+    prior_potential,
+    psd_cholesky,
+)
 from .records import (
     ConvergenceError,
     Estimate,
@@ -274,7 +289,7 @@ def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, s
                       beta: float = 1.0, init: tuple[float, float] = (1.0, 1.0), m: int = 9,
                       scrambles: int = 8, seed: int = 0, sizes: tuple[int, int] = INNER_SIZES,
                       tol: float = 1e-7, max_iter: int = 40, e_gen: bool = True,
-                      design: str = "shared") -> dict:
+                      design: str = "shared", cross_term: bool = True) -> dict:
     """The SE fixed point (V1, V2) = (mmse_1, mmse_2) of the noisy deep AIM reached from ``init``
     (THEORY 1.1, 1.6): plain iteration until the step is below 5 % of V (or 10 steps), then
     chord-Newton steps on V - F(V), on point sets held fixed. Errors (per layer): COVERAGE
@@ -285,7 +300,10 @@ def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, s
     error of the noisy output (clean part + 4 Delta, THEORY 1.5) and the clean part alone.
     ``design``: "shared" (both layers read the same tokens; default) or "independent" (module
     docstring). Also q_hat_12 = 2 alpha E[g_1 . g_2] (three forms) and cross_correlation =
-    q_hat_12 / sqrt(q_hat_1 q_hat_2), the size of the neglected cross-overlap."""
+    q_hat_12 / sqrt(q_hat_1 q_hat_2), the size of the neglected cross-overlap, and the map's
+    ``jacobian``. ``cross_term``: add the cross-overlap's first-order term to the mmse, q, e_gen
+    and Phi bars (:func:`add_cross_overlap_term_noisy`, reported under ``cross_overlap``; 0 for
+    independent tokens)."""
     require(math.isfinite(alpha) and alpha > 0, "alpha", "a finite number > 0", alpha)
     require(len(rho) == 2 and all(math.isfinite(r) and r > 0 for r in rho), "rho",
             "two finite numbers > 0", rho)
@@ -355,7 +373,8 @@ def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, s
         phi_err += ps.error + x["q_error"] * x["q_hat_error"] / 4.0
     out = {"alpha": alpha, "Delta": Delta, "skip": skip, "beta": beta, "layers": layers,
            "stable": bool(np.max(np.abs(np.linalg.eigvals(jac))) < 1),
-           "jacobian_eigenvalues": np.linalg.eigvals(jac).tolist(), "init_mmse": list(init),
+           "jacobian_eigenvalues": np.linalg.eigvals(jac).tolist(), "jacobian": jac.tolist(),
+           "init_mmse": list(init),
            "iterations": it + 1, "map_calls": f.calls, "standard_error": se.tolist(),
            "inner_size_error": bias.tolist(), "psi_out": psi.value, "psi_out_error": psi.error,
            "phi": phi, "phi_error": phi_err, **cross, "design": design,
@@ -364,6 +383,9 @@ def fixed_point_noisy(*, alpha: float, rho: tuple[float, float], Delta: float, s
         out.update(_egen_noisy(q=[x["q"] for x in layers], q_error=[x["q_error"] for x in layers],
                                rho=tuple(rho), Delta=Delta, skip=skip, beta=beta, seed=seed,
                                design=design))
+    if cross_term:
+        out = add_cross_overlap_term_noisy(out, rho=tuple(rho), design=design, m=m,
+                                           scrambles=scrambles, seed=seed, sizes=tuple(sizes))
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -392,6 +414,189 @@ def _egen_noisy(*, q, q_error, rho, Delta, skip, beta, seed, m: int = 14,
     return {"e_gen": clean + 4.0 * Delta, "e_gen_error": err, "e_gen_clean": clean,
             "e_gen_clean_error": err, "e_gen_plugin_clean": g["e_gen_plugin"].value,
             "e_gen_plugin_clean_error": g["e_gen_plugin"].error + prop["e_gen_plugin"]}
+
+
+# ---------------------------------------------------------------- the neglected cross-overlap
+
+#: the columns of :func:`_cross_sums`: G = E[g g^T] (g = Sigma^-1 E[deviation | o], summed over
+#: the two whitened coordinates) in the variance form, Psi_out, then the mean-square and
+#: Nishimori forms of G
+CROSS_COLUMNS = ("G11", "G22", "G12", "psi_out", "mean_square_11", "mean_square_22",
+                 "mean_square_12", "nishimori_11", "nishimori_22", "nishimori_12")
+
+
+def _cross_sums(*, q1, q2, V1, V2, q12, Delta, skip, beta, m, scrambles, seed, sizes, cross,
+                chunk: int = 32) -> np.ndarray:
+    """(len(sizes), scrambles, len(CROSS_COLUMNS)) at a cross-overlap q12 of the fluctuating
+    parts (neglected by the SE; docs/deep_aim.md section 4, "What the SE neglects"): per whitened
+    coordinate the means (a, b) have covariance [[q1, cross + q12], [cross + q12, q2]] and the
+    truth's deviations Sigma = [[V1, -q12], [-q12, V2]] (the law of deep_aim_se.outer_covariance:
+    the truths keep Cov(xi, x) = cross), and the inner posterior samples the correlated prior
+    N((a, b), Sigma). G = 2 Sigma^-1 - Sigma^-1 K Sigma^-1, K the mean posterior covariance of
+    the deviations (law of total variance); at q12 = 0, (G11, G22, G12) are :func:`_output_sums`'s
+    (E1, E2, cross) on the same points. Point sets as :func:`_output_sums` (same ``seed``)."""
+    L = mean_pair_cholesky(q1=q1, q2=q2, cross=cross + q12)
+    D = psd_cholesky(np.array([[V1, -q12], [-q12, V2]]))
+    s_inv = np.linalg.inv(np.array([[V1, -q12], [-q12, V2]]))
+    kmax = max(sizes)
+    res = np.zeros((len(sizes), scrambles, len(CROSS_COLUMNS)))
+    sd = math.sqrt(2.0 * Delta)
+    for s in range(scrambles):
+        u = _sobol_normals(m, 10, [seed, s])
+        t = _sobol_normals(int(round(math.log2(kmax))), 4, [seed, s, 4]).T
+        # inner deviations per coordinate k: d1_k = D00 t_k, d2_k = D10 t_k + D11 t_{k+2}
+        d_in = np.stack([D[0, 0] * t[0], D[0, 0] * t[1], D[1, 0] * t[0] + D[1, 1] * t[2],
+                         D[1, 0] * t[1] + D[1, 1] * t[3]])
+        acc = np.zeros((len(sizes), 3 + 1 + 3 + 3))
+        n = u.shape[0]
+        for st in range(0, n, chunk):
+            w = u[st:st + chunk]
+            a = L[0, 0] * w[:, 0:2]
+            b = L[1, 0] * w[:, 0:2] + L[1, 1] * w[:, 2:4]
+            e1 = D[0, 0] * w[:, 4:6]
+            e2 = D[1, 0] * w[:, 4:6] + D[1, 1] * w[:, 6:8]
+            c1, c2 = clean_observations(a[:, 0] + e1[:, 0], a[:, 1] + e1[:, 1], b[:, 0] + e2[:, 0],
+                                        b[:, 1] + e2[:, 1], skip=skip, beta=beta)
+            o1, o2 = c1 + sd * w[:, 8], c2 + sd * w[:, 9]
+            d1, d2 = clean_observations(a[:, 0:1] + d_in[0], a[:, 1:2] + d_in[1],
+                                        b[:, 0:1] + d_in[2], b[:, 1:2] + d_in[3], skip=skip,
+                                        beta=beta)
+            ll = -((o1[:, None] - d1) ** 2 + (o2[:, None] - d2) ** 2) / (4.0 * Delta)
+            true = np.stack([e1[:, 0], e1[:, 1], e2[:, 0], e2[:, 1]], axis=1)
+            for j, k in enumerate(sizes):
+                lk = ll[:, :k]
+                top = lk.max(axis=1, keepdims=True)
+                e = np.exp(lk - top)
+                nk = e.sum(axis=1)
+                dk = d_in[:, :k]
+                mean = (e @ dk.T) / nk[:, None]            # E[deviation | o], (chunk, 4)
+                prods = np.stack([dk[0] ** 2 + dk[1] ** 2, dk[2] ** 2 + dk[3] ** 2,
+                                  dk[0] * dk[2] + dk[1] * dk[3]])
+                second = (e @ prods.T) / nk[:, None]
+                k11 = second[:, 0] - mean[:, 0] ** 2 - mean[:, 1] ** 2
+                k22 = second[:, 1] - mean[:, 2] ** 2 - mean[:, 3] ** 2
+                k12 = second[:, 2] - mean[:, 0] * mean[:, 2] - mean[:, 1] * mean[:, 3]
+                ms = [np.sum(mean[:, 0:2] ** 2), np.sum(mean[:, 2:4] ** 2),
+                      np.sum(mean[:, 0:2] * mean[:, 2:4])]
+                ni = [np.sum(true[:, 0:2] * mean[:, 0:2]), np.sum(true[:, 2:4] * mean[:, 2:4]),
+                      0.5 * (np.sum(true[:, 0:2] * mean[:, 2:4])
+                             + np.sum(true[:, 2:4] * mean[:, 0:2]))]
+                log_z = np.log(nk / k) + top[:, 0] - math.log(4.0 * math.pi * Delta)
+                acc[j] += [k11.sum(), k22.sum(), k12.sum(), log_z.sum(), *ms, *ni]
+        acc /= n
+        for j in range(len(sizes)):
+            kk, msm, nim = (np.array([[x[0], x[2]], [x[2], x[1]]])
+                            for x in (acc[j, 0:3], acc[j, 4:7], acc[j, 7:10]))
+            g = 2.0 * s_inv - s_inv @ kk @ s_inv
+            gm = s_inv @ msm @ s_inv
+            gn = s_inv @ nim @ s_inv
+            res[j, s] = [g[0, 0], g[1, 1], g[0, 1], acc[j, 3], gm[0, 0], gm[1, 1], gm[0, 1],
+                         gn[0, 0], gn[1, 1], gn[0, 1]]
+    return res
+
+
+def cross_overlap_response(*, fp: dict, rho: tuple[float, float],
+                           sums: Callable[[float], np.ndarray], dq12: float) -> dict:
+    """First-order effect on mmse_l of the neglected cross-overlap q'_12 at a finite fixed point
+    ``fp`` (carrying alpha, layers with q_hat and mmse, q_hat_12 with its error and the map's
+    ``jacobian``), for any output side given as ``sums``: q12 -> array (rules, scrambles, >= 3)
+    whose columns 0-2 are (G_11, G_22, G_12) of G = E[g g^T] at the cross-overlap q12 (rules:
+    inner rules or sizes, the last the finest, all on one point set). The method of
+    deep_aim_se.cross_overlap_effect (docs/deep_aim.md section 4): q'_12 = q_hat_12 mmse_1 mmse_2,
+    dG/dq'_12 by central differences (+- dq12 and +- 2 dq12), error COVERAGE standard errors of
+    the paired differences + |D(dq12) - D(2 dq12)| + |D_fine - D_coarsest|; delta mmse =
+    (I - J)^-1 (d mmse_l/d q_hat_l) 2 alpha (dG_ll/dq'_12) q'_12; loop gain = 2 alpha mmse_1
+    mmse_2 dG_12/dq'_12. Returns dE_dq12 (two Estimates), dE12_dq12, q12 (Estimates), loop_gain,
+    delta_mmse, delta_mmse_error, and the slopes of every further column (``slopes``)."""
+    alpha = fp["alpha"]
+    v = [x["mmse"] for x in fp["layers"]]
+    require(math.isfinite(dq12) and 0 < 2 * dq12 < 0.5 * min(v), "dq12", "in (0, min(V)/4)",
+            dq12)
+    diffs = [(sums(d) - sums(-d)) / (2 * d) for d in (dq12, 2 * dq12)]
+    slopes = []
+    for i in range(diffs[0].shape[2]):
+        d1 = diffs[0][-1, :, i]
+        rule = abs(float(d1.mean() - diffs[0][0, :, i].mean()))
+        step = abs(float(d1.mean() - diffs[1][-1, :, i].mean()))
+        se = standard_error(d1)
+        slopes.append(Estimate(float(d1.mean()), COVERAGE * se + step + rule,
+                               "central difference in q12, one point set (two steps, rules)",
+                               extra={"standard_error": se, "step_error": step,
+                                      "rule_error": rule, "dq12": dq12}))
+    q12 = fp["q_hat_12"] * v[0] * v[1]
+    q12_err = fp["q_hat_12_error"] * v[0] * v[1]
+    gain = 2 * alpha * v[0] * v[1] * slopes[2].value
+    dmmse = []
+    for x, r in zip(fp["layers"], rho):
+        h = 1e-4 * x["q_hat"]
+        dmmse.append((_prior_step(x["q_hat"] + h, r) - _prior_step(x["q_hat"] - h, r)) / (2 * h))
+    inv = np.linalg.inv(np.eye(2) - np.array(fp["jacobian"]))
+    df = np.array([dmmse[i] * 2 * alpha * slopes[i].value for i in range(2)])
+    df_err = np.array([abs(dmmse[i]) * 2 * alpha * slopes[i].error for i in range(2)])
+    delta = inv @ df * q12
+    err = np.abs(inv) @ (df_err * abs(q12) + np.abs(df) * q12_err)
+    return {"dE_dq12": slopes[:2], "dE12_dq12": slopes[2], "slopes": slopes,
+            "q12": Estimate(q12, q12_err, "q_hat_12 mmse_1 mmse_2 (first-order response)"),
+            "loop_gain": gain, "delta_mmse": delta.tolist(), "delta_mmse_error": err.tolist()}
+
+
+def add_cross_overlap_term_noisy(fp: dict, *, rho: tuple[float, float], design: str,
+                                 m: int, scrambles: int, seed: int,
+                                 sizes: tuple[int, int] = INNER_SIZES) -> dict:
+    """The noisy fixed point ``fp`` with the neglected cross-overlap's first-order effect in its
+    bars, as deep_aim_se.add_cross_overlap_term does for the noiseless engine (docs/deep_aim.md
+    section 5, "Output noise"): (|delta mmse_l| + error) / (1 - loop gain) (gain capped at
+    deep_aim_se.CROSS_GAIN_MAX) added to each layer's mmse and q bars, delta mmse from
+    :func:`cross_overlap_response` on the noisy output side at q'_12 (:func:`_cross_sums`, the
+    map's point set and inner sizes); the e_gen and Phi terms from
+    deep_aim_se.cross_overlap_output_effect (the noise adds 4 Delta to e_gen whatever q'_12, so
+    the clean output's law is the one that moves; Phi: delta Phi = q_hat_12 q'_12 / 4 from
+    stationarity d Psi_out/d q'_12 = E[g_1 . g_2], which holds for the density of o too, see
+    ``dpsi_dq12``). Independent tokens: q_hat_12 = 0 exactly by symmetry, the term is 0."""
+    model = DeepAimSE(skip=fp["skip"], rho1=rho[0], rho2=rho[1], beta=fp["beta"], design=design)
+    dq12 = cross_step(model, fp)
+    if design == "independent" or dq12 <= 1e-9:
+        why = ("independent tokens: q_hat_12 = 0 by symmetry, no cross-overlap"
+               if design == "independent" else
+               "q at the uninformed point: no cross-overlap fits the law, no term")
+        co = {"term": [0.0, 0.0], "loop_gain": 0.0, "trusted": True, "q12": 0.0,
+              "e_gen_term": 0.0, "phi_term": 0.0, "method": why}
+        return {**fp, "layers": [{**x, "cross_overlap_term": 0.0} for x in fp["layers"]],
+                "cross_overlap": co}
+    q = [x["q"] for x in fp["layers"]]
+    v = [x["mmse"] for x in fp["layers"]]
+
+    def sums(q12: float) -> np.ndarray:
+        return _cross_sums(q1=q[0], q2=q[1], V1=v[0], V2=v[1], q12=q12, Delta=fp["Delta"],
+                           skip=fp["skip"], beta=fp["beta"], m=m, scrambles=scrambles, seed=seed,
+                           sizes=tuple(sizes), cross=model.cross)
+
+    eff = cross_overlap_response(fp=fp, rho=rho, sums=sums, dq12=dq12)
+    gain = float(eff["loop_gain"])
+    scale = 1.0 / (1.0 - min(max(gain, 0.0), CROSS_GAIN_MAX))
+    terms = [scale * (abs(d) + e) for d, e in zip(eff["delta_mmse"], eff["delta_mmse_error"])]
+    layers = [{**x, "mmse_error": x["mmse_error"] + t, "q_error": x["q_error"] + t,
+               "cross_overlap_term": t} for x, t in zip(fp["layers"], terms)]
+    sl = eff["slopes"]
+    co = {"term": terms, "delta_mmse": eff["delta_mmse"],
+          "delta_mmse_error": eff["delta_mmse_error"], "loop_gain": gain,
+          "trusted": gain < CROSS_GAIN_MAX, "q12": eff["q12"].value, "q12_error": eff["q12"].error,
+          "dq12": dq12, "dE_dq12": [x.value for x in sl[:2]],
+          "dE_dq12_error": [x.error for x in sl[:2]], "dE12_dq12": sl[2].value,
+          "dE12_dq12_error": sl[2].error, "dpsi_dq12": sl[3].value,
+          "dpsi_dq12_error": sl[3].error,
+          "method": "first-order response of the cross-overlap q'_12 = q_hat_12 mmse_1 mmse_2, "
+          "noisy output side exact at q'_12 (central differences), divided by 1 - loop gain; "
+          "added to the bars"}
+    out = {**fp, "layers": layers, "cross_overlap": co}
+    oe = cross_overlap_output_effect(model, fp=out, seed=seed)
+    co.update(oe)
+    out["phi_error"] = fp["phi_error"] + oe["phi_term"]
+    if "e_gen_error" in fp:
+        for key in ("e_gen_error", "e_gen_clean_error"):
+            out[key] = fp[key] + oe["e_gen_term"]
+        out["e_gen_plugin_clean_error"] = fp["e_gen_plugin_clean_error"] + oe["e_gen_plugin_term"]
+    return out
 
 
 # ---------------------------------------------------------------- Monte Carlo route

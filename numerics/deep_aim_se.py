@@ -787,7 +787,7 @@ def add_cross_overlap_term(model: DeepAimSE, fp: dict, *, m: int = 10, scrambles
     shared tokens this term is the model error it carries (docs/deep_aim.md, "Shared tokens").
     ``fp["cross_overlap"]``: the term per layer, delta_mmse, loop_gain, trusted, q12, and the
     e_gen / Phi pieces of :func:`cross_overlap_output_effect`."""
-    dq12 = _cross_step(model, fp)
+    dq12 = cross_step(model, fp)
     if dq12 <= 1e-9:
         # q_l at q_min_l (the uninformed point): no cross-overlap fits the law, q_hat_12 ~ 0
         co = {"term": [0.0, 0.0], "loop_gain": 0.0, "trusted": True, "q12": 0.0,
@@ -816,7 +816,7 @@ def add_cross_overlap_term(model: DeepAimSE, fp: dict, *, m: int = 10, scrambles
     return out
 
 
-def _cross_step(model: DeepAimSE, fp: dict) -> float:
+def cross_step(model: DeepAimSE, fp: dict) -> float:
     """The central-difference step in q'_12: 0.01, at most a tenth of the smaller V_l and a fifth
     of sqrt((q1 - q_min_1)(q2 - q_min_2)) (the fluctuating parts' overlap must stay inside its
     Cauchy-Schwarz range, :func:`_check_q12`, at +- 2 steps)."""
@@ -869,7 +869,7 @@ def cross_overlap_output_effect(model: DeepAimSE, *, fp: dict, m: int = 14, scra
         return (_egen_sums(model, *hi[:2], normals, q12=hi[2])
                 - _egen_sums(model, *lo[:2], normals, q12=lo[2])) / (2 * d)
 
-    dq12 = _cross_step(model, fp)
+    dq12 = cross_step(model, fp)
     ests = []
     for i in range(3):
         d = dq12 if i == 2 else 1e-3 * min(q[i] - model.q_min[i], model.q0[i] - q[i])
