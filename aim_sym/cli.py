@@ -246,16 +246,18 @@ def _dashed(check, *args, **kwargs):
 
 
 def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> None:
-    """``threshold weak --model smi --layers 4`` or ``--tokens 3``: weak thresholds of every layer
-    (numerics.smi_weak) and, where the branch kernel serves (L, M) and ``sequential``, the
-    sequential ones on the last layer's branch (numerics.smi_branch_qmc)."""
+    """``threshold weak --model smi`` at the (L, M) the kernels serve (aim_sym.smi_routes: L = 1,
+    4, 5 or M = 3): weak thresholds of every layer (numerics.smi_weak) and, where the branch
+    kernel serves (L, M) and ``sequential``, the sequential ones on the last layer's branch
+    (numerics.smi_branch_qmc)."""
     from .numerics import smi_branch_qmc
     from .thresholds import smi_depth_sequential, smi_depth_weak
 
     if kw.get("channel") not in (None, "deep-attention"):
-        fail("--channel", "deep-attention for --layers 4 or --tokens 3", kw["channel"])
+        fail("--channel", "deep-attention for --layers 1, 4, 5 or --tokens 3", kw["channel"])
     if given("digits"):
-        fail("--digits", "omitted for --layers 4 or --tokens 3 (Monte-Carlo-grade rules)", digits)
+        fail("--digits", "omitted for --layers 1, 4, 5 or --tokens 3 (L = 1 is exact; the "
+             "others are Monte-Carlo-grade rules)", digits)
     for name in ("param", "rows", "seed"):
         if kw.get(name) not in (None, ()):
             fail("--" + name, "used only with a general SMI channel", kw[name])
@@ -277,6 +279,10 @@ def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> Non
         note = ("weak thresholds of each layer at Q = 0; sequential: every shallower layer on the "
                 f"layer-{args['layers']} branch (branch QMC, ~1% bars); the smallest ('first') "
                 "is the next transition, the others are upper bounds only (docs/smi_depth.md)")
+    elif args["layers"] == 1:
+        note = ("L = 1: alpha = 1 / (M (M + 1)) exactly (y fixes z up to sign; skip and beta do "
+                "not enter); one layer has "
+                "no sequential threshold (docs/smi_depth.md)")
     elif sequential:
         note = ("weak thresholds of each layer at Q = 0; sequential thresholds are not computed "
                 f"for L = {args['layers']}, M = {args['tokens']} (docs/smi_depth.md)")

@@ -263,9 +263,6 @@ def deep_aim_small_width_weak(*, skip: float, beta: float = 1.0):
     return ResultTable(tuple(rows), params)
 
 
-#: (layers, tokens) served by :mod:`aim_sym.numerics.smi_weak` beyond the L = 2, 3 / M = 2 engines
-SMI_DEPTH_CASES = ((4, 2), (2, 3), (3, 3))
-
 def smi_depth_weak(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
                    progress=None):
     """Weak-recovery thresholds alpha_l = 1 / lambda_l of every layer of deep tied attention

@@ -13,13 +13,21 @@ iid prior samples of the free rows (2^15 per set, shared by its h) and the block
 (model_sampled_lambdas of tests/smi_mc_oracles.py); ``--inner-bias N`` measures the ratio bias of the Monte
 Carlo route at ``--inner`` on N sampled h (montecarlo_inner_bias, paired, 2^15 samples per h).
 
+A tail-weighted route (``--tail R``, M = 2): R replicates of 2^12 true z with z_L drawn from
+N(0, 1.6^2 I) and reweighted, 2^15 iid inner per replicate, blocks of 4096
+(tail_weighted_lambdas of tests/smi_mc_oracles.py); it samples the large-|h| tail that makes
+plain Monte Carlo run low at L = 5 (docs/smi_depth.md, "L = 5, M = 2").
+
+Depths: ``--case 1,2`` / ``1,3`` (closed form; with ``--rule gh`` the kernel with zero free
+coordinates), ``--case 5,2`` (default rule ray 16 x 2^14, ~1-2 minutes; c in [1, 4]).
+
 Accuracy against time (``--table``): each rule "rule:log2n:replicates" (rule ray = one
 independent scrambled Sobol set per outer ray, qmc = one shared set per replicate) with its
 seconds, lambda_l, bar and relative bar per layer, then plain Monte Carlo with its seconds.
 
 Run: python benchmarks/smi_weak_depth.py --case 4,2 [--rule ray] [--log2n 15] [--replicates 8]
      [--samples 20000] [--inner 2048] [--seed 3] [--skip 1] [--no-mc] [--third 28]
-     [--inner-bias 1500]
+     [--inner-bias 1500] [--tail 24]
      python benchmarks/smi_weak_depth.py --case 4,2 --table ray:12:16,ray:14:16,qmc:14:16
      [--samples 4000] [--inner 4096]
 """
@@ -51,6 +59,7 @@ def main():
     ap.add_argument("--no-mc", action="store_true")
     ap.add_argument("--third", type=int, default=0, help="replicates of the third route")
     ap.add_argument("--inner-bias", type=int, default=0, help="sampled h for the bias check")
+    ap.add_argument("--tail", type=int, default=0, help="replicates of the tail-weighted route")
     ap.add_argument("--table", default="", help="rule:log2n:replicates,... (accuracy vs time)")
     a = ap.parse_args()
     L, M = (int(x) for x in a.case.split(","))
@@ -91,6 +100,16 @@ def main():
                                            seed=a.seed)
         print(f"third route ({a.third} x 2^13 model-sampled h, 2^15 iid inner, blocks of 4096;"
               f" {time.perf_counter() - t:.1f} s):")
+        for l in range(1, L + 1):
+            m, se = r[f"lam{l}"]
+            v = F[f"lam{l}"].value
+            print(f"{l:5d} {m:12.6f} +- {se:8.1e} (SE)  dev/SE {(m - v) / se:6.2f}")
+    if a.tail:
+        t = time.perf_counter()
+        r = smi_mc_oracles.tail_weighted_lambdas(layers=L, skip=a.skip, scale=1.6, log2_h=12,
+                                                 replicates=a.tail, seed=a.seed)
+        print(f"tail-weighted route ({a.tail} x 2^12 h, z_L ~ N(0, 1.6^2 I) reweighted, 2^15 "
+              f"iid inner, blocks of 4096; {time.perf_counter() - t:.1f} s):")
         for l in range(1, L + 1):
             m, se = r[f"lam{l}"]
             v = F[f"lam{l}"].value

@@ -17,6 +17,13 @@ lambda_l = int dh Z(h) ||E[z_l z_l^T | h] - I||_F^2.  One kernel serves every (L
 node the quadratic forms of Mat^{-1} h in h, then ``exp(-|Mat^{-1} h|^2 / 2)`` for all outer nodes
 at once (a matrix product followed by exp).
 
+Depth L = 1 (:func:`one_layer`): y = softmax_rows(beta z z^T) fixes h = z up to sign, there are
+no free rows and Cov[z | y] = h h^T, so lambda_1 = E|h|^4 - 2 E|h|^2 + M = M (M + 1) exactly
+(alpha_1 = 1/6 for M = 2, 1/12 for M = 3), for every skip c and beta (neither enters: there is
+no attention map below the last layer).  It is the equality case of the Jensen bound
+lambda_l <= M (M + 1) that every layer obeys at Q = 0.  ``rule="gh"`` runs the kernel below with
+zero free coordinates (one inner node of weight 1) as a check of the outer rule.
+
 Rules:
 
 * outer, h in R^M: h = r theta, r = e^u; trapezoid in u on a window around log(sigma), sigma^2 =
@@ -27,7 +34,7 @@ Rules:
   their differences) or ``R`` scrambled Sobol replicates (``rule="qmc"``, error = the Student-t
   99% factor x the standard error over replicates, plus the ratio bias measured as the gap
   between the mean of the replicate ratios and the pooled ratio).  ``rule="ray"`` (the
-  default for L = 3, 4 with M = 2 and for L = 3, M = 3) is ``qmc`` with one independent
+  default for L = 3, 4, 5 with M = 2 and for L = 3, M = 3) is ``qmc`` with one independent
   scrambled Sobol set per outer ray (per ring of constant cos(theta) for M = 3) in each
   replicate: one set shared by all outer nodes makes their errors coherent (L = 4: the variance
   of the sum is 27-260 x the sum of the per-node variances), and independent sets per ray cut
@@ -37,6 +44,11 @@ Rules:
   broad and far from Gaussian (docs/smi_depth.md, "Accuracy against time").
 
 Every estimate also carries the change between two outer rules and |mass - 1| x value.
+
+Depth L = 5, M = 2 (8 free coordinates): rule ``ray``, 16 x 2^14 points per ray, 90 radii;
+served for c in [1, 4], where the model-sampled route (c = 1, 2, 4) and a tail-weighted route
+(c = 1, 4) confirm it; at c = 0.5 the sampling routes scatter beyond their SEs
+(docs/smi_depth.md).
 
 Independent routes (seeded Monte Carlo test oracles in tests/smi_mc_oracles.py):
 ``montecarlo_lambdas`` (plain Monte Carlo), ``model_sampled_lambdas`` (h sampled from the model,
@@ -57,10 +69,16 @@ from scipy.stats import qmc
 from .records import ConvergenceError, Estimate, require, standard_error
 from .smi_fibre import gh_tensor
 
-LAYERS = (2, 3, 4)
+LAYERS = (1, 2, 3, 4, 5)
 TOKENS = (2, 3)
+MAX_LAYERS = {2: 5, 3: 3}    # L = 4, M = 3 (9 free coordinates) and L = 6, M = 2: not served
 SKIP_RANGE = (0.5, 4.0)      # M = 2: Monte Carlo at c = 0.5 and 1 (L = 4), c = 0.5 .. 4 (L = 3,
                              # the model-sampled route at c = 2, 4); M = 3: c >= 1
+# depths validated on a narrower skip range than SKIP_RANGE: L = 5 against the model-sampled
+# route at c = 1, 2, 4 (and a tail-weighted route at c = 1, 4); at c = 0.5 the sampling routes
+# scatter beyond their SEs (model-sampled 2.3 SE low, tail-weighted within 1.6 SE) and the rule
+# needs 736 angles (docs/smi_depth.md)
+SKIP_RANGE_BY_LAYERS = {5: (1.0, 4.0)}
 BETA_RANGE = (0.25, 2.0)
 SIGMA_FACTOR = 1.4           # sigma^2 = factor * sup ||Mat||^2
 U_LO = {2: 16.0, 3: 11.0}    # log-radius window [log sigma - U_LO[M], log sigma + U_HI]
@@ -76,6 +94,9 @@ def default_outer(*, layers: int, tokens: int, skip: float = 1.0):
     72 -> 144 -> 216 change it by 7e-3, then 7e-5."""
     if tokens == 2:
         fine = max(24, 8 * math.ceil(9 * ((1 + skip) / skip) ** (layers - 1) / 8))
+        if layers >= 5:   # 90 radii suffice (L = 5, one shared set: 120 -> 90 radii change
+            #               lambda_l by < 1e-6 at c = 1 and 0.5; ray cost ~ radii x angles)
+            return (70, 8 * math.ceil(fine * 2 / 3 / 8)), (90, fine)
         return (100, 8 * math.ceil(fine * 2 / 3 / 8)), (120, fine)
     return (56, (4 + 4 * layers, 8 + 8 * layers)), (72, (8 + 4 * layers, 16 + 8 * layers))
 
@@ -94,7 +115,10 @@ QMC = {(3, 2): (15, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
 # 0.0026, 0.2071760 +- 2.3e-6 against the shared sets' 0.0050, 0.0088, 5.7e-6 in the same time;
 # L = 3, M = 3 (one set per ring), 8 x 2^13: relative bars 4.4e-3, 2.7e-3, 2.5e-4 against the
 # shared sets' (16 x 2^12) 1.6e-2, 8.3e-3, 8.2e-4 in the same time
-RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8)}
+# L = 5, M = 2 (8 free coordinates, 144 angles at c = 1), 16 x 2^14: relative bars 1.6e-3,
+# 2.1e-3, 3.1e-3, 4.3e-3, 2.7e-4 (layers 1-5) in ~60-90 s; at 2^12-2^13 the measured ratio bias
+# dominates the bar (docs/smi_depth.md, "L = 5, M = 2")
+RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8), (5, 2): (14, 16)}
 
 
 def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
@@ -103,12 +127,13 @@ def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
             f"one of {LAYERS} for the weak thresholds of numerics.smi_weak", layers)
     require(isinstance(tokens, (int, np.integer)) and tokens in TOKENS, "tokens",
             f"one of {TOKENS} for the weak thresholds of numerics.smi_weak", tokens)
-    require(layers * tokens <= 9, "layers",
+    require(layers <= MAX_LAYERS[tokens], "layers",
             "at most 3 for tokens = 3 (L = 4, M = 3 has 9 free coordinates: not supported)", layers)
-    require(tokens == 2 or not skip < 1.0, "skip",
+    require(tokens == 2 or layers == 1 or not skip < 1.0, "skip",
             ">= 1 for tokens = 3 (validated at c = 1 only)", skip)
-    require(np.isfinite(skip) and SKIP_RANGE[0] <= skip <= SKIP_RANGE[1], "skip",
-            f"in [{SKIP_RANGE[0]:g}, {SKIP_RANGE[1]:g}] for the depth-L weak thresholds "
+    lo, hi = SKIP_RANGE_BY_LAYERS.get(layers, SKIP_RANGE)
+    require(np.isfinite(skip) and lo <= skip <= hi, "skip",
+            f"in [{lo:g}, {hi:g}] for the depth-{layers} weak thresholds "
             "(validated range; smaller c needs the rotated rules of L = 2)", skip)
     require(np.isfinite(beta) and BETA_RANGE[0] <= beta <= BETA_RANGE[1], "beta",
             f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the depth-L weak thresholds", beta)
@@ -134,7 +159,10 @@ def scores(z: np.ndarray, *, skip: float, beta: float) -> np.ndarray:
 
 def fibre_map(z_free: np.ndarray, *, skip: float, beta: float):
     """``Mat^{-1}`` (..., M, M) and ``log det Mat`` for the free rows ``z_free`` (..., L-1, M),
-    ``Mat = A_{L-1} ... A_1`` (THEORY 2.5: ``z_L = Mat^{-1} h``, Jacobian ``1 / det Mat``)."""
+    ``Mat = A_{L-1} ... A_1`` (THEORY 2.5: ``z_L = Mat^{-1} h``, Jacobian ``1 / det Mat``).
+    At L = 1 (no free rows) Mat = I."""
+    if z_free.shape[-2] == 0:
+        return _identity_map(z_free)
     prod = attention(z_free[..., 0, :], skip=skip, beta=beta)
     for l in range(1, z_free.shape[-2]):
         h = np.einsum("...ab,...b->...a", prod, z_free[..., l, :])
@@ -146,6 +174,9 @@ def fibre_map(z_free: np.ndarray, *, skip: float, beta: float):
 def _fibre_map_two(z_free: np.ndarray, *, skip: float, beta: float):
     """:func:`fibre_map` for M = 2 in closed form (2 x 2 entries as arrays; 5-8 x faster):
     row a of softmax(beta h h^T) is (expit(-beta h_a (h_b - h_a)), its complement)."""
+    if z_free.shape[-2] == 0:
+        return _identity_map(z_free)
+
     def att(h0, h1):
         p00 = special.expit(-beta * h0 * (h1 - h0))
         p11 = special.expit(-beta * h1 * (h0 - h1))
@@ -158,6 +189,13 @@ def _fibre_map_two(z_free: np.ndarray, *, skip: float, beta: float):
     det = a * d - b * c
     inv = np.stack([np.stack([d, -b], -1), np.stack([-c, a], -1)], -2) / det[..., None, None]
     return inv, np.log(det)
+
+
+def _identity_map(z_free: np.ndarray):
+    """The fibre map at L = 1: no free rows, Mat = I, log det Mat = 0."""
+    m = z_free.shape[-1]
+    shape = z_free.shape[:-2]
+    return np.broadcast_to(np.eye(m), shape + (m, m)).copy(), np.zeros(shape)
 
 
 def norm_bound(*, tokens: int, skip: float) -> float:
@@ -251,7 +289,7 @@ def inner_moments(nodes: np.ndarray, weights: np.ndarray, *, layers: int, tokens
     h_a h_b, a <= b) and the moment matrix ``Mz`` (N, K): weight, weight z_l z_l^T (pairs, l < L),
     weight x coefficients of (z_L z_L^T)_ab in hh."""
     m = tokens
-    z_free = nodes.reshape(-1, layers - 1, m)
+    z_free = nodes.reshape(nodes.shape[0], layers - 1, m)
     Mi, logdet = (_fibre_map_two if m == 2 else fibre_map)(z_free, skip=skip, beta=beta)
     wi = weights * np.exp(-logdet) / (2 * math.pi) ** (m / 2)
     pairs = _pairs(m)
@@ -335,7 +373,9 @@ def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, ou
     n0 = rules[0][0].shape[0]
     fine, coarse = [], None
     for n in orders:
-        nodes, w = gh_tensor(n, tokens * (layers - 1))
+        # zero free coordinates (L = 1): the rule in no dimensions is one node of weight 1
+        nodes, w = (gh_tensor(n, tokens * (layers - 1)) if layers > 1
+                    else (np.zeros((1, 0)), np.ones(1)))
         B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
         mom = outer_moments(B, Mz, h)
         fine.append(reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))
@@ -444,6 +484,26 @@ def lambdas_ray(*, layers: int, tokens: int, skip: float, beta: float, log2n: in
                 outer_change=change, sigma=sigma)
 
 
+def one_layer(*, tokens: int) -> dict:
+    """L = 1 in closed form (THEORY 2.3, 2.5): y = softmax_rows(beta z z^T) fixes h = z up to
+    sign (the off-diagonal log-ratios give beta h_a (h_b - h_a), for any beta > 0), so there are
+    no free rows, z = +-h and Cov[z | y] = E[z z^T | y] = h h^T.  With h = z ~ N(0, I_M),
+
+        lambda_1 = E ||h h^T - I||_F^2 = E|h|^4 - 2 E|h|^2 + M = M (M + 2) - 2 M + M = M (M + 1),
+
+    and alpha_1 = 1 / (M (M + 1)) (1/6 for M = 2, 1/12 for M = 3), exactly.  Neither the skip c
+    (there is no attention map A_l below the last layer) nor beta enters.  It is the equality
+    case of the Jensen bound lambda_l <= E|z_l|^4 - M = M (M + 1) that every layer obeys at
+    Q = 0 (E_y C_l = I and tr C_l^2 <= E[|z_l|^4 | y]), i.e. alpha_l >= 1 / (M (M + 1)) at any
+    depth.  Exact: error 0 (the values are integers, exact in floating point).  The kernel with
+    zero free coordinates (``rule="gh"`` at L = 1) reproduces it through the outer rule."""
+    m = tokens
+    meth = ("closed form at L = 1: y fixes h = z up to sign, Cov[z | y] = h h^T, "
+            f"lambda_1 = E|h|^4 - 2 E|h|^2 + M = M (M + 1) = {m * (m + 1)}")
+    return {"mass": Estimate(1.0, 0.0, meth), "lam1": Estimate(float(m * (m + 1)), 0.0, meth),
+            "trace1": Estimate(float(m), 0.0, meth)}
+
+
 def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 1.0,
               rule: str = "auto", orders=None, log2n: int | None = None,
               replicates: int | None = None, seed: int = 0, outer=None) -> dict:
@@ -451,9 +511,17 @@ def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 
     Estimates.  ``rule``: "gh" (three tensor Gauss-Hermite orders ``orders``), "qmc"
     (``replicates`` scrambled Sobol sets of 2^``log2n`` points), "ray" (``replicates`` times
     one independent set of 2^``log2n`` points per outer ray, :func:`ray_moments`) or "auto" (gh
-    where a default order triple exists, else ray where :data:`RAY` lists (L, M), else qmc)."""
+    where a default order triple exists, else ray where :data:`RAY` lists (L, M), else qmc).
+    At L = 1 "auto" and "exact" give the closed form (:func:`one_layer`, error 0) and "gh" the
+    kernel with zero free coordinates; "qmc" and "ray" need free coordinates (L >= 2)."""
     check(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    require(rule in ("auto", "gh", "qmc", "ray"), "rule", "one of auto, gh, qmc, ray", rule)
+    require(rule in ("auto", "exact", "gh", "qmc", "ray"), "rule",
+            "one of auto, exact, gh, qmc, ray", rule)
+    require(rule in ("auto", "exact", "gh") if layers == 1 else rule != "exact", "rule",
+            "auto, exact or gh at layers = 1 (no free coordinates); exact only at layers = 1",
+            rule)
+    if layers == 1 and rule in ("auto", "exact"):
+        return one_layer(tokens=tokens)
     if rule == "auto":
         rule = ("gh" if (layers, tokens) in GH_ORDERS
                 else "ray" if (layers, tokens) in RAY else "qmc")

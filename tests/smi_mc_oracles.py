@@ -4,9 +4,9 @@ routes independent of every quadrature rule, called only by the tests and the be
 the engine runs itself (the cross block of F, an identity check of ``aim-sym check``) stays in
 ``aim_sym.numerics.smi`` (``cross_block_montecarlo``).
 
-* :func:`montecarlo_lambdas`, :func:`montecarlo_inner_bias`, :func:`model_sampled_lambdas`: the
-  weak-threshold coefficients of every layer at depth L, M tokens (the routes of
-  docs/smi_depth.md beside :mod:`aim_sym.numerics.smi_weak`);
+* :func:`montecarlo_lambdas`, :func:`montecarlo_inner_bias`, :func:`model_sampled_lambdas`,
+  :func:`tail_weighted_lambdas` (M = 2): the weak-threshold coefficients of every layer at
+  depth L, M tokens (the routes of docs/smi_depth.md beside :mod:`aim_sym.numerics.smi_weak`);
 * :func:`montecarlo_stability`: lambda_1, lambda_2 at ``Q = 0``, L = 2, with a proposal that
   resolves small skip (beside :func:`aim_sym.numerics.smi.stability_matrix`);
 * :func:`montecarlo_branch`: the last layer's branch ``Q = diag(0, .., 0, q)`` at any depth
@@ -175,6 +175,52 @@ def model_sampled_lambdas(*, layers: int, tokens: int = 2, skip: float = 1.0, be
             U = ((Cs.sum(0) ** 2) @ fro - ((Cs**2) @ fro).sum(0)) / (nb * (nb - 1))
             acc += U.sum(0)
         per[r] = acc / h.shape[0]
+    out = {f"lam{l + 1}": (float(v.mean()), standard_error(v)) for l, v in enumerate(per.T)}
+    out["per"] = per
+    return out
+
+
+def tail_weighted_lambdas(*, layers: int, skip: float = 1.0, beta: float = 1.0,
+                          scale: float = 1.6, log2_h: int = 12, replicates: int = 12,
+                          seed: int = 0, log2_inner: int = 15, block: int = 4096) -> dict:
+    """Tail-weighted route, M = 2 (docs/smi_depth.md, "Settled" and "L = 5, M = 2"): the true
+    last row z_L is drawn from N(0, scale^2 I) and reweighted to the prior (weights <= scale^2),
+    so the large-|h| tail that carries the free rows' lambdas is sampled more often than by
+    plain Monte Carlo; per replicate 2^log2_inner iid prior samples of the free rows serve all
+    2^log2_h h, and ||C_l(h) - I||^2 comes from the U-statistic over blocks of ``block`` (no
+    variance bias; the ratio bias of halves of ``block``, :func:`montecarlo_inner_bias`).
+    Returns ``"lam{l}"``: (mean, standard error over replicates) and ``"per"``: the
+    (replicates, L) replicate values."""
+    smi_weak.check(layers=layers, tokens=2, skip=skip, beta=beta)
+    require(layers >= 2, "layers", ">= 2 (free rows to weight)", layers)
+    require(np.isfinite(scale) and scale >= 1.0, "scale", ">= 1 (bounded weights)", scale)
+    n = 1 << log2_inner
+    require(isinstance(block, (int, np.integer)) and n % block == 0 and n // block >= 2,
+            "block", "a divisor of 2^log2_inner, at most 2^(log2_inner-1)", block)
+    require(isinstance(replicates, (int, np.integer)) and replicates >= 2, "replicates", ">= 2",
+            replicates)
+    fro, eye = np.array([1.0, 2.0, 1.0]), np.array([1.0, 0.0, 1.0])
+    per = np.zeros((replicates, layers))
+    for r, ss in enumerate(np.random.SeedSequence(seed).spawn(replicates)):
+        rng = np.random.default_rng(ss)
+        z = rng.standard_normal((1 << log2_h, layers, 2))
+        z[:, -1] *= scale
+        wz = scale**2 * np.exp(-0.5 * (z[:, -1] ** 2).sum(1) * (1 - scale**-2))
+        h = smi_weak.scores(z, skip=skip, beta=beta)
+        B, Mz = smi_weak.inner_moments(rng.standard_normal((n, 2 * (layers - 1))),
+                                       np.full(n, 1.0 / n), layers=layers, tokens=2, skip=skip,
+                                       beta=beta)
+        hh = np.stack([h[:, 0] ** 2, h[:, 0] * h[:, 1], h[:, 1] ** 2], 1)
+        for s0 in range(0, h.shape[0], 128):
+            E = -0.5 * (hh[s0:s0 + 128] @ B.T)
+            E = np.exp(E - E.max(1, keepdims=True))
+            Cs = np.stack([smi_weak.node_covariances(E[:, j:j + block] @ Mz[j:j + block],
+                                                     h[s0:s0 + 128], layers=layers) - eye
+                           for j in range(0, n, block)])
+            nb = Cs.shape[0]
+            U = ((Cs.sum(0) ** 2) @ fro - ((Cs**2) @ fro).sum(0)) / (nb * (nb - 1))
+            per[r] += wz[s0:s0 + 128] @ U
+        per[r] /= h.shape[0]
     out = {f"lam{l + 1}": (float(v.mean()), standard_error(v)) for l, v in enumerate(per.T)}
     out["per"] = per
     return out

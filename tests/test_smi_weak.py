@@ -7,7 +7,8 @@ from aim_sym.numerics import smi_fibre, smi_weak
 from aim_sym.numerics.records import InputError
 
 
-@pytest.mark.parametrize("layers,tokens", [(2, 2), (3, 2), (4, 2), (2, 3), (3, 3)])
+@pytest.mark.parametrize("layers,tokens", [(1, 2), (1, 3), (2, 2), (3, 2), (4, 2), (5, 2),
+                                           (2, 3), (3, 3)])
 def test_fibre_map_inverts_the_forward_map(layers, tokens):
     rng = np.random.default_rng(layers * 10 + tokens)
     z = rng.standard_normal((50, layers, tokens))
@@ -168,8 +169,12 @@ def test_four_layers_identities_and_distinct_shallow_thresholds():
     assert F["lam4"].value > 10 * lam[0].value
 
 
-@pytest.mark.parametrize("kw", [dict(layers=5), dict(layers=1), dict(tokens=4),
-                                dict(layers=4, tokens=3), dict(layers=2.0),
+@pytest.mark.parametrize("kw", [dict(layers=6), dict(layers=0), dict(tokens=4),
+                                dict(layers=4, tokens=3), dict(layers=5, tokens=3),
+                                dict(layers=2.0), dict(layers=1, rule="qmc"),
+                                dict(layers=1, rule="ray"), dict(layers=2, rule="exact"),
+                                dict(layers=1, skip=0.1), dict(layers=1, beta=5.0),
+                                dict(layers=5, skip=0.5), dict(layers=5, skip=4.5),
                                 dict(skip=0.1), dict(skip=float("nan")), dict(beta=5.0),
                                 dict(rule="simpson"), dict(rule="ray", log2n=17),
                                 dict(rule="ray", replicates=2)])
@@ -229,8 +234,8 @@ def test_cli_sequential_tokens_3():
 
 def test_cli_refuses_unsupported_depths_tokens_and_options(run_cli):
     """Unsupported depths, token counts and options exit 2 with one line naming the option."""
-    for args, opt in ((["--layers", "5"], "--layers"), (["--tokens", "4"], "--tokens"),
-                      (["--layers", "4", "--tokens", "3"], "--layers"),
+    for args, opt in ((["--layers", "6"], "--layers"), (["--tokens", "4"], "--tokens"),
+                      (["--layers", "4", "--tokens", "3"], "--tokens"),
                       (["--layers", "4", "--digits", "3"], "--digits"),
                       (["--tokens", "3", "--skip", "0.5"], "--skip"),
                       (["--layers", "4", "--beta", "5"], "--beta")):
@@ -298,34 +303,14 @@ def test_three_layers_at_large_skip_agree_with_the_third_route():
         assert abs(F[f"trace{l}"].value - 2) <= F[f"trace{l}"].error
 
 
-def _tail_weighted_lambdas(*, skip, scale, log2_h, replicates, seed, log2_inner=15, block=4096):
-    """L = 3, M = 2: the true last row drawn from N(0, scale^2 I) and reweighted to the prior
-    (weights <= scale^2, bounded), so the large-|h| tail that carries lambda_1 is sampled more
-    often than by plain Monte Carlo; per replicate iid prior samples of the free rows shared by
-    all h, U-statistic over blocks (no variance bias).  Per-replicate values (replicates, 3)."""
-    fro, eye = np.array([1.0, 2.0, 1.0]), np.array([1.0, 0.0, 1.0])
-    per = np.zeros((replicates, 3))
-    for r, ss in enumerate(np.random.SeedSequence(seed).spawn(replicates)):
-        rng = np.random.default_rng(ss)
-        z = rng.standard_normal((1 << log2_h, 3, 2))
-        z[:, -1] *= scale
-        wz = scale**2 * np.exp(-0.5 * (z[:, -1] ** 2).sum(1) * (1 - scale**-2))
-        h = smi_weak.scores(z, skip=skip, beta=1.0)
-        n = 1 << log2_inner
-        B, Mz = smi_weak.inner_moments(rng.standard_normal((n, 4)), np.full(n, 1.0 / n),
-                                       layers=3, tokens=2, skip=skip, beta=1.0)
-        hh = np.stack([h[:, 0] ** 2, h[:, 0] * h[:, 1], h[:, 1] ** 2], 1)
-        for s0 in range(0, h.shape[0], 128):
-            E = -0.5 * (hh[s0:s0 + 128] @ B.T)
-            E = np.exp(E - E.max(1, keepdims=True))
-            Cs = np.stack([smi_weak.node_covariances(E[:, j:j + block] @ Mz[j:j + block],
-                                                     h[s0:s0 + 128], layers=3) - eye
-                           for j in range(0, n, block)])
-            nb = Cs.shape[0]
-            U = ((Cs.sum(0) ** 2) @ fro - ((Cs**2) @ fro).sum(0)) / (nb * (nb - 1))
-            per[r] += wz[s0:s0 + 128] @ U
-        per[r] /= h.shape[0]
-    return per
+def _tail_weighted_lambdas(*, skip, scale, log2_h, replicates, seed, log2_inner=15, block=4096,
+                           layers=3):
+    """Per-replicate values (replicates, L) of the tail-weighted route
+    (``smi_mc_oracles.tail_weighted_lambdas``: z_L oversampled from N(0, scale^2 I) and
+    reweighted, iid inner blocks, U-statistic)."""
+    return smi_mc_oracles.tail_weighted_lambdas(
+        layers=layers, skip=skip, scale=scale, log2_h=log2_h, replicates=replicates, seed=seed,
+        log2_inner=log2_inner, block=block)["per"]
 
 
 @pytest.mark.slow
@@ -347,7 +332,7 @@ def test_three_layers_at_skip_4_agree_with_tail_weighted_sampling():
 def test_closed_form_fibre_map_matches_the_generic_one():
     # the M = 2 closed form used by inner_moments against fibre_map (batched numpy matrices)
     rng = np.random.default_rng(4)
-    for layers in (2, 3, 4):
+    for layers in (1, 2, 3, 4, 5):
         z = 2.5 * rng.standard_normal((3000, layers - 1, 2))
         for c, b in ((1.0, 1.0), (0.5, 2.0), (4.0, 0.25)):
             M1, l1 = smi_weak.fibre_map(z, skip=c, beta=b)
@@ -449,3 +434,112 @@ def test_sobol_points_never_reach_the_cube_faces():
         assert np.allclose(special.ndtr(x), u + 2.0 ** -(sobol.bits + 1), rtol=0, atol=1e-12)
         assert np.all(np.isfinite(x)) and np.allclose(w, 1 / 64)
     assert np.isinf(special.ndtri(0.0))
+
+
+# ----------------------------------------------------------------------------- L = 1
+@pytest.mark.parametrize("tokens", [2, 3])
+def test_one_layer_is_the_closed_form_for_every_skip_and_beta(tokens):
+    # no free rows: Cov[z | y] = h h^T, lambda_1 = E|h|^4 - 2 E|h|^2 + M = M (M + 1) exactly;
+    # neither c nor beta enters (the equality case of the Jensen bound alpha >= 1 / (M (M + 1)))
+    for skip, beta in ((1.0, 1.0), (0.5, 0.25), (4.0, 2.0)):
+        (r,) = smi_weak.weak_thresholds(layers=1, tokens=tokens, skip=skip, beta=beta)
+        assert r["layer"] == 1 and r["kind"] == "weak"
+        assert r["lam"] == tokens * (tokens + 1) and r["lam_error"] == 0.0
+        assert r["value"] == 1.0 / (tokens * (tokens + 1)) and r["error"] == 0.0
+
+
+@pytest.mark.parametrize("tokens", [2, 3])
+def test_one_layer_kernel_with_zero_free_coordinates(tokens):
+    # the kernel and outer rule of L >= 2 with no inner coordinates (one node of weight 1):
+    # mass 1, E tr C = M and E||h h^T - I||^2 = M (M + 1) through the outer quadrature
+    F = smi_weak.stability(layers=1, tokens=tokens, rule="gh")
+    assert abs(F["mass"].value - 1.0) <= F["mass"].error < 1e-6
+    assert abs(F["trace1"].value - tokens) <= F["trace1"].error < 1e-5
+    lam, exact = F["lam1"], tokens * (tokens + 1)
+    assert abs(lam.value - exact) <= lam.error < 1e-5 * exact
+    assert "Gauss-Hermite" in lam.method
+    assert smi_weak.stability(layers=1, tokens=tokens)["lam1"].value == exact   # auto: exact
+
+
+@pytest.mark.parametrize("tokens", [2, 3])
+def test_one_layer_agrees_with_monte_carlo(tokens):
+    # the plain Monte Carlo oracle at L = 1 (no free rows: every inner weight is equal)
+    mc = smi_mc_oracles.montecarlo_lambdas(layers=1, tokens=tokens, samples=6000, inner=2,
+                                           seed=tokens)
+    m, se = mc["lam1"]
+    exact = tokens * (tokens + 1)
+    assert se < 0.05 * exact
+    assert abs(m - exact) <= 3.5 * se
+
+
+# ----------------------------------------------------------------------------- L = 5, M = 2
+# L = 5, M = 2, c = 1: the third route (model-sampled h, 2 x 16 x 2^13, 2^15 iid inner, blocks
+# of 4096, seeds 1 and 2 pooled), its ratio bias at blocks of 4096 removed (4/3 x the paired
+# difference to halves of 16384 on 600 h, docs/smi_depth.md): lambda_l, SE (bias error included)
+L5_THIRD_ROUTE = {1: (0.22486, 0.00102), 2: (0.13827, 0.00058), 3: (0.07593, 0.00049),
+                  4: (0.03158, 0.00028), 5: (4.0972, 0.0065)}
+
+
+def test_five_layers_identities_bound_and_distinct_shallow_thresholds():
+    # a cheap ray rule (8 x 2^9, 8 free coordinates): mass 1, E tr C_l = M, the Jensen bound
+    # (every alpha_l >= 1/6), agreement with the independent third route, and the open question
+    # at L = 5: four distinct shallow thresholds
+    F = smi_weak.stability(layers=5, tokens=2, rule="ray", log2n=9, replicates=8, seed=4)
+    assert "per outer ray" in F["lam1"].method
+    assert abs(F["mass"].value - 1) <= F["mass"].error < 3e-3
+    for l in range(1, 6):
+        t = F[f"trace{l}"]
+        assert abs(t.value - 2) <= t.error < 2e-2
+        lam, (m, se) = F[f"lam{l}"], L5_THIRD_ROUTE[l]
+        assert lam.value + lam.error <= 6.0
+        assert lam.error < 0.25 * lam.value
+        assert abs(lam.value - m) <= lam.error + 3 * se
+    lam = [F[f"lam{l}"] for l in (1, 2, 3, 4)]
+    for a, b in zip(lam, lam[1:]):
+        assert a.value - a.error > b.value + b.error
+    assert F["lam5"].value > 10 * lam[0].value
+
+
+def test_five_layers_refuse_unvalidated_skip_naming_it():
+    # L = 5 is validated for c in [1, 4] (docs/smi_depth.md); c = 0.5 stays served at L <= 4
+    with pytest.raises(InputError, match=r"^skip must be in \[1, 4\]"):
+        smi_weak.check(layers=5, tokens=2, skip=0.5, beta=1.0)
+    smi_weak.check(layers=4, tokens=2, skip=0.5, beta=1.0)
+    smi_weak.check(layers=1, tokens=3, skip=0.5, beta=1.0)   # L = 1: c does not enter
+
+
+@pytest.mark.slow
+def test_five_layer_default_agrees_with_the_third_route_and_tail_weighted_sampling():
+    """The default L = 5 rule (ray, 16 x 2^14, ~60-100 s) against the pooled third route and a
+    tail-weighted sampling route (~80 s); the last layer's threshold above the Jensen bound 1/6.
+    (Plain Monte Carlo, 18000 samples, lies 2.5-3.1 SE low on the free rows, the heavy tail of
+    docs/smi_depth.md; the tail-weighted route samples that tail more often.)"""
+    F = smi_weak.stability(layers=5, tokens=2)
+    per = _tail_weighted_lambdas(skip=1.0, scale=1.6, log2_h=12, replicates=12, seed=23,
+                                 layers=5)
+    m_tw, se_tw = per.mean(0), per.std(0, ddof=1) / np.sqrt(per.shape[0])
+    for l in range(1, 6):
+        lam = F[f"lam{l}"]
+        assert lam.error < 6e-3 * lam.value
+        m, se = L5_THIRD_ROUTE[l]
+        assert abs(lam.value - m) <= lam.error + 3 * se        # 32 replicates
+        assert se_tw[l - 1] < 0.03 * lam.value
+        assert abs(lam.value - m_tw[l - 1]) <= lam.error + 3.11 * se_tw[l - 1]   # t 99%, 11 dof
+        assert abs(F[f"trace{l}"].value - 2) <= F[f"trace{l}"].error
+    assert 1.0 / (F["lam5"].value + F["lam5"].error) > 1.0 / 6.0
+
+
+def test_cli_serves_one_layer_exactly_and_refuses_five_layers_at_small_skip(run_cli):
+    """`threshold weak --model smi --layers 1` reaches the closed form through the engine router
+    (1 / (M (M + 1)), error 0); `--layers 5 --skip 0.5` exits 2 with one line naming --skip."""
+    import json
+
+    for tokens in (2, 3):
+        rc, out, err = run_cli(["threshold", "weak", "--model", "smi", "--layers", "1",
+                                "--tokens", str(tokens), "--json"])
+        assert rc == 0, err
+        (t,) = json.loads(out)["thresholds"]
+        assert t["layer"] == 1 and t["kind"] == "weak"
+        assert t["value"] == 1.0 / (tokens * (tokens + 1)) and t["error"] == 0.0
+    rc, _, err = run_cli(["threshold", "weak", "--model", "smi", "--layers", "5", "--skip", "0.5"])
+    assert rc == 2 and "--skip" in err and len(err.strip().splitlines()) == 1, err
