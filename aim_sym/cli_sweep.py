@@ -24,10 +24,21 @@ from .channels import (
 )
 from .cli_common import MODELS, emit, fail, parse_grid, progress_printer, smi_args
 from .domains import RHO, Domain
+from .numerics.records import InputError
 from .numerics.smi_fibre import SKIP_FLOORS
 from .numerics.smi_sequential import SEQ_DIGITS
 from .plots import check_plot_path, plot_phase
-from .sweep import MAX_POINTS, aim_point, failed, grid, run_sweep, skip_columns, smi_point
+from .sweep import (
+    MAX_POINTS,
+    SKIP_LAYERS,
+    aim_point,
+    check_skip_sweep,
+    failed,
+    grid,
+    run_sweep,
+    skip_columns,
+    smi_point,
+)
 from .sweep import sweep_skip as run_skip_sweep
 from .tables import check_writable, write_csv
 
@@ -201,10 +212,20 @@ def sweep_skip(layers, tokens, beta, skips, out_path, plot_path, no_sequential, 
                as_json):
     """SMI deep attention: weak and sequential thresholds against the skip strength c
     (L = 3: the weak thresholds of the three layers)."""
-    args = smi_args({"channel": None, "layers": layers, "skip": 1.0, "beta": beta,
-                     "tokens": tokens})
+    if layers in (2, 3):
+        args = smi_args({"channel": None, "layers": layers, "skip": 1.0, "beta": beta,
+                         "tokens": tokens})
+    else:   # L = 4, 5: the depth-L kernel's own check (per c, in check_skip_sweep)
+        if layers not in SKIP_LAYERS:
+            fail("--layers", f"one of {list(SKIP_LAYERS)} for sweep skip", layers)
+        args = {"layers": layers, "beta": beta}
     cs = _list(skips, "--skips")
     _each(cs, SKIP_DOMAIN, "--skips")
+    try:    # the engines' own ranges (per depth), named by the options
+        check_skip_sweep(skips=cs, layers=layers, tokens=tokens, beta=args["beta"])
+    except InputError as e:
+        name = str(e).split(" must", 1)[0]
+        raise InputError("--" + {"skip": "skips"}.get(name, name) + str(e)[len(name):]) from None
     _check_workers(workers)
     if plot_path:
         check_plot_path(plot_path, "--plot")

@@ -296,9 +296,10 @@ def smi_point(point: dict) -> dict:
     return row
 
 
-SKIP_LAYERS = (2, 3)
-"""Depths of the skip sweep: L = 2 by numerics.smi (weak and sequential), L = 3 by the depth-L
-weak-threshold kernel numerics.smi_weak."""
+SKIP_LAYERS = (2, 3, 4, 5)
+"""Depths of the skip sweep: L = 2 by numerics.smi (weak and sequential), L = 3, 4, 5 by the
+depth-L weak-threshold kernel numerics.smi_weak (weak thresholds only; its own check sets the
+validated skip range per depth)."""
 
 SKIP_COLUMNS = ("skip", "weak_layer2", "weak_layer2_error", "weak_layer1", "weak_layer1_error",
                 "sequential_layer1", "sequential_layer1_error", "sequential_q2", "seconds",
@@ -307,8 +308,8 @@ SKIP_COLUMNS = ("skip", "weak_layer2", "weak_layer2_error", "weak_layer1", "weak
 
 
 def skip_columns(layers: int) -> tuple[str, ...]:
-    """CSV columns of :func:`sweep_skip`: :data:`SKIP_COLUMNS` for L = 2; for L = 3 the weak
-    thresholds of the three layers (sequential thresholds are implemented for L = 2 only)."""
+    """CSV columns of :func:`sweep_skip`: :data:`SKIP_COLUMNS` for L = 2; for L >= 3 the weak
+    thresholds of every layer (the sweep's sequential thresholds are the L = 2 lattice's)."""
     if layers == 2:
         return SKIP_COLUMNS
     weak = [k for l in range(layers, 0, -1) for k in (f"weak_layer{l}", f"weak_layer{l}_error")]

@@ -297,7 +297,7 @@ def test_sweep_skip_three_layers_and_bad_input(tmp_path, monkeypatch):
     assert [r["weak_layer3"] for r in rows] == [1.5, 4.5]
     assert rows[0]["status"].startswith("ok (weak only")
     with pytest.raises(InputError, match="layers"):
-        sw.sweep_skip(skips=[1.0], layers=4, out=out)
+        sw.sweep_skip(skips=[1.0], layers=6, out=out)
     with pytest.raises(InputError, match="skip"):
         sw.sweep_skip(skips=[1.0, -1.0], out=out)
     for skips, beta in (([0.4], 1.0), ([5.0], 1.0), ([1.0], 3.0)):   # L = 3: validated range
@@ -378,3 +378,18 @@ def test_cli_skip_digits_reach_the_sequential_threshold(tmp_path, capsys, monkey
         code, _, err = run_cli(["sweep", "skip", "--skips", "1", "--out", out, *extra], capsys,
                                monkeypatch)
         assert code == 2 and len(err.strip().splitlines()) == 1 and option in err
+
+
+def test_sweep_skip_deeper_layers_use_the_depth_kernel(tmp_path, monkeypatch):
+    from aim_sym.numerics import smi_weak
+
+    def fake(*, layers, tokens, skip, beta):
+        return [dict(layer=l, kind="weak", value=l + skip, error=1e-4, method="m")
+                for l in range(1, layers + 1)]
+
+    monkeypatch.setattr(smi_weak, "weak_thresholds", fake)
+    rows = sw.sweep_skip(skips=[2.0, 1.0], layers=5, out=str(tmp_path / "p5.csv"))
+    assert [r["skip"] for r in rows] == [1.0, 2.0] and list(rows[0]) == list(sw.skip_columns(5))
+    assert [r["weak_layer5"] for r in rows] == [6.0, 7.0]
+    with pytest.raises(InputError, match="skip must be in \\[1, 4\\]"):   # L = 5's own range
+        sw.sweep_skip(skips=[0.5], layers=5, out=str(tmp_path / "p5.csv"))
