@@ -85,8 +85,8 @@ def model_options(f):
         click.option("--kappa0", type=float, default=None, help="erm: the target's rank ratio"),
         click.option("--delta", type=float, default=None, help="erm: label noise variance Delta "
                      ">= 0 (default 0)"),
-        click.option("--lam", type=float, default=None, help="erm: weight decay lambda >= 0 "
-                     "(default 0.01)"),
+        click.option("--lam", type=float, default=None, help="erm: weight decay lambda: 0 "
+                     "(factorised, T = 2) or >= 1e-3 for the SE (default 0.01)"),
         click.option("--beta0", type=float, default=None, help="erm: the teacher's inverse "
                      "temperature > 0 (default 1)"),
         click.option("--json", "as_json", is_flag=True, help="print JSON"),
@@ -456,6 +456,9 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
         if output_rule == "split" and (direct or kw["tokens"] != 2):
             fail("--output-rule", "gh for --direct and for --tokens 3..6 (split: T = 2, "
                  "factorised)", output_rule)
+        if output_rule == "gh" and kw.get("lam") == 0:
+            fail("--output-rule", "split or omitted with --lam 0 (omitted: Gauss-Hermite where "
+                 "its bars were validated, Sigma <= 5, the piecewise rule beyond)", output_rule)
         emit(cli_erm.se_json(alpha=alpha, direct=direct, rule=output_rule or "gh",
                              **erm_opts(kw)), kw["as_json"], cli_erm.se_human)
         return

@@ -51,7 +51,9 @@ def erm_model(**opts: Any) -> ERM:
 def se_json(*, alpha: float, direct: bool = False, rule: str = "gh", **opts: Any) -> dict:
     """``aim-sym se --model erm [--direct] [--output-rule R]`` (``--direct``: T = 2..6, as the
     factorised SE): the six order parameters, train, test, mse, rank (each with ``*_error``) of
-    the global-minimum fixed point, and every fixed point found."""
+    the global-minimum fixed point, and every fixed point found.  ``--lam 0`` (factorised,
+    T = 2): above alpha_interp the lambda = 0 SE (with ``fitted``, ``rule``; exit 3 where its
+    bars are not validated), at or below it the lambda -> 0+ limit (``limit``, Sigma = inf)."""
     m = erm_model(**opts)
     table = m.state_evolution(alpha=alpha, direct=direct, rule=rule)
     out: dict = {**m.parameters(), "alpha": float(alpha)}
@@ -61,14 +63,19 @@ def se_json(*, alpha: float, direct: bool = False, rule: str = "gh", **opts: Any
     first = table[0]
     out.update(method=first.method, precision=first.precision,
                fixed_points=first.details["fixed_points"])
+    out.update({k: first.details[k] for k in ("limit", "rule", "alpha_interp")
+                if k in first.details})
     return out
 
 
 def se_human(o: dict) -> str:
-    keys = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "train", "test", "mse", "rank")
+    keys = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "train", "test", "mse", "rank",
+            "fitted", "delta_spec", "eps")
+    limit = f" ({o['limit']} limit: the minimum-nuclear-norm interpolator)" if o.get(
+        "limit") else ""
     lines = [f"ERM T={o['tokens']} kappa0={o['kappa0']} Delta={o['delta']} lambda={o['lam']} "
-             f"alpha={o['alpha']}:"]
-    lines += [f"  {k:9s} = {o[k]:.10g} +- {o[k + '_error']:.1e}" for k in keys]
+             f"alpha={o['alpha']}{limit}:"]
+    lines += [f"  {k:10s} = {o[k]:.10g} +- {o[k + '_error']:.1e}" for k in keys if k in o]
     lines.append(f"fixed points: {len(o['fixed_points'])}")
     return "\n".join(lines)
 

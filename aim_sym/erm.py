@@ -81,9 +81,10 @@ class ERM:
                               "(thresholds take up to 64)")
         if self.lam < LAM_SE_MIN:
             raise DomainError(LAM, self.lam, "lam",
-                              allowed=f">= {LAM_SE_MIN:g} for the state evolution (at lambda = "
-                              "1e-4 the quadrature's bar was measured not to cover; the lambda "
-                              "-> 0+ limit: numerics.erm_se.interpolator_limit, docs/erm_peak.md)")
+                              allowed=f"0 or >= {LAM_SE_MIN:g} for the state evolution (at "
+                              "lambda = 1e-4 the quadrature's bar was measured not to cover; lam "
+                              "= 0: factorised, T = 2, the ridgeless SE or the lambda -> 0+ "
+                              "limit, docs/erm.md)")
         return ERMParams(alpha=alpha, kappa0=self.kappa0, Delta=self.delta, lam=self.lam,
                          beta=self.beta, beta0=self.beta0, tokens=self.tokens)
 
@@ -107,16 +108,100 @@ class ERM:
             where = "the direct parameterisation" if direct else f"tokens = {self.tokens}"
             raise InputError(f"rule must be 'gh' for {where} (the split rule: T = 2, "
                              f"factorised); got {rule!r}")
+        if self.lam == 0:
+            rows, _ = self._lambda_zero(alpha, direct=direct, rule=rule)
+            return ResultTable(tuple(rows), self.parameters(alpha=alpha))
         p = self._params(alpha, direct=direct)
         fps = erm_direct.solve(p) if direct else erm_se.solve(p, rule=rule)
         return ResultTable(tuple(dict(f.as_dict(), alpha=alpha) for f in fps),
                            self.parameters(alpha=alpha))
+
+    def _lambda_zero(self, alpha: float, *, direct: bool, rule: str,
+                     start: tuple | None = None) -> tuple[list[dict], str]:
+        """lam = 0 (factorised, T = 2; THEORY 3, docs/erm.md "The ridgeless curve"): above
+        alpha_interp the lambda = 0 SE (:func:`~aim_sym.numerics.erm_ridgeless.ridgeless_se`,
+        Gauss-Hermite where its bars were validated, Sigma <= 5, the piecewise output rule up to
+        Sigma = 30; beyond: ConvergenceError with the last iterate), at or below it the lambda
+        -> 0+ limit (:func:`~aim_sym.numerics.erm_se.interpolator_limit`, the
+        minimum-nuclear-norm interpolator: Sigma = infinity, train = 0).  Returns (rows, method);
+        ``rule`` "split" forces the piecewise rule.  ``start``: (q, m, Sigma) to start from."""
+        from .numerics import erm_ridgeless, erm_se
+        from .numerics.erm_output_tokens import TOKENS
+
+        if self.tokens not in TOKENS:
+            self._params(alpha)  # tokens outside the SE's range: refused naming --tokens
+        if direct or self.tokens != 2:
+            where = "--direct" if direct else f"tokens = {self.tokens}"
+            raise DomainError(LAM, self.lam, "lam", allowed=f">= {LAM_SE_MIN:g} for {where} "
+                              "(lam = 0: the factorised model at T = 2 only)")
+        if self.delta <= 0:
+            raise DomainError(LAM, self.lam, "lam", allowed=f">= {LAM_SE_MIN:g} without label "
+                              "noise (lam = 0 needs delta > 0: alpha_interp is defined by it)")
+        a_i = erm_ridgeless.alpha_interp(kappa0=self.kappa0, Delta=self.delta)
+        if alpha <= a_i * (1 + 1e-12):  # within rounding of alpha_interp: at it
+            lim = erm_se.interpolator_limit(alpha=alpha, kappa0=self.kappa0,
+                                            Delta=self.delta, beta=self.beta, beta0=self.beta0)
+            row = {"limit": "lambda -> 0+", "alpha": alpha, "alpha_interp": a_i,
+                   "train": 0.0, "train_error": 0.0, "sigma": math.inf, "sigma_error": 0.0,
+                   "global_minimum": True}
+            for k in ("q", "m", "mse", "rank", "test", "delta", "eps"):
+                row[k] = getattr(lim, k)
+                row[f"{k}_error"] = lim.errors[k]
+            row["delta_spec"], row["delta_spec_error"] = row.pop("delta"), row.pop("delta_error")
+            method = ("lambda -> 0+ limit of the ERM SE at alpha <= alpha_interp (THEORY 3, "
+                      "docs/erm_peak.md): the minimum-nuclear-norm interpolator, closed on the "
+                      "spectral (delta, eps) with Sigma = infinity and train = 0 "
+                      "(numerics.erm_se.interpolator_limit); error = two spectral rules")
+            return [row], method
+        if alpha <= a_i * (1 + 1e-9):
+            raise DomainError(ALPHA_ERM, alpha, "alpha", allowed=f"<= alpha_interp = {a_i:.12g} "
+                              "or > alpha_interp (1 + 1e-9) at lam = 0 (just above it Sigma is "
+                              "beyond every quadrature)")
+        inits = None if start is None else ((start[0] / (1 + self.kappa0),
+                                             start[1] / (1 + self.kappa0), start[2]),)
+        pt = erm_ridgeless.ridgeless_se(alpha=alpha, kappa0=self.kappa0, Delta=self.delta,
+                                        beta=self.beta, beta0=self.beta0, inits=inits,
+                                        rule="split" if rule == "split" else "auto")
+        extra = {"alpha": alpha, "alpha_interp": a_i, "fitted": pt.fitted,
+                 "fitted_error": pt.fixed_point.errors["fitted"], "rule": pt.rule}
+        rows = [dict(f.as_dict(), **extra) for f in pt.all_fixed_points]
+        for r, f in zip(rows, pt.all_fixed_points, strict=True):
+            if f.global_minimum:
+                r.update(fitted=pt.fitted, fitted_error=pt.fixed_point.errors["fitted"])
+            else:
+                r.pop("fitted"), r.pop("fitted_error")
+        if pt.rule == "split":
+            method = ("ERM SE at lambda = 0 (THEORY 3; PSD projection prior, eps = 0): T = 2 "
+                      "proximal step followed along lines across its jumps (piecewise rule, "
+                      "Broyden solve); error = difference of outer orders 16 and 12 x 3 "
+                      "(validated for Sigma <= 30)")
+        else:
+            method = ("ERM SE at lambda = 0 (THEORY 3; PSD projection prior, eps = 0): T = 2 "
+                      "proximal step by Newton, tensor Gauss-Hermite; error = difference of "
+                      "orders 24 and 17 x 17/7 (validated for Sigma <= 5)")
+        return rows, method
 
     def state_evolution(self, *, alpha: float, direct: bool = False,
                         rule: str = "gh") -> ResultTable:
         """The global-minimum fixed point at ``alpha``: one Result per quantity (q, m, sigma,
         q_hat, m_hat, sigma_hat, train, test, mse, rank); every fixed point found is in each
         Result's details (``fixed_points``). ``direct``, ``rule``: see :meth:`fixed_points`."""
+        if self.lam == 0:
+            alpha = ALPHA_ERM.check(alpha)
+            if rule not in ("gh", "split"):
+                raise InputError(f"rule must be one of gh, split; got {rule!r}")
+            rows, method = self._lambda_zero(alpha, direct=direct, rule=rule)
+            best = next(r for r in rows if r["global_minimum"])
+            params = self.parameters(alpha=float(alpha), direct=bool(direct),
+                                     **({"rule": rule} if rule != "gh" else {}))
+            keys = [k for k in (*_QUANTITIES, "fitted", "delta_spec", "eps") if k in best]
+            return ResultTable(tuple(
+                Result(quantity=k, value=best[k], error=best[f"{k}_error"], method=method,
+                       precision=16, parameters=params,
+                       details={"fixed_points": rows, "iterations": best.get("iterations"),
+                                **{x: best[x] for x in ("limit", "rule", "alpha_interp")
+                                   if x in best}})
+                for k in keys), params)
         table = self.fixed_points(alpha=alpha, direct=direct, rule=rule)
         rows = [dict(r) for r in table]
         best = next(r for r in rows if r["global_minimum"])
@@ -150,6 +235,15 @@ class ERM:
         from .numerics import erm_direct, erm_se
 
         grid = check_grid(alphas, ALPHA_ERM, label="alphas")
+        if self.lam == 0:
+            rows, start = [], None
+            for a in grid:
+                fps, _ = self._lambda_zero(a, direct=direct, rule="gh", start=start)
+                best = next(r for r in fps if r["global_minimum"])
+                if "limit" not in best:
+                    start = (best["q"], best["m"], best["sigma"])
+                rows.append(dict(best, fixed_points=len(fps)))
+            return ResultTable(tuple(rows), self.parameters())
         solve = erm_direct.solve if direct else erm_se.solve
         rows = []
         prev = None
@@ -286,8 +380,11 @@ class ERM:
         points = SPECTRUM_POINTS.check(points)
         table = self.state_evolution(alpha=alpha)
         res = {r.quantity: r for r in table}
-        q_hat, m_hat, s_hat = res["q_hat"].value, res["m_hat"].value, res["sigma_hat"].value
-        d_spec, eps, eta = math.sqrt(q_hat) / m_hat, 2 * self.lam / m_hat, m_hat / s_hat
+        if "limit" in res["q"].details:  # lam = 0 at or below alpha_interp: eta = 1
+            d_spec, eps, eta = res["delta_spec"].value, res["eps"].value, 1.0
+        else:
+            q_hat, m_hat, s_hat = res["q_hat"].value, res["m_hat"].value, res["sigma_hat"].value
+            d_spec, eps, eta = math.sqrt(q_hat) / m_hat, 2 * self.lam / m_hat, m_hat / s_hat
         ivs = [(max(a, eps), b) for a, b in wishart.support(self.kappa0, d_spec**2) if b > eps]
         top = eta * (ivs[-1][1] - eps) if ivs else 1.0
         lam_grid = np.linspace(0, top, points + 1)[1:]

@@ -107,13 +107,14 @@ def test_interpolation_threshold_is_alpha_bar_one_half():
         D.interpolation_threshold(7)
 
 
-@pytest.mark.parametrize("tokens,beta", [(2, 1.0), (2, 1.6), (3, 1.0)])
+@pytest.mark.parametrize("tokens,beta", [(2, 1.0), (2, 1.6), (3, 1.0),
+                                         pytest.param(4, 1.0, marks=pytest.mark.slow)])
 def test_interpolator_limit_is_a_fixed_point_of_the_map(tokens, beta):
     # at Sigma = 1e10 and lam = (1 - a)/(2 Sigma) one SE map evaluation returns the closed-form
     # lam -> 0+ limit (q, m, Sigma), up to the slow approach of the prox to label matching
     # (saturated labels make the loss flat; T = 2, kappa0 = Delta = 0.5: relative deviation of
     # q 2.2e-3, 1.1e-4, 3.3e-6 at Sigma = 1e6, 1e8, 1e10, Gauss-Hermite 10 and 17 alike) and, at
-    # T = 3, the QMC error (3 standard errors of the single-replicate maps); beta != beta0
+    # T = 3, 4, the QMC error (3 standard errors of the single-replicate maps); beta != beta0
     # checks the factor r = beta0/beta (q, m of the limit scale as r^2, r)
     alpha = 0.8 * D.interpolation_threshold(tokens)
     lim = D.interpolator_limit(alpha=alpha, kappa0=0.5, Delta=0.5, tokens=tokens, beta=beta)
@@ -128,7 +129,7 @@ def test_interpolator_limit_is_a_fixed_point_of_the_map(tokens, beta):
 
     new = map_once()
     bars = np.zeros(3)
-    if tokens == 3:
+    if tokens >= 3:
         reps = np.array([map_once(r) for r in range(p.qmc_replicates)])
         bars = Q.COVER * reps.std(axis=0, ddof=1) / math.sqrt(p.qmc_replicates)
         assert np.all(bars < 1e-2 * np.abs(new))
@@ -200,3 +201,48 @@ def test_direct_does_not_beat_the_factorised_model_on_a_low_rank_target_T3():
     assert fac.test + fac.errors["test"] < lim.test - lim.test_error
     assert fac.mse + fac.errors["mse"] < dirf.mse - dirf.errors["mse"]
     assert dirf.rank == 1.0 and fac.rank < 0.5
+
+
+def _ridge_limit_any_T(*, alpha: float, tokens: int, step: float, kappa0: float = 0.5,
+                       Delta: float = 0.5) -> np.ndarray:
+    """(q_hat, m_hat, Sigma_hat, test) of the lam -> infinity limit at any T (beta = beta0 = 1):
+    the formulas of erm_direct.ridge_limit (which takes T = 2, 3) on its T-dimensional
+    trapezoidal row rule; checked against ridge_limit at T = 3 below."""
+    Q0n = 1 + kappa0 + Delta / 2
+    e_gg, e_hh, e_zg, e_H, e_yy = D._row_expectations(tokens, Q0n, 1.0, step, 9.0)
+    T, a = tokens, 2.0 * alpha
+    return np.array([a * (T * e_gg + T * (T - 1) * e_hh), -a * T * e_zg / Q0n, a * T * e_H,
+                     T * e_yy - 1.0])
+
+
+def test_ridge_limit_formulas_at_T4():
+    # the any-T form of the closed lam -> infinity limit reproduces erm_direct.ridge_limit at
+    # T = 3, and at T = 4 its trapezoidal rule has settled (steps 0.5 and 0.625)
+    lim3 = D.ridge_limit(alpha=0.1, kappa0=0.5, Delta=0.5, tokens=3, step=0.5)
+    got3 = _ridge_limit_any_T(alpha=0.1, tokens=3, step=0.5)
+    assert np.allclose(got3, [lim3.q_hat, lim3.m_hat, lim3.sigma_hat, lim3.test], rtol=1e-14)
+    fine = _ridge_limit_any_T(alpha=0.05, tokens=4, step=0.5)
+    coarse = _ridge_limit_any_T(alpha=0.05, tokens=4, step=0.625)
+    assert np.all(np.abs(fine - coarse) < 1e-7 * np.abs(fine))
+    assert np.all(fine[:3] > 0) and 0 < fine[3] < 1
+
+
+@pytest.mark.slow
+def test_large_ridge_T4_reaches_the_closed_form_limit():
+    # lam -> infinity at T = 4 (alpha = 0.05, below the direct threshold 1/18): the QMC fixed
+    # point against the closed form (trapezoidal rule on one row, no prox, no QMC), as at T = 3
+    lam = 1e4
+    lim = _ridge_limit_any_T(alpha=0.05, tokens=4, step=0.5)
+    q_hat, m_hat, sigma_hat, test = lim
+    p = _small(alpha=0.05, lam=lam, tokens=4, qmc_points=2**10, qmc_replicates=8)
+    c = sigma_hat + 2 * lam
+    q, m, sigma = (m_hat**2 * p.Q0 + q_hat) / c**2, m_hat * p.Q0 / c, 1 / c
+    (f,) = D.solve(p, inits=((q / p.Q0, m / p.Q0, sigma),))
+    assert f.global_minimum and f.rank == 1.0
+    for name, v in (("q_hat", q_hat), ("m_hat", m_hat)):
+        assert abs(getattr(f, name) - v) <= f.errors[name] + 3e-4 * v, name
+    assert f.m == pytest.approx(m, rel=3 * f.errors["m_hat"] / f.m_hat + 1e-3)
+    assert f.sigma == pytest.approx(1 / (2 * lam), rel=1e-2)
+    assert abs(f.test - test) <= f.errors["test"] + 1e-4
+    assert abs(f.train - p.alpha * test) <= f.errors["train"] + 1e-5
+    assert f.errors["test"] < 1e-3 * f.test and f.errors["train"] < 1e-2 * f.train
