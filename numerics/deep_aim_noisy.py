@@ -55,11 +55,10 @@ from scipy.stats import qmc
 
 from . import wishart
 from .deep_aim_se import (
-    CROSS_GAIN_MAX,
     DESIGNS,
     DeepAimSE,
-    cross_overlap_output_effect,
     cross_step,
+    cross_term_in_bars,
     generalisation_error,
     mean_pair_cholesky,
     prior_potential,
@@ -572,26 +571,14 @@ def add_cross_overlap_term_noisy(fp: dict, *, rho: tuple[float, float], design: 
                            sizes=tuple(sizes), cross=model.cross)
 
     eff = cross_overlap_response(fp=fp, rho=rho, sums=sums, dq12=dq12)
-    gain = float(eff["loop_gain"])
-    scale = 1.0 / (1.0 - min(max(gain, 0.0), CROSS_GAIN_MAX))
-    terms = [scale * (abs(d) + e) for d, e in zip(eff["delta_mmse"], eff["delta_mmse_error"])]
-    layers = [{**x, "mmse_error": x["mmse_error"] + t, "q_error": x["q_error"] + t,
-               "cross_overlap_term": t} for x, t in zip(fp["layers"], terms)]
     sl = eff["slopes"]
-    co = {"term": terms, "delta_mmse": eff["delta_mmse"],
-          "delta_mmse_error": eff["delta_mmse_error"], "loop_gain": gain,
-          "trusted": gain < CROSS_GAIN_MAX, "q12": eff["q12"].value, "q12_error": eff["q12"].error,
-          "dq12": dq12, "dE_dq12": [x.value for x in sl[:2]],
-          "dE_dq12_error": [x.error for x in sl[:2]], "dE12_dq12": sl[2].value,
-          "dE12_dq12_error": sl[2].error, "dpsi_dq12": sl[3].value,
-          "dpsi_dq12_error": sl[3].error,
-          "method": "first-order response of the cross-overlap q'_12 = q_hat_12 mmse_1 mmse_2, "
-          "noisy output side exact at q'_12 (central differences), divided by 1 - loop gain; "
-          "added to the bars"}
-    out = {**fp, "layers": layers, "cross_overlap": co}
-    oe = cross_overlap_output_effect(model, fp=out, seed=seed)
-    co.update(oe)
-    out["phi_error"] = fp["phi_error"] + oe["phi_term"]
+    extra = {"dq12": dq12, "dE_dq12": [x.value for x in sl[:2]],
+             "dE_dq12_error": [x.error for x in sl[:2]], "dE12_dq12": sl[2].value,
+             "dE12_dq12_error": sl[2].error, "dpsi_dq12": sl[3].value,
+             "dpsi_dq12_error": sl[3].error}
+    out, oe = cross_term_in_bars(model, fp, eff, seed=seed, extra=extra, method=(
+        "first-order response of the cross-overlap q'_12 = q_hat_12 mmse_1 mmse_2, noisy output "
+        "side exact at q'_12 (central differences), divided by 1 - loop gain; added to the bars"))
     if "e_gen_error" in fp:
         for key in ("e_gen_error", "e_gen_clean_error"):
             out[key] = fp[key] + oe["e_gen_term"]

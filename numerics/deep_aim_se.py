@@ -795,25 +795,35 @@ def add_cross_overlap_term(model: DeepAimSE, fp: dict, *, m: int = 10, scrambles
         return {**fp, "layers": [{**x, "cross_overlap_term": 0.0} for x in fp["layers"]],
                 "cross_overlap": co}
     eff = cross_overlap_effect(model, fp=fp, m=m, scrambles=scrambles, seed=seed, dq12=dq12)
+    out, oe = cross_term_in_bars(model, fp, eff, seed=seed, method=(
+        "first-order response of the cross-overlap q'_12 = q_hat_12 mmse_1 mmse_2, output side "
+        "exact at q'_12 (central differences), divided by 1 - loop gain; added to the bars"))
+    out["e_gen_error"] = fp["e_gen_error"] + oe["e_gen_term"]
+    out["e_gen_plugin_error"] = fp["e_gen_plugin_error"] + oe["e_gen_plugin_term"]
+    return out
+
+
+def cross_term_in_bars(model: DeepAimSE, fp: dict, eff: dict, *, seed: int, method: str,
+                       extra: dict | None = None) -> tuple[dict, dict]:
+    """``fp`` with the cross-overlap response ``eff`` (delta_mmse, its error, loop_gain, q12)
+    added to each layer's mmse and q bars, (|delta mmse_l| + error) / (1 - loop gain) (gain
+    capped at :data:`CROSS_GAIN_MAX`), ``fp["cross_overlap"]`` recorded (with ``extra``), and
+    the Phi bar grown by :func:`cross_overlap_output_effect`'s term; returns the new fixed point
+    and that output effect (the caller adds its e_gen terms to the bars it reports)."""
     gain = float(eff["loop_gain"])
-    trusted = gain < CROSS_GAIN_MAX
     scale = 1.0 / (1.0 - min(max(gain, 0.0), CROSS_GAIN_MAX))
     terms = [scale * (abs(d) + e) for d, e in zip(eff["delta_mmse"], eff["delta_mmse_error"])]
     layers = [{**x, "mmse_error": x["mmse_error"] + t, "q_error": x["q_error"] + t,
                "cross_overlap_term": t} for x, t in zip(fp["layers"], terms)]
     co = {"term": terms, "delta_mmse": eff["delta_mmse"],
-          "delta_mmse_error": eff["delta_mmse_error"], "loop_gain": gain, "trusted": trusted,
-          "q12": eff["q12"].value, "q12_error": eff["q12"].error,
-          "method": "first-order response of the cross-overlap q'_12 = "
-          "q_hat_12 mmse_1 mmse_2, output side exact at q'_12 (central "
-          "differences), divided by 1 - loop gain; added to the bars"}
+          "delta_mmse_error": eff["delta_mmse_error"], "loop_gain": gain,
+          "trusted": gain < CROSS_GAIN_MAX, "q12": eff["q12"].value, "q12_error": eff["q12"].error,
+          **(extra or {}), "method": method}
     out = {**fp, "layers": layers, "cross_overlap": co}
     oe = cross_overlap_output_effect(model, fp=out, seed=seed)
     co.update(oe)
-    out["e_gen_error"] = fp["e_gen_error"] + oe["e_gen_term"]
-    out["e_gen_plugin_error"] = fp["e_gen_plugin_error"] + oe["e_gen_plugin_term"]
     out["phi_error"] = fp["phi_error"] + oe["phi_term"]
-    return out
+    return out, oe
 
 
 def cross_step(model: DeepAimSE, fp: dict) -> float:
