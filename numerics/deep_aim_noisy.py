@@ -85,6 +85,17 @@ QUANTITIES = ("E1", "E2", "mean_square_1", "mean_square_2", "nishimori_1", "nish
               "psi_out", "cross", "cross_mean_square", "cross_nishimori")
 
 
+
+def _prefix_weights(ll: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Self-normalised importance weights of the first ``k`` inner points from their
+    log-likelihoods ``ll`` (rows: outer points): exp(ll - row max), its row sums, and the log of
+    the mean likelihood (log Z up to the likelihood's constant)."""
+    lk = ll[:, :k]
+    top = lk.max(axis=1, keepdims=True)
+    e = np.exp(lk - top)
+    n = e.sum(axis=1)
+    return e, n, np.log(n / k) + top[:, 0]
+
 def _check_inputs(q1, q2, V1, V2, Delta, skip, beta) -> None:
     for name, v in (("q1", q1), ("q2", q2)):
         require(math.isfinite(v) and v >= 0, name, "a finite number >= 0", v)
@@ -123,10 +134,7 @@ def _posterior_sums(o1, o2, a, b, V1, V2, t, *, skip, beta, Delta, sizes, u_true
     ll = -((o1[:, None] - c1) ** 2 + (o2[:, None] - c2) ** 2) / (4.0 * Delta)
     out = []
     for k in sizes:
-        lk = ll[:, :k]
-        top = lk.max(axis=1, keepdims=True)
-        e = np.exp(lk - top)
-        n = e.sum(axis=1)
+        e, n, log_mean = _prefix_weights(ll, k)
         tk = t[:, :k]
         mean = (e @ tk.T) / n[:, None]                    # E[t | o], (chunk, 4)
         second = (e @ (tk * tk).T) / n[:, None]
@@ -142,7 +150,7 @@ def _posterior_sums(o1, o2, a, b, V1, V2, t, *, skip, beta, Delta, sizes, u_true
         ms2 = (mean[:, 2] ** 2 + mean[:, 3] ** 2) / V2
         ni1 = (u_true[:, 0] * mean[:, 0] + u_true[:, 1] * mean[:, 1]) / V1
         ni2 = (u_true[:, 2] * mean[:, 2] + u_true[:, 3] * mean[:, 3]) / V2
-        log_z = np.log(n / k) + top[:, 0] - math.log(4.0 * math.pi * Delta)
+        log_z = log_mean - math.log(4.0 * math.pi * Delta)
         out.append([np.sum(2.0 * V1 - tr1) / V1**2, np.sum(2.0 * V2 - tr2) / V2**2,
                     ms1.sum(), ms2.sum(), ni1.sum(), ni2.sum(), log_z.sum(),
                     -np.sum(cov12) / s12, ms12.sum(), ni12.sum()])
@@ -463,10 +471,7 @@ def _cross_sums(*, q1, q2, V1, V2, q12, Delta, skip, beta, m, scrambles, seed, s
             ll = -((o1[:, None] - d1) ** 2 + (o2[:, None] - d2) ** 2) / (4.0 * Delta)
             true = np.stack([e1[:, 0], e1[:, 1], e2[:, 0], e2[:, 1]], axis=1)
             for j, k in enumerate(sizes):
-                lk = ll[:, :k]
-                top = lk.max(axis=1, keepdims=True)
-                e = np.exp(lk - top)
-                nk = e.sum(axis=1)
+                e, nk, log_mean = _prefix_weights(ll, k)
                 dk = d_in[:, :k]
                 mean = (e @ dk.T) / nk[:, None]            # E[deviation | o], (chunk, 4)
                 prods = np.stack([dk[0] ** 2 + dk[1] ** 2, dk[2] ** 2 + dk[3] ** 2,
@@ -480,7 +485,7 @@ def _cross_sums(*, q1, q2, V1, V2, q12, Delta, skip, beta, m, scrambles, seed, s
                 ni = [np.sum(true[:, 0:2] * mean[:, 0:2]), np.sum(true[:, 2:4] * mean[:, 2:4]),
                       0.5 * (np.sum(true[:, 0:2] * mean[:, 2:4])
                              + np.sum(true[:, 2:4] * mean[:, 0:2]))]
-                log_z = np.log(nk / k) + top[:, 0] - math.log(4.0 * math.pi * Delta)
+                log_z = log_mean - math.log(4.0 * math.pi * Delta)
                 acc[j] += [k11.sum(), k22.sum(), k12.sum(), log_z.sum(), *ms, *ni]
         acc /= n
         for j in range(len(sizes)):
