@@ -46,6 +46,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the
 import smi_mc_oracles  # noqa: E402
 
 
+def _print_route(r: dict, F: dict, L: int) -> None:
+    """One line per layer: a sampling route's lambda_l +- SE and its deviation from the kernel."""
+    for l in range(1, L + 1):
+        m, se = r[f"lam{l}"]
+        v = F[f"lam{l}"].value
+        print(f"{l:5d} {m:12.6f} +- {se:8.1e} (SE)  dev/SE {(m - v) / se:6.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", default="4,2", help="L,M")
@@ -100,20 +108,14 @@ def main():
                                            seed=a.seed)
         print(f"third route ({a.third} x 2^13 model-sampled h, 2^15 iid inner, blocks of 4096;"
               f" {time.perf_counter() - t:.1f} s):")
-        for l in range(1, L + 1):
-            m, se = r[f"lam{l}"]
-            v = F[f"lam{l}"].value
-            print(f"{l:5d} {m:12.6f} +- {se:8.1e} (SE)  dev/SE {(m - v) / se:6.2f}")
+        _print_route(r, F, L)
     if a.tail:
         t = time.perf_counter()
         r = smi_mc_oracles.tail_weighted_lambdas(layers=L, skip=a.skip, scale=1.6, log2_h=12,
                                                  replicates=a.tail, seed=a.seed)
         print(f"tail-weighted route ({a.tail} x 2^12 h, z_L ~ N(0, 1.6^2 I) reweighted, 2^15 "
               f"iid inner, blocks of 4096; {time.perf_counter() - t:.1f} s):")
-        for l in range(1, L + 1):
-            m, se = r[f"lam{l}"]
-            v = F[f"lam{l}"].value
-            print(f"{l:5d} {m:12.6f} +- {se:8.1e} (SE)  dev/SE {(m - v) / se:6.2f}")
+        _print_route(r, F, L)
     if a.inner_bias:
         half = a.inner // 2
         t = time.perf_counter()
