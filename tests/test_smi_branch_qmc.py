@@ -172,6 +172,29 @@ def test_three_layers_three_tokens_layer_one_goes_first():
     assert np.all(d.mean(0)[1:4] > bar[1:4])
 
 
+@pytest.mark.slow
+def test_four_layers_skip_2_layer_one_goes_first():
+    """(L, M) = (4, 2), c = 2 on the layer-4 branch: r_1 and r_2 are both below zero at
+    q4 = 0.990 and above it at 0.995 (each by more than its bar), and mu_1 > mu_2 by more than
+    the bar of the paired difference (common random numbers) at every point between, so r_1 =
+    r_2 + (mu_1 - mu_2) crosses zero first: layer 1 is learned before layer 2 (their separate
+    thresholds, 1.418 +- 0.068 and 1.480 +- 0.036 on the cheap rule, did not separate them;
+    docs/smi_depth.md)."""
+    qs = [0.990, 0.9925, 0.995]
+    names = bq.sample_columns(4, 2)
+    f, h, c = bq.replicate_samples(qs, layers=4, tokens=2, skip=2.0, beta=1.0, log2_outer=12,
+                                   log2_inner=14, replicates=16, seed=3)
+    e = bq.estimates(f, h, c, names)
+    for k in ("r1", "r2"):
+        i = names.index(k)
+        bar = e["t"] * e["se"][:, i] + e["bias"][:, i]
+        assert e["value"][0, i] + bar[0] < 0 < e["value"][-1, i] - bar[-1]
+    i1, i2 = names.index("mu1"), names.index("mu2")
+    d = e["per"][:, :, i1] - e["per"][:, :, i2]                     # (replicates, points)
+    bar = e["t"] * d.std(0, ddof=1) / math.sqrt(len(d)) + e["bias"][:, i1] + e["bias"][:, i2]
+    assert np.all(d.mean(0) > bar)
+
+
 def test_small_overlap_limit_is_the_weak_coefficients():
     # q -> 0: mu_l -> lambda_l and K_L / q -> lambda_L (THEORY 2.2 linearisation); the O(q)
     # term is removed by the linear extrapolation 2 f(q) - f(2 q) (common random numbers)
