@@ -247,16 +247,16 @@ def _dashed(check, *args, **kwargs):
 
 def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> None:
     """``threshold weak --model smi`` at the (L, M) the kernels serve (aim_sym.smi_routes: L = 1,
-    4, 5 or M = 3): weak thresholds of every layer (numerics.smi_weak) and, where the branch
+    4, 5, 6 or M = 3): weak thresholds of every layer (numerics.smi_weak) and, where the branch
     kernel serves (L, M) and ``sequential``, the sequential ones on the last layer's branch
     (numerics.smi_branch_qmc)."""
     from .numerics import smi_branch_qmc
     from .thresholds import smi_depth_sequential, smi_depth_weak
 
     if kw.get("channel") not in (None, "deep-attention"):
-        fail("--channel", "deep-attention for --layers 1, 4, 5 or --tokens 3", kw["channel"])
+        fail("--channel", "deep-attention for --layers 1, 4, 5, 6 or --tokens 3", kw["channel"])
     if given("digits"):
-        fail("--digits", "omitted for --layers 1, 4, 5 or --tokens 3 (L = 1 is exact; the "
+        fail("--digits", "omitted for --layers 1, 4, 5, 6 or --tokens 3 (L = 1 is exact; the "
              "others are Monte-Carlo-grade rules)", digits)
     for name in ("param", "rows", "seed"):
         if kw.get(name) not in (None, ()):

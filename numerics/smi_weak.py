@@ -34,7 +34,7 @@ Rules:
   their differences) or ``R`` scrambled Sobol replicates (``rule="qmc"``, error = the Student-t
   99% factor x the standard error over replicates, plus the ratio bias measured as the gap
   between the mean of the replicate ratios and the pooled ratio).  ``rule="ray"`` (the
-  default for L = 3, 4, 5 with M = 2 and for L = 3, M = 3) is ``qmc`` with one independent
+  default for L = 3 .. 6 with M = 2 and for L = 3, M = 3) is ``qmc`` with one independent
   scrambled Sobol set per outer ray (per ring of constant cos(theta) for M = 3) in each
   replicate: one set shared by all outer nodes makes their errors coherent (L = 4: the variance
   of the sum is 27-260 x the sum of the per-node variances), and independent sets per ray cut
@@ -48,7 +48,8 @@ Every estimate also carries the change between two outer rules and |mass - 1| x 
 Depth L = 5, M = 2 (8 free coordinates): rule ``ray``, 16 x 2^14 points per ray, 90 radii;
 served for c in [1, 4], where the model-sampled route (c = 1, 2, 4) and a tail-weighted route
 (c = 1, 4) confirm it; at c = 0.5 the sampling routes scatter beyond their SEs
-(docs/smi_depth.md).
+(docs/smi_depth.md).  Depth L = 6, M = 2 (10 free coordinates): the same rule (288 angles at
+c = 1, ~3-7 min), served for c in [1, 4] on the same two routes (docs/smi_depth.md, "L = 6").
 
 Independent routes (seeded Monte Carlo test oracles in tests/smi_mc_oracles.py):
 ``montecarlo_lambdas`` (plain Monte Carlo), ``model_sampled_lambdas`` (h sampled from the model,
@@ -69,16 +70,16 @@ from scipy.stats import qmc
 from .records import ConvergenceError, Estimate, require, standard_error
 from .smi_fibre import gh_tensor
 
-LAYERS = (1, 2, 3, 4, 5)
+LAYERS = (1, 2, 3, 4, 5, 6)
 TOKENS = (2, 3)
-MAX_LAYERS = {2: 5, 3: 3}    # L = 4, M = 3 (9 free coordinates) and L = 6, M = 2: not served
+MAX_LAYERS = {2: 6, 3: 3}    # L = 4, M = 3 (9 free coordinates) and L = 7, M = 2: not served
 SKIP_RANGE = (0.5, 4.0)      # M = 2: Monte Carlo at c = 0.5 and 1 (L = 4), c = 0.5 .. 4 (L = 3,
                              # the model-sampled route at c = 2, 4); M = 3: c >= 1
 # depths validated on a narrower skip range than SKIP_RANGE: L = 5 against the model-sampled
 # route at c = 1, 2, 4 (and a tail-weighted route at c = 1, 4); at c = 0.5 the sampling routes
 # scatter beyond their SEs (model-sampled 2.3 SE low, tail-weighted within 1.6 SE) and the rule
-# needs 736 angles (docs/smi_depth.md)
-SKIP_RANGE_BY_LAYERS = {5: (1.0, 4.0)}
+# needs 736 angles (docs/smi_depth.md); L = 6 on the same routes at c = 1, 2, 4
+SKIP_RANGE_BY_LAYERS = {5: (1.0, 4.0), 6: (1.0, 4.0)}
 BETA_RANGE = (0.25, 2.0)
 SIGMA_FACTOR = 1.4           # sigma^2 = factor * sup ||Mat||^2
 U_LO = {2: 16.0, 3: 11.0}    # log-radius window [log sigma - U_LO[M], log sigma + U_HI]
@@ -118,7 +119,9 @@ QMC = {(3, 2): (15, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
 # L = 5, M = 2 (8 free coordinates, 144 angles at c = 1), 16 x 2^14: relative bars 1.6e-3,
 # 2.1e-3, 3.1e-3, 4.3e-3, 2.7e-4 (layers 1-5) in ~60-90 s; at 2^12-2^13 the measured ratio bias
 # dominates the bar (docs/smi_depth.md, "L = 5, M = 2")
-RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8), (5, 2): (14, 16)}
+# L = 6, M = 2 (10 free coordinates, 288 angles at c = 1), 16 x 2^14: relative bars 2.4e-3,
+# 3.2e-3, 4.1e-3, 8.0e-3, 2.1e-2, 2.8e-4 (layers 1-6), 424 s at load ~12 (docs/smi_depth.md, "L = 6")
+RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8), (5, 2): (14, 16), (6, 2): (14, 16)}
 
 
 def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:

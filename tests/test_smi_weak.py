@@ -169,12 +169,13 @@ def test_four_layers_identities_and_distinct_shallow_thresholds():
     assert F["lam4"].value > 10 * lam[0].value
 
 
-@pytest.mark.parametrize("kw", [dict(layers=6), dict(layers=0), dict(tokens=4),
+@pytest.mark.parametrize("kw", [dict(layers=7), dict(layers=0), dict(tokens=4),
                                 dict(layers=4, tokens=3), dict(layers=5, tokens=3),
                                 dict(layers=2.0), dict(layers=1, rule="qmc"),
                                 dict(layers=1, rule="ray"), dict(layers=2, rule="exact"),
                                 dict(layers=1, skip=0.1), dict(layers=1, beta=5.0),
                                 dict(layers=5, skip=0.5), dict(layers=5, skip=4.5),
+                                dict(layers=6, skip=0.5), dict(layers=6, tokens=3),
                                 dict(skip=0.1), dict(skip=float("nan")), dict(beta=5.0),
                                 dict(rule="simpson"), dict(rule="ray", log2n=17),
                                 dict(rule="ray", replicates=2)])
@@ -234,7 +235,7 @@ def test_cli_sequential_tokens_3():
 
 def test_cli_refuses_unsupported_depths_tokens_and_options(run_cli):
     """Unsupported depths, token counts and options exit 2 with one line naming the option."""
-    for args, opt in ((["--layers", "6"], "--layers"), (["--tokens", "4"], "--tokens"),
+    for args, opt in ((["--layers", "7"], "--layers"), (["--tokens", "4"], "--tokens"),
                       (["--layers", "4", "--tokens", "3"], "--tokens"),
                       (["--layers", "4", "--digits", "3"], "--digits"),
                       (["--tokens", "3", "--skip", "0.5"], "--skip"),
@@ -527,6 +528,50 @@ def test_five_layer_default_agrees_with_the_third_route_and_tail_weighted_sampli
         assert abs(lam.value - m_tw[l - 1]) <= lam.error + 3.11 * se_tw[l - 1]   # t 99%, 11 dof
         assert abs(F[f"trace{l}"].value - 2) <= F[f"trace{l}"].error
     assert 1.0 / (F["lam5"].value + F["lam5"].error) > 1.0 / 6.0
+
+
+# ----------------------------------------------------------------------------- L = 6, M = 2
+# L = 6, M = 2, c = 4: the model-sampled route (16 x 2^12 h, 2^15 iid inner, blocks of 4096,
+# seed 1), its ratio bias at blocks of 4096 removed (the paired difference to blocks of 2048):
+# lambda_l, SE (the bias's SE included); a recorded result of that independent route
+# (docs/smi_depth.md, "L = 6, M = 2"), not an output of the code under test
+L6_C4_MODEL_SAMPLED = {1: (0.023771, 0.000214), 2: (0.031073, 0.000194), 3: (0.026389, 0.000234),
+                       4: (0.020904, 0.000187), 5: (0.016090, 0.000092), 6: (5.00603, 0.0084)}
+
+
+def test_six_layers_identities_bound_and_the_model_sampled_route():
+    # a cheap ray rule (8 x 2^9, 10 free coordinates, c = 4: 32 angles, ~3 s): mass 1,
+    # E tr C_l = M, the Jensen bound (alpha_l >= 1/6), and the independent route
+    F = smi_weak.stability(layers=6, tokens=2, skip=4.0, rule="ray", log2n=9, replicates=8,
+                           seed=4)
+    assert "10 fibre coordinates" in F["lam1"].method
+    assert abs(F["mass"].value - 1) <= F["mass"].error < 3e-3
+    for l in range(1, 7):
+        t = F[f"trace{l}"]
+        assert abs(t.value - 2) <= t.error < 2e-2
+        lam, (m, se) = F[f"lam{l}"], L6_C4_MODEL_SAMPLED[l]
+        assert lam.value + lam.error <= 6.0
+        assert lam.error < 0.25 * lam.value
+        assert abs(lam.value - m) <= lam.error + 3 * se
+    assert F["lam6"].value > 100 * max(F[f"lam{l}"].value for l in range(1, 6))
+
+
+@pytest.mark.slow
+def test_six_layer_default_agrees_with_tail_weighted_sampling():
+    """The default L = 6 rule (ray, 16 x 2^14) at c = 2 (~50 s; c = 1 takes ~3-7 min) against
+    the tail-weighted sampling route (12 x 2^12, ~30 s), with E tr C_l = M and the last layer's
+    threshold above the Jensen bound 1/6."""
+    F = smi_weak.stability(layers=6, tokens=2, skip=2.0)
+    per = _tail_weighted_lambdas(skip=2.0, scale=1.6, log2_h=12, replicates=12, seed=35,
+                                 layers=6)
+    m_tw, se_tw = per.mean(0), per.std(0, ddof=1) / np.sqrt(per.shape[0])
+    for l in range(1, 7):
+        lam = F[f"lam{l}"]
+        assert lam.error < 8e-3 * lam.value
+        assert se_tw[l - 1] < 0.03 * lam.value
+        assert abs(lam.value - m_tw[l - 1]) <= lam.error + 3.11 * se_tw[l - 1]   # t 99%, 11 dof
+        assert abs(F[f"trace{l}"].value - 2) <= F[f"trace{l}"].error
+    assert 1.0 / (F["lam6"].value + F["lam6"].error) > 1.0 / 6.0
 
 
 def test_cli_serves_one_layer_exactly_and_refuses_five_layers_at_small_skip(run_cli):
