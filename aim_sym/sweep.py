@@ -36,7 +36,7 @@ from concurrent.futures import as_completed as cf_as_completed
 from .channels import builtin
 from .compiled import compile_channel
 from .domains import MAX_GRID
-from .numerics import aim_se, smi, smi_fibre
+from .numerics import aim_se, smi, smi_fibre, smi_sequential
 from .numerics.records import ConvergenceError, InputError, atomic_write, require
 from .numerics.smi_sequential import SEQ_DIGITS
 
@@ -153,7 +153,10 @@ PR_SET_PDEATHSIG = 1
 
 def _worker_init(parent_pid: int, check_parent: bool) -> None:
     """Pool initializer: on Linux ask the kernel for SIGTERM when the parent dies (so workers do
-    not outlive a killed sweep), and exit at once if the parent is already gone."""
+    not outlive a killed sweep), and exit at once if the parent is already gone.  The pool's
+    processes already fill the cores: each runs the L = 2 sequential lattice in one process
+    (:data:`aim_sym.numerics.smi_sequential.DEFAULT_WORKERS`), not two."""
+    smi_sequential.DEFAULT_WORKERS = 1
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

@@ -482,6 +482,15 @@ SEQ_ORDERS = (SEQ_LADDER[2], SEQ_LADDER[3])
 # digits asked -> ladder index k of the refined order (the coarse one is rung k - 1, whose
 # error is the reported bar): bars measured in benchmarks/RESULTS.md
 SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 6, 8: 7, 9: 8}
+# from skip SEQ_LOW_SKIP on, these digits start the pair one rung lower (the loop in
+# :func:`sequential_threshold` still climbs while the bar is above the target): the rungs'
+# errors fall or level off as q2* -> 1 while their cost grows like 1 / (1 - q2*).  At beta = 1
+# (benchmarks/RESULTS.md, issue 14): digits 5, pair (2, 3): bars 2.0e-5 (c = 1.5), 1.7e-5
+# (2.5), 1.8e-5 (4), 2.5-3x below 5e-5, values within 9e-7 of pair (3, 4)'s, at a third of
+# its CPU time; digits 6, pair (3, 4): bars at most 8.5e-7 at the 23 skips 1.52 .. 4 of the
+# 32-skip run (docs/data/smi_phase32.csv before issue 14's fix), 6x below 5e-6.
+SEQ_LOW_SKIP = 1.5
+SEQ_LOW_DIGITS = (5, 6)
 # from this many digits the pair takes float64 exponentials (an order tagged "float64": the
 # float32 bound alpha x FLOAT32_REL = 7e-9 would nearly fill a 1e-8 bar) and the root order is
 # rung 4 (the shift terms from rung 3's root are ~8e-9 at digits 8)
@@ -655,6 +664,12 @@ def _bar(out, root, rel_slope):
     return spread + interp + a_f * (out[1]["nis"] + f32) + cut_alpha, interp, cut_alpha
 
 
+# processes over the omega_2 nodes when ``workers`` is not given: None means min(2, cpu_count).
+# A sweep's pool workers set it to 1 (aim_sym.sweep), so that a sweep over 2 processes runs 2
+# processes, not 2 x 2 on 2 cores.
+DEFAULT_WORKERS: int | None = None
+
+
 def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 4,
                          orders=None, scan_order=SEQ_SCAN_ORDER, workers: int | None = None,
                          progress=None) -> dict:
@@ -665,10 +680,11 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     and ``alpha_seq = 1 / mu1(q2*)``.  Statistics from :func:`branch_stats`.
 
     Accuracy: ``digits`` picks the pair (coarse, refined) of consecutive rungs of
-    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (timings in benchmarks/RESULTS.md) and, while the
-    bar exceeds ``5 x 10^-digits`` (the ladder is calibrated at c = 1, beta = 1), evaluates an
-    order again at its own shifted root when the shift terms dominate the bar, or else moves the
-    pair up one rung (``note`` says so if the top rung does not meet it); from
+    :data:`SEQ_LADDER` from :data:`SEQ_DIGITS` (timings in benchmarks/RESULTS.md; one rung lower
+    from ``skip >= SEQ_LOW_SKIP`` at :data:`SEQ_LOW_DIGITS`) and, while the bar exceeds
+    ``5 x 10^-digits`` (the ladder is calibrated at c = 1, beta = 1), evaluates an order again
+    at its own shifted root when the shift terms dominate the bar, or else moves the pair up
+    one rung (``note`` says so if the top rung does not meet it); from
     :data:`FLOAT64_DIGITS` digits the pair takes float64 exponentials (orders tagged
     ``"float64"``); ``orders`` gives the pair explicitly instead (neither).  Root search:
     bracket and regula falsi at ``scan_order``; the root of a parabola through three points at
@@ -681,7 +697,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     (relative Nishimori residual (refined) + :data:`FLOAT32_REL` for float32 exponentials) + the
     bounds on the dropped omega_2 nodes and the fibre lattice's cut.  Raises
     :class:`ConvergenceError` if the root is not bracketed.  ``workers``: processes over the
-    omega_2 nodes (default ``min(2, cpu_count)``)."""
+    omega_2 nodes (default :data:`DEFAULT_WORKERS`, else ``min(2, cpu_count)``)."""
     import os
 
     require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
@@ -690,7 +706,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     if orders is None:
         require(digits in SEQ_DIGITS, "digits", f"an integer in {min(SEQ_DIGITS)}.."
                 f"{max(SEQ_DIGITS)}", digits)
-        k = SEQ_DIGITS[digits]
+        k = SEQ_DIGITS[digits] - (skip >= SEQ_LOW_SKIP and digits in SEQ_LOW_DIGITS)
         orders = (SEQ_LADDER[k - 1], SEQ_LADDER[k])
         root_order = SEQ_LADDER[min(k - 1, 3 if digits < FLOAT64_DIGITS else 4)]
         if digits >= FLOAT64_DIGITS:
@@ -702,7 +718,7 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
                 "(n_w, dh, dz, 'float64')", orders)
         root_order = orders[0]
     if workers is None:
-        workers = min(2, os.cpu_count() or 1)
+        workers = DEFAULT_WORKERS or min(2, os.cpu_count() or 1)
     t0 = time.perf_counter()
     nsteps = 5 if root_order == orders[0] else 6
     step = [0]

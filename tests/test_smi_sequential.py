@@ -324,3 +324,56 @@ def test_threshold_recentres_an_order_whose_root_is_far(monkeypatch):
     assert len(at_fine) == 2 and abs(at_fine[1] - 0.977) < 1e-4
     assert r["orders"][1] == list(fine) and r["error"] < 5e-4 and not r["note"]
     assert abs(r["value"] - 1 / 1.4) < r["error"] and abs(r["q2"] - 0.977) < 1e-6
+
+
+@pytest.mark.parametrize("converged_at", [2, 3])
+def test_threshold_large_skip_starts_one_rung_lower(monkeypatch, converged_at):
+    # from SEQ_LOW_SKIP on, digits 5 starts with the pair one rung below SEQ_DIGITS (root found at
+    # that pair's coarse rung, three points; slope check one rung below, two points).  The model's
+    # rungs from ``converged_at`` on agree (mu1 = 1.4), the lower ones sit 1e-4 away in alpha: at
+    # 2 the lower pair meets the target 5e-5 and rung SEQ_DIGITS[5] is never evaluated; at 3
+    # the lower pair's spread (1e-4) is above it and the loop climbs to the usual pair
+    d = 5
+    assert d in seq.SEQ_LOW_DIGITS
+    k = seq.SEQ_DIGITS[d] - 1
+    lad = seq.SEQ_LADDER
+    calls = []
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.985, list(lad[converged_at:])))
+    r = seq.sequential_threshold(workers=1, digits=d, skip=seq.SEQ_LOW_SKIP)
+    orders = [o for _, o in calls]
+    assert r["root_order"] == list(lad[k - 1])
+    assert orders.count(lad[k - 1]) == 3 and orders.count(lad[k - 2]) == 2
+    assert orders.count(lad[k]) == 1
+    assert orders.count(lad[k + 1]) == (converged_at == k)
+    top = k if converged_at == k - 1 else k + 1
+    assert r["orders"] == [list(lad[top - 1]), list(lad[top])]
+    assert abs(r["value"] - 1 / 1.4) < r["error"] < 5e-5 and not r["note"]
+
+
+def test_threshold_small_skip_keeps_the_calibrated_pair(monkeypatch):
+    # below SEQ_LOW_SKIP the pair is SEQ_DIGITS's, calibrated at c = 1 (the model converged from
+    # its coarse rung on, so the same pair would also serve one rung lower: it is not tried)
+    k = seq.SEQ_DIGITS[5]
+    calls = []
+    monkeypatch.setattr(seq, "_resid", _model_resid(calls, 0.974, list(seq.SEQ_LADDER[k - 1:])))
+    r = seq.sequential_threshold(workers=1, digits=5, skip=0.999 * seq.SEQ_LOW_SKIP)
+    orders = [o for _, o in calls]
+    assert r["orders"] == [list(seq.SEQ_LADDER[k - 1]), list(seq.SEQ_LADDER[k])]
+    assert r["root_order"] == list(seq.SEQ_LADDER[k - 1])
+    assert orders.count(seq.SEQ_LADDER[k - 1]) == 3 and orders.count(seq.SEQ_LADDER[k]) == 1
+
+
+# c = 4, digits 5 before the skip rule (pair (3, 4), root order rung 3): docs/data/smi_phase32.csv
+# as of commit 97173fa (the 32-skip run of benchmarks/RESULTS.md, fifteenth landing)
+SEQ_C4_PAIR34 = (0.7209436934368149, 1.880956429243263e-07)
+
+
+@pytest.mark.slow
+def test_threshold_large_skip_lower_pair_against_the_higher_pair():
+    # ~45 s of CPU: at c = 4 digits 5 stops at the pair (2, 3) (bar measured 1.8e-5) and lies
+    # inside its bar plus the higher pair's of the value one rung up (measured 1.8e-7 apart)
+    k = seq.SEQ_DIGITS[5] - 1
+    r = seq.sequential_threshold(skip=4.0, digits=5)
+    assert r["orders"] == [list(seq.SEQ_LADDER[k - 1]), list(seq.SEQ_LADDER[k])]
+    assert r["error"] < 5e-5 and not r["note"]
+    assert abs(r["value"] - SEQ_C4_PAIR34[0]) <= r["error"] + SEQ_C4_PAIR34[1]

@@ -119,6 +119,20 @@ def test_grid_bound_and_task_identity():
     assert task_identity(sw.skip_point) == {"task": "skip_point", "task_version": "3"}
 
 
+def lattice_workers(p):
+    from aim_sym.numerics import smi_sequential
+    return {"y": smi_sequential.DEFAULT_WORKERS}
+
+
+def test_pool_workers_run_the_lattice_in_one_process(tmp_path):
+    # a sweep over 2 processes fills 2 cores: each runs the sequential lattice with 1 process
+    # (not 2 x 2); in this process the default (None: min(2, cpu_count)) is untouched
+    rows = run_sweep(lattice_workers, grid(x=[1, 2]), out=str(tmp_path / "w.csv"), workers=2)
+    assert [r["y"] for r in rows] == [1, 1]
+    from aim_sym.numerics import smi_sequential
+    assert smi_sequential.DEFAULT_WORKERS is None
+
+
 def test_local_processes_match_in_process(tmp_path):
     pts = grid(beta=[1.0, 2.0], x=[1.0, 2.0, 3.0])
     a = run_sweep(scaled, pts, out=str(tmp_path / "p.csv"), workers=2)
