@@ -299,7 +299,7 @@ def smi_point(point: dict) -> dict:
     return row
 
 
-SKIP_LAYERS = (2, 3, 4, 5)
+SKIP_LAYERS = (2, 3, 4, 5, 6)
 """Depths of the skip sweep: L = 2 by numerics.smi (weak and sequential), L = 3, 4, 5 by the
 depth-L weak-threshold kernel numerics.smi_weak (weak thresholds only; its own check sets the
 validated skip range per depth)."""

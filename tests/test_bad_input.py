@@ -229,7 +229,7 @@ CASES = [
                             "{tmp}/s.csv"], "--workers"),
     ("sweep-skips-zero", ["sweep", "skip", "--skips", "0", "--out", "{tmp}/s.csv"], "--skips"),
     ("sweep-skips-inf", ["sweep", "skip", "--skips", "inf", "--out", "{tmp}/s.csv"], "--skips"),
-    ("sweep-skip-layers", ["sweep", "skip", "--skips", "1", "--layers", "6", "--out",
+    ("sweep-skip-layers", ["sweep", "skip", "--skips", "1", "--layers", "7", "--out",
                            "{tmp}/s.csv"], "--layers"),
     ("sweep-plot-suffix", ["sweep", "skip", "--skips", "1", "--no-sequential", "--plot",
                            "{tmp}/p.jpg2", "--out", "{tmp}/s.csv"], "--plot"),

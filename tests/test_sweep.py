@@ -311,7 +311,7 @@ def test_sweep_skip_three_layers_and_bad_input(tmp_path, monkeypatch):
     assert [r["weak_layer3"] for r in rows] == [1.5, 4.5]
     assert rows[0]["status"].startswith("ok (weak only")
     with pytest.raises(InputError, match="layers"):
-        sw.sweep_skip(skips=[1.0], layers=6, out=out)
+        sw.sweep_skip(skips=[1.0], layers=7, out=out)
     with pytest.raises(InputError, match="skip"):
         sw.sweep_skip(skips=[1.0, -1.0], out=out)
     for skips, beta in (([0.4], 1.0), ([5.0], 1.0), ([1.0], 3.0)):   # L = 3: validated range
