@@ -513,8 +513,8 @@ def test_five_layers_refuse_unvalidated_skip_naming_it():
 def test_five_layer_default_agrees_with_the_third_route_and_tail_weighted_sampling():
     """The default L = 5 rule (ray, 16 x 2^14, ~60-100 s) against the pooled third route and a
     tail-weighted sampling route (~80 s); the last layer's threshold above the Jensen bound 1/6.
-    (Plain Monte Carlo, 18000 samples, lies 2.5-3.1 SE low on the free rows, the heavy tail of
-    docs/smi_depth.md; the tail-weighted route samples that tail more often.)"""
+    (Plain Monte Carlo, 18000 samples, lay 2.5-3.1 SE low on the free rows: its ratio bias and a
+    teacher fluctuation on a skewed law, docs/smi_depth.md "Why plain Monte Carlo runs low".)"""
     F = smi_weak.stability(layers=5, tokens=2)
     per = _tail_weighted_lambdas(skip=1.0, scale=1.6, log2_h=12, replicates=12, seed=23,
                                  layers=5)
