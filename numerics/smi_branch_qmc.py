@@ -82,8 +82,11 @@ from scipy.stats import qmc
 from .records import ConvergenceError, require, standard_error
 from .smi_weak import fibre_map, scores
 
-SUPPORTED = ((2, 2), (3, 2), (4, 2), (2, 3), (3, 3))
+SUPPORTED = ((2, 2), (3, 2), (4, 2), (5, 2), (2, 3), (3, 3))
 SKIP_RANGE = (0.5, 4.0)
+# (L, M) checked on a narrower skip range: L = 5 as its weak thresholds (numerics.smi_weak), with
+# plain Monte Carlo at the layer-1 root at c = 1 (docs/smi_depth.md, "L = 5 on its branch")
+SKIP_RANGE_BY_CASE = {(5, 2): (1.0, 4.0)}
 BETA_RANGE = (0.25, 2.0)
 COVERAGE = 0.995             # two-sided 99% Student-t factor over the replicates
 EXP_FLOOR = -80.0            # exponents below (row max + floor) are clipped (no subnormals)
@@ -91,11 +94,13 @@ _BLOCK = 1 << 17             # (outer x inner) entries per block
 
 # (log2 outer, log2 inner, replicates) per (L, M)
 DEFAULT_RULE = {(2, 2): (12, 13, 16), (3, 2): (12, 14, 16), (4, 2): (12, 14, 16),
-                (2, 3): (12, 14, 16), (3, 3): (12, 14, 16)}
+                (5, 2): (12, 14, 16), (2, 3): (12, 14, 16), (3, 3): (12, 14, 16)}
 # scans in q for the roots (coarse), per (L, M)
 DEFAULT_SCAN = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.994, 0.997, 0.9985, 0.9993)
 # scans of their own: (3, 3) has its roots near q3 = 0.94 and 0.96 (cheap scan, 8 x 2^10 x 2^12)
-SCANS = {(3, 3): (0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.994, 0.997)}
+SCANS = {(3, 3): (0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.994, 0.997),
+         # (5, 2): layer 4's root lies near q5 = 0.99945 at c = 1, beyond the default scan
+         (5, 2): DEFAULT_SCAN + (0.99965, 0.99983, 0.99992)}
 
 
 def check(*, layers: int, tokens: int, skip: float, beta: float, learned=None) -> None:
@@ -105,9 +110,9 @@ def check(*, layers: int, tokens: int, skip: float, beta: float, learned=None) -
             and (int(layers), int(tokens)) in SUPPORTED, "layers",
             f"with tokens one of {SUPPORTED} (layers, tokens) for the branch kernel",
             (layers, tokens))
-    require(isinstance(skip, (int, float)) and np.isfinite(skip)
-            and SKIP_RANGE[0] <= skip <= SKIP_RANGE[1], "skip",
-            f"in [{SKIP_RANGE[0]:g}, {SKIP_RANGE[1]:g}] for the branch kernel", skip)
+    lo, hi = SKIP_RANGE_BY_CASE.get((int(layers), int(tokens)), SKIP_RANGE)
+    require(isinstance(skip, (int, float)) and np.isfinite(skip) and lo <= skip <= hi, "skip",
+            f"in [{lo:g}, {hi:g}] for the branch kernel at layers = {layers}", skip)
     require(isinstance(beta, (int, float)) and np.isfinite(beta)
             and BETA_RANGE[0] <= beta <= BETA_RANGE[1], "beta",
             f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the branch kernel", beta)

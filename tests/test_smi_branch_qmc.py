@@ -88,7 +88,8 @@ def plain_branch_mc(q, *, layers, tokens, samples, inner, seed, skip=1.0, beta=1
 
 
 # ----------------------------------------------------------------------------- input checks
-@pytest.mark.parametrize("kw", [dict(layers=5, tokens=2), dict(layers=4, tokens=3),
+@pytest.mark.parametrize("kw", [dict(layers=6, tokens=2), dict(layers=4, tokens=3),
+                                dict(layers=5, tokens=2, skip=0.5),
                                 dict(layers=2, tokens=2, skip=0.1),
                                 dict(layers=2, tokens=2, beta=3.0)])
 def test_unsupported_inputs_are_refused(kw):
@@ -245,6 +246,31 @@ def test_plain_monte_carlo_confirms_the_l4_layer1_root():
     se = res.std(ddof=1) / math.sqrt(len(res))
     slope = abs(r1["slope_r"]) / (1 - q)                 # d r_1 / d q
     assert abs(res.mean()) <= 3.5 * se + slope * r1["q4_error"]
+    se_mu = mc[:, 0].std(ddof=1) / math.sqrt(len(mc))
+    assert abs(mc[:, 0].mean() - 1 / r1["value"]) <= 3.5 * se_mu + r1["error"] / r1["value"] ** 2
+
+
+@pytest.mark.slow
+def test_plain_monte_carlo_confirms_the_l5_layer1_root():
+    # L = 5 (~20 s + ~50 s): the four roots are bracketed (layer 4's near q5 = 0.9995, on the
+    # extended scan), layer 1 is first, and at its root the plain Monte Carlo residual r_1
+    # vanishes and mu_1 equals 1 / alpha_seq,1 (within 3.5 standard errors + the kernel's bar)
+    out = bq.sequential_thresholds_qmc(layers=5, tokens=2, log2_outer=11, log2_inner=13,
+                                       replicates=8)
+    assert [r["layer"] for r in out] == [1, 2, 3, 4]
+    r1 = next(r for r in out if r["layer"] == 1)
+    assert r1["first"]
+    vals = [r["value"] for r in out]
+    assert all(a + ea < b - eb for (a, ea), (b, eb) in
+               zip(((r["value"], r["error"]) for r in out[:-1]),
+                   ((r["value"], r["error"]) for r in out[1:])))
+    assert vals == sorted(vals)
+    q = r1["q5"]
+    mc = plain_branch_mc(q, layers=5, tokens=2, samples=6000, inner=2048, seed=43)
+    res = mc[:, 0] - (1 - q) / q * mc[:, 4]
+    se = res.std(ddof=1) / math.sqrt(len(res))
+    slope = abs(r1["slope_r"]) / (1 - q)                 # d r_1 / d q
+    assert abs(res.mean()) <= 3.5 * se + slope * r1["q5_error"]
     se_mu = mc[:, 0].std(ddof=1) / math.sqrt(len(mc))
     assert abs(mc[:, 0].mean() - 1 / r1["value"]) <= 3.5 * se_mu + r1["error"] / r1["value"] ** 2
 
