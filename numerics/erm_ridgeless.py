@@ -33,7 +33,7 @@ delta fixed by the interpolation constraint; at eps = 0 this is alpha <= alpha_i
 than the PSD cone has free directions: f(Sigma) < fac is forced, Sigma is finite, the minimiser
 is unique without a regulariser and the training loss is > 0.
 
-**Approach to alpha_interp+ (expected).**  f -> fac forces Sigma -> infinity; the fixed
+**Approach to alpha_interp+.**  f -> fac forces Sigma -> infinity; the fixed
 point should then tend to the Sigma = infinity equations at eps = 0, i.e. the interpolator
 at its threshold (delta_bar, q = J(delta_bar, 0), m = Q0n, test error 0.5010982710).  The
 deficit fac - f(Sigma) comes from the labels that a finite Sigma does not match: row i (field
@@ -43,10 +43,15 @@ ell_i ~ N(0, s^2), s^2 = 3 Q0n) is matched where Sigma sigma'(ell_i)^2 >> 1, i.e
 alpha - alpha_interp ~ P(|ell| > ln(Sigma)/2): over every Sigma the SE can reach, Sigma grows
 like exp(2 s sqrt(2 ln(1/(alpha - alpha_interp)))), slower than any power of
 1/(alpha - alpha_interp) (a simple pole only for alpha - alpha_interp below ~1e-6), the same
-log-slowness as the lambda -> 0+ approach at alpha_interp (docs/erm_peak.md).  This is
-derived, not measured: the SE was followed down to ~2 alpha_interp only (next paragraph),
-so neither the Sigma law nor the rate at which the test error joins the interpolator's
-0.5010982710 is confirmed.
+log-slowness as the lambda -> 0+ approach at alpha_interp (docs/erm_peak.md).  Measured
+(last paragraph, Sigma = 26 ... 1e6, alpha - alpha_interp = 0.15 ... 5.0e-4): the local power
+d ln Sigma / d ln(1/(alpha - alpha_interp)) falls, 1.9, 1.9, 1.9, 1.8, 1.6 from Sigma = 86 on,
+as the log-normal law wants, while ln Sigma against sqrt(ln(1/(alpha - alpha_interp))) has
+slopes 6.2-8.4 (derived: 2 s sqrt2 = 6.5, up to the order-one factors of the derivation).  The
+test error rises monotonically to the interpolator's 0.5010982710; 0.5010982710 - test over
+alpha - alpha_interp is 0.58, 0.62, 0.70, 0.77, 0.83 at Sigma = 400 ... 1e6 (a local exponent
+0.86-0.95; fit over the three nearest points 0.93 +- 0.09): a linear approach with a slowly
+growing slope, no overshoot.
 
 Numerics (kappa0 = Delta = 0.5, T = 2; docs/erm.md "The ridgeless curve").  Where the
 order-12 fixed point has Sigma <= :data:`SIGMA_RELIABLE`: :func:`erm_se.solve` (Gauss-Hermite
@@ -68,6 +73,37 @@ six order parameters (one component's difference can cross zero: Sigma moved 0.0
 alpha = 0.3 (Sigma = 25.9) against outer order 20; :data:`SIGMA_SPLIT` bounds the checked
 range (beyond: :class:`ConvergenceError`, before the costly orders when the order-12 Sigma is
 already > 2 x SIGMA_SPLIT).
+
+**Near alpha_interp (Sigma = 26 ... 1e6; docs/erm.md "Between alpha_interp and 0.3").** Why the
+fixed point degrades as Sigma grows.  (i) The amplification, more than the output rule: the
+piecewise map moves by ~1e-3 (relative; new q, m, Sigma) between outer orders 12 and 16 at Sigma
+= 20, 89 and 400 alike, while the slow pair of dG/dx on (log q, m, log Sigma) nears 1: 0.927 +-
+0.030i at alpha = 0.3 (Gauss-Hermite-17 differences at the piecewise fixed point), 0.953 +-
+0.031i at 0.25 (Broyden estimate), 0.985 +- 0.026i at 0.22 (Gauss-Hermite 12, where d log Sigma
+/ d log alpha ~ -33): amplification 1/|1 - lambda| ~ 13, 18, 33.  The 16/12 difference of the
+fixed point triples from alpha = 0.3 to 0.25 (1.1 % to 3.3 %, largest over the logs), more than
+the estimated amplification alone accounts for (the two Jacobian estimates differ in kind).
+Following the curve in Sigma (:func:`solve_at_sigma`, alpha the unknown: the output moments do
+not depend on alpha) removes the divergent d log Sigma / d log alpha; its slow eigenvalue
+recedes as Sigma grows (0.962, 0.946, 0.937 at Sigma = 400, 2000, 1e4) and the largest 16/12
+difference of the logs falls from 2.3 % (Sigma = 86) to 0.5 % (400), 0.17 % (1e4) and 0.02 %
+(1e6), whereas at a fixed alpha the slow pair nears 1 as alpha falls (above).  (ii) The outer
+Gauss-Hermite rule's step from order 16 to 20 varies with Sigma: the map moves by ~1e-4 at Sigma
+= 86, ~4e-4 at 400, ~9e-4 at 1e4, ~5e-4 at 1e5 and ~6e-5 at 1e6 (12 to 16: ~1e-3 at 20 ... 400).
+The jumps along the rule's lines do not cause it (the jump points stay at |t| ~ 1-1.5 from Sigma
+= 26 to 1e4, so a split scaled with Sigma is not needed); a candidate, not tested, is the
+matched/unmatched crossover of the rows at |ell_i| ~ ln(Sigma)/2, which crosses the outer
+(label) coordinates' nodes as Sigma grows.  The 16/12 bars (3 x the difference) covered order 20
+at every point: Sigma = 86 (alpha = 0.25; test moved 1.3e-4 against its bar 1.4e-2), 400 (alpha
+1.2e-4 against 7.6e-4, test 2.0e-4 against 1.1e-3), 1e4 (alpha 8.9e-5 / 7.5e-4, test 1.4e-4 /
+2.8e-4, the tightest), 1e5 (1.5e-5 / 7.3e-5, 6.4e-5 / 4.0e-4), 1e6 (3e-6 / 6.8e-5, 7e-6 /
+8.1e-5); an order-20 point is one Newton step with the order-16 Broyden Jacobian.
+:data:`SIGMA_SPLIT` = 90 (alpha down to ~0.25 at kappa0 = Delta = 0.5): there the bars cover
+order 20 by a wide margin and the lambda = 0 fixed point is the lambda -> 0+ limit (outer order
+12 on both routes, lambda = 5e-7, 1.5e-6, 5e-6: q, m, Sigma, test within 0.06 of the
+extrapolation's bar).  Points at larger Sigma (benchmarks/erm_ridgeless_near.py, fixed Sigma =
+400 ... 1e6) carry 16/12 bars checked against order 20 as above but no lambda -> 0 check; they
+are not served by :func:`ridgeless_se`.
 """
 
 from __future__ import annotations
@@ -84,10 +120,12 @@ from .erm_thresholds import alpha_bar_factor, interpolation_threshold
 from .records import ConvergenceError, require
 
 __all__ = ["RidgelessPoint", "ridgeless_se", "alpha_interp", "lambda_extrapolation",
-           "SIGMA_RELIABLE", "SIGMA_SPLIT", "RIDGELESS_INITS", "RULES", "solve_split"]
+           "SIGMA_RELIABLE", "SIGMA_SPLIT", "RIDGELESS_INITS", "RULES", "solve_split",
+           "solve_at_sigma"]
 
 SIGMA_RELIABLE = 5.0  # Gauss-Hermite 24/17: bars verified up to Sigma = 3.2, not at Sigma ~ 20-30
-SIGMA_SPLIT = 27.0  # the piecewise rule (outer orders 16/12): bars checked against order 20 at 25.9
+SIGMA_SPLIT = 90.0  # the piecewise rule (outer orders 16/12): bars checked against order 20 at
+# Sigma = 25.9 (alpha = 0.3) and 86.3 (alpha = 0.25; docstring "Near alpha_interp")
 # (q/Q0, m/Q0, Sigma) starts: erm_se's three and a large-Sigma one (near alpha_interp)
 RIDGELESS_INITS = (*erm_se.DEFAULT_INITS, (2.0, 1.2, 200.0))
 RULES = ("auto", "gh", "split")
@@ -163,6 +201,29 @@ def _jacobian(x: np.ndarray, p: erm_se.ERMParams, *, order: int = _JACOBIAN_ORDE
     return np.array(cols).T
 
 
+def _broyden(step, x: np.ndarray, B: np.ndarray, *, tol: float,
+             max_iter: int) -> tuple[np.ndarray, tuple, int, float, np.ndarray, bool]:
+    """Broyden's method on F(x) = ``step(x)[0]`` from ``x`` with the starting Jacobian ``B``
+    (steps capped at 0.5 in every coordinate); returns (x, the step's output at x, iterations,
+    max|F|, the last Jacobian, whether max|F| < ``tol``).  Errors of ``step`` propagate."""
+    F, out = step(x)
+    res = float(np.max(np.abs(F)))
+    for it in range(1, max_iter + 1):
+        if res < tol:
+            return x, out, it, res, B, True
+        try:
+            dx = -np.linalg.solve(B, F)
+        except np.linalg.LinAlgError:
+            break
+        dx *= min(1.0, 0.5 / float(np.max(np.abs(dx))))  # at most a factor e^0.5 per step
+        xn = x + dx
+        Fn, out_n = step(xn)
+        B = B + np.outer(Fn - F - B @ dx, dx) / float(dx @ dx)  # Broyden's update
+        x, F, out = xn, Fn, out_n
+        res = float(np.max(np.abs(F)))
+    return x, out, max_iter, res, B, False
+
+
 def solve_split(p: erm_se.ERMParams, *, q: float, m: float, sigma: float,
                 order: int = SPLIT_ORDER, tol: float = 1e-8, max_iter: int = 30,
                 jacobian: np.ndarray | None = None, rule: str = "split",
@@ -179,24 +240,68 @@ def solve_split(p: erm_se.ERMParams, *, q: float, m: float, sigma: float,
     x = _to_x(q, m, sigma)
     B = (_jacobian(x, p, order=jacobian_order) if jacobian is None
          else np.array(jacobian, dtype=float))
-    F, out = _step(x, p, rule=rule, order=order)
-    res = float(np.max(np.abs(F)))
-    for it in range(1, max_iter + 1):
-        if res < tol:
-            return (math.exp(x[0]), float(x[1]), math.exp(x[2]), *out[:3]), it, res, B
-        try:
-            dx = -np.linalg.solve(B, F)
-        except np.linalg.LinAlgError:
-            break
-        dx *= min(1.0, 0.5 / float(np.max(np.abs(dx))))  # at most a factor e^0.5 per step
-        xn = x + dx
-        Fn, out_n = _step(xn, p, rule=rule, order=order)
-        B = B + np.outer(Fn - F - B @ dx, dx) / float(dx @ dx)  # Broyden's update
-        x, F, out = xn, Fn, out_n
-        res = float(np.max(np.abs(F)))
-    raise ConvergenceError("lambda = 0 SE (piecewise output rule) fixed point",
-                           last_iterate=(math.exp(x[0]), float(x[1]), math.exp(x[2])),
-                           residual=res)
+    x, out, it, res, B, ok = _broyden(lambda z: _step(z, p, rule=rule, order=order), x, B,
+                                      tol=tol, max_iter=max_iter)
+    if not ok:
+        raise ConvergenceError("lambda = 0 SE (piecewise output rule) fixed point",
+                               last_iterate=(math.exp(x[0]), float(x[1]), math.exp(x[2])),
+                               residual=res)
+    return (math.exp(x[0]), float(x[1]), math.exp(x[2]), *out[:3]), it, res, B
+
+
+def _step_at_sigma(x: np.ndarray, p: erm_se.ERMParams, sigma: float, *, rule: str,
+                   order: int) -> tuple[np.ndarray, tuple]:
+    """F at a fixed Sigma with alpha free: x = (log q, m, log alpha), F = (log q' - log q,
+    m' - m, log Sigma' - log Sigma) for the SE map at (q, m, Sigma) and that alpha (the
+    output moments do not depend on alpha: the hats are alpha times them)."""
+    pa = replace(p, alpha=math.exp(x[2]))
+    q, m = math.exp(x[0]), float(x[1])
+    out = erm_se.hats_from_overlaps(q, m, sigma, pa, order=order, rule=rule)
+    new = erm_se.overlaps_from_hats(*out[:3], pa)[:3]
+    if not (new[0] > 0 and new[2] > 0):
+        raise ConvergenceError("lambda = 0 SE map left its domain", last_iterate=(q, m, sigma),
+                               residual=None)
+    return np.array([math.log(new[0]) - x[0], new[1] - x[1], math.log(new[2] / sigma)]), out
+
+
+def solve_at_sigma(p: erm_se.ERMParams, *, sigma: float, q: float, m: float, alpha: float,
+                   order: int = SPLIT_ORDER, rule: str = "split", tol: float = 1e-8,
+                   max_iter: int = 30, jacobian: np.ndarray | None = None,
+                   jacobian_order: int = _JACOBIAN_ORDER,
+                   h: float = 1e-3) -> tuple[tuple, int, float, np.ndarray]:
+    """The lambda = 0 (or ``p.lam``) SE fixed point at a given ``sigma``, alpha the unknown
+    (``p.alpha`` ignored): Broyden on x = (log q, m, log alpha) from (q, m, alpha), Jacobian
+    started from central differences of the Gauss-Hermite map of ``jacobian_order`` unless
+    ``jacobian`` is given (central differences of step ``h``).  Near alpha_interp d log Sigma /
+    d log alpha is large (~ -33 at alpha = 0.22, Gauss-Hermite 12) and the fixed-alpha map's slow
+    pair nears 1, while at a fixed Sigma the slow eigenvalue recedes as Sigma grows (0.96 at
+    Sigma = 400, 0.94 at 1e4): the curve is followed in Sigma (module docstring, "Near
+    alpha_interp").  Returns ((q, m, alpha, q_hat, m_hat, Sigma_hat), iterations, max|F|, the
+    last Jacobian); :class:`ConvergenceError` with the last (q, m, alpha) otherwise."""
+    require(rule in erm_se.RULES, "rule", f"one of {erm_se.RULES}", rule)
+    require(math.isfinite(sigma) and sigma > 0, "sigma", "a finite real number > 0", sigma)
+    require(math.isfinite(q) and q > 0, "q", "a finite real number > 0", q)
+    require(math.isfinite(alpha) and alpha > 0, "alpha", "a finite real number > 0", alpha)
+    x = np.array([math.log(q), float(m), math.log(alpha)])
+    if jacobian is None:
+        cols = []
+        for k in range(3):
+            e = np.zeros(3)
+            e[k] = h
+            cols.append((_step_at_sigma(x + e, p, sigma, rule="gh", order=jacobian_order)[0]
+                         - _step_at_sigma(x - e, p, sigma, rule="gh", order=jacobian_order)[0])
+                        / (2 * h))
+        B = np.array(cols).T
+    else:
+        B = np.array(jacobian, dtype=float)
+    x, out, it, res, B, ok = _broyden(
+        lambda z: _step_at_sigma(z, p, sigma, rule=rule, order=order), x, B, tol=tol,
+        max_iter=max_iter)
+    if not ok:
+        raise ConvergenceError(f"lambda = 0 SE at Sigma = {sigma:g} (alpha free)",
+                               last_iterate=(math.exp(x[0]), float(x[1]), math.exp(x[2])),
+                               residual=res)
+    return (math.exp(x[0]), float(x[1]), math.exp(x[2]), *out[:3]), it, res, B
 
 
 def _split_point(p: erm_se.ERMParams, params: tuple, envelope_order: int) -> dict:
