@@ -80,19 +80,7 @@ def test_lambda_zero_at_alpha_0p25_is_the_limit_of_small_lambda():
     # order 12 (its error cancels).  dq/dlambda ~ -3e4 at 0 (at alpha = 0.3: -6000), so the
     # extrapolation uses lambda = 5e-7, 1.5e-6, 5e-6 (measured: within 0.06 of the bar; lambda =
     # 5e-7 itself 70-90 bars away).  7.4 minutes on 2 shared cores at load ~5 (an upper bound).
-    from dataclasses import replace
+    from test_erm_ridgeless import assert_lambda_zero_is_the_limit
 
-    lams = (5e-7, 1.5e-6, 5e-6)
-    p0 = S.ERMParams(alpha=0.25, kappa0=KAPPA0, Delta=DELTA, lam=0.0)
-    x0, _, _, jac = R.solve_split(p0, q=6.416, m=2.3225, sigma=67.5, order=12, tol=1e-8)
-    pts = []
-    for lam in lams:
-        x, _, _, _ = R.solve_split(replace(p0, lam=lam), q=x0[0], m=x0[1], sigma=x0[2],
-                                   order=12, tol=1e-8, jacobian=jac)
-        pts.append(x)
-    for k in range(3):  # q, m, Sigma
-        v, e = R.lambda_extrapolation(lams=lams, values=tuple(x[k] for x in pts),
-                                      errors=(0.0,) * 3)
-        assert abs(v - x0[k]) <= e, k
-        assert abs(pts[0][k] - x0[k]) > 10 * e, k
-        assert e < 2e-3 * abs(x0[k]), k
+    assert_lambda_zero_is_the_limit(alpha=0.25, start=(6.416, 2.3225, 67.5),
+                                    lams=(5e-7, 1.5e-6, 5e-6), tol=1e-8)

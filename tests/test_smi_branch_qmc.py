@@ -158,10 +158,18 @@ def test_three_layers_three_tokens_layer_one_goes_first():
     at its last) and mu_1 > mu_2 by more than the bar of the paired difference across the roots
     (q3 = 0.93 .. 0.97), so r_1 crosses zero first: layer 1 is learned before layer 2."""
     scan = bq.SCANS[(3, 3)]
-    qs = [scan[0], 0.93, 0.95, 0.97, scan[-1]]
-    names = bq.sample_columns(3, 3)
-    f, h, c = bq.replicate_samples(qs, layers=3, tokens=3, skip=1.0, beta=1.0, log2_outer=9,
-                                   log2_inner=11, replicates=8, seed=5)
+    _assert_layer_one_first([scan[0], 0.93, 0.95, 0.97, scan[-1]], inner=slice(1, 4), layers=3,
+                            tokens=3, skip=1.0, rule=(9, 11, 8), seed=5)
+
+
+def _assert_layer_one_first(qs, *, inner, layers, tokens, skip, rule, seed):
+    """r_1 and r_2 below zero at ``qs[0]`` and above it at ``qs[-1]`` (each by more than its
+    bar), and mu_1 - mu_2 (the paired difference of common random numbers) above its bar at the
+    points ``qs[inner]``: r_1 = r_2 + (mu_1 - mu_2) crosses zero first."""
+    names = bq.sample_columns(layers, tokens)
+    f, h, c = bq.replicate_samples(qs, layers=layers, tokens=tokens, skip=skip, beta=1.0,
+                                   log2_outer=rule[0], log2_inner=rule[1], replicates=rule[2],
+                                   seed=seed)
     e = bq.estimates(f, h, c, names)
     for k in ("r1", "r2"):
         i = names.index(k)
@@ -170,7 +178,7 @@ def test_three_layers_three_tokens_layer_one_goes_first():
     i1, i2 = names.index("mu1"), names.index("mu2")
     d = e["per"][:, :, i1] - e["per"][:, :, i2]                     # (replicates, points)
     bar = e["t"] * d.std(0, ddof=1) / math.sqrt(len(d)) + e["bias"][:, i1] + e["bias"][:, i2]
-    assert np.all(d.mean(0)[1:4] > bar[1:4])
+    assert np.all(d.mean(0)[inner] > bar[inner])
 
 
 @pytest.mark.slow
@@ -181,19 +189,8 @@ def test_four_layers_skip_2_layer_one_goes_first():
     r_2 + (mu_1 - mu_2) crosses zero first: layer 1 is learned before layer 2 (their separate
     thresholds, 1.418 +- 0.068 and 1.480 +- 0.036 on the cheap rule, did not separate them;
     docs/smi_depth.md)."""
-    qs = [0.990, 0.9925, 0.995]
-    names = bq.sample_columns(4, 2)
-    f, h, c = bq.replicate_samples(qs, layers=4, tokens=2, skip=2.0, beta=1.0, log2_outer=12,
-                                   log2_inner=14, replicates=16, seed=3)
-    e = bq.estimates(f, h, c, names)
-    for k in ("r1", "r2"):
-        i = names.index(k)
-        bar = e["t"] * e["se"][:, i] + e["bias"][:, i]
-        assert e["value"][0, i] + bar[0] < 0 < e["value"][-1, i] - bar[-1]
-    i1, i2 = names.index("mu1"), names.index("mu2")
-    d = e["per"][:, :, i1] - e["per"][:, :, i2]                     # (replicates, points)
-    bar = e["t"] * d.std(0, ddof=1) / math.sqrt(len(d)) + e["bias"][:, i1] + e["bias"][:, i2]
-    assert np.all(d.mean(0) > bar)
+    _assert_layer_one_first([0.990, 0.9925, 0.995], inner=slice(None), layers=4, tokens=2,
+                            skip=2.0, rule=(12, 14, 16), seed=3)
 
 
 def test_small_overlap_limit_is_the_weak_coefficients():
