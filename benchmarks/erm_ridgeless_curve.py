@@ -196,8 +196,16 @@ def _figure(rows: list[dict], below: list, a_i: float) -> None:
         label = r"$\lambda = 0$ SE" if lam == 0 else fr"$\lambda = {lam:g}$ SE"
         ax.errorbar(x, y, yerr=e, fmt=style + ("-" if lam == 0 else "--"), ms=4, capsize=2,
                     label=label)
+    import erm_ridgeless_near as near  # the fixed-Sigma points (same folder)
+
+    fixed = sorted((r for r in near._pairs() if r["label"].startswith("Sigma=")
+                    and r["label"] not in near.COMPARISON_ONLY), key=lambda r: r["alpha"])
+    ax.errorbar([r["alpha"] for r in fixed], [r["test"] for r in fixed],
+                xerr=[r["errors"]["alpha"] for r in fixed],
+                yerr=[r["errors"]["test"] for r in fixed], fmt="o", mfc="none", color="k",
+                ms=4, capsize=2, label=r"$\lambda = 0$ SE at fixed $\Sigma$ (API only)")
     ax.axvline(a_i, color="0.6", lw=0.8, ls=":")
-    zero = [r["alpha"] for r in rows if r["lam"] == 0.0]
+    zero = [r["alpha"] for r in rows if r["lam"] == 0.0] + [r["alpha"] for r in fixed]
     if zero:  # between alpha_interp and the first lambda = 0 point the SE was not resolved
         ax.axvspan(a_i, min(zero), color="0.9", label=r"$\lambda = 0$: not resolved (see text)")
     ax.plot([a_i], [below[-1].test], "r*", ms=10, label="peak 0.50110 (at alpha_interp)")
