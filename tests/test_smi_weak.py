@@ -524,19 +524,30 @@ def test_five_layer_default_agrees_with_the_third_route_and_tail_weighted_sampli
     tail-weighted sampling route (~80 s); the last layer's threshold above the Jensen bound 1/6.
     (Plain Monte Carlo, 18000 samples, lay 2.5-3.1 SE low on the free rows: its ratio bias and a
     teacher fluctuation on a skewed law, docs/smi_depth.md "Why plain Monte Carlo runs low".)"""
-    F = smi_weak.stability(layers=5, tokens=2)
-    per = _tail_weighted_lambdas(skip=1.0, scale=1.6, log2_h=12, replicates=12, seed=23,
-                                 layers=5)
-    m_tw, se_tw = per.mean(0), per.std(0, ddof=1) / np.sqrt(per.shape[0])
+    F = _default_against_tail_weighted(layers=5, skip=1.0, seed=23, rel_bar=6e-3)
     for l in range(1, 6):
-        lam = F[f"lam{l}"]
-        assert lam.error < 6e-3 * lam.value
-        m, se = L5_THIRD_ROUTE[l]
+        lam, (m, se) = F[f"lam{l}"], L5_THIRD_ROUTE[l]
         assert abs(lam.value - m) <= lam.error + 3 * se        # 32 replicates
+
+
+def _default_against_tail_weighted(*, layers: int, skip: float, seed: int,
+                                   rel_bar: float) -> dict:
+    """The default rule at (``layers``, M = 2, ``skip``): relative bars below ``rel_bar``, each
+    lambda_l within its bar + t(99 %, 11 dof) SE of the tail-weighted route (12 x 2^12, scale
+    1.6), E tr C_l = M, and the last layer's threshold above the Jensen bound 1/6."""
+    F = smi_weak.stability(layers=layers, tokens=2, skip=skip)
+    per = _tail_weighted_lambdas(skip=skip, scale=1.6, log2_h=12, replicates=12, seed=seed,
+                                 layers=layers)
+    m_tw, se_tw = per.mean(0), per.std(0, ddof=1) / np.sqrt(per.shape[0])
+    for l in range(1, layers + 1):
+        lam = F[f"lam{l}"]
+        assert lam.error < rel_bar * lam.value
         assert se_tw[l - 1] < 0.03 * lam.value
         assert abs(lam.value - m_tw[l - 1]) <= lam.error + 3.11 * se_tw[l - 1]   # t 99%, 11 dof
         assert abs(F[f"trace{l}"].value - 2) <= F[f"trace{l}"].error
-    assert 1.0 / (F["lam5"].value + F["lam5"].error) > 1.0 / 6.0
+    top = F[f"lam{layers}"]
+    assert 1.0 / (top.value + top.error) > 1.0 / 6.0
+    return F
 
 
 # ----------------------------------------------------------------------------- L = 6, M = 2
@@ -561,17 +572,7 @@ def test_six_layer_default_agrees_with_tail_weighted_sampling():
     """The default L = 6 rule (ray, 16 x 2^14) at c = 2 (~50 s; c = 1 takes ~3-7 min) against
     the tail-weighted sampling route (12 x 2^12, ~30 s), with E tr C_l = M and the last layer's
     threshold above the Jensen bound 1/6."""
-    F = smi_weak.stability(layers=6, tokens=2, skip=2.0)
-    per = _tail_weighted_lambdas(skip=2.0, scale=1.6, log2_h=12, replicates=12, seed=35,
-                                 layers=6)
-    m_tw, se_tw = per.mean(0), per.std(0, ddof=1) / np.sqrt(per.shape[0])
-    for l in range(1, 7):
-        lam = F[f"lam{l}"]
-        assert lam.error < 8e-3 * lam.value
-        assert se_tw[l - 1] < 0.03 * lam.value
-        assert abs(lam.value - m_tw[l - 1]) <= lam.error + 3.11 * se_tw[l - 1]   # t 99%, 11 dof
-        assert abs(F[f"trace{l}"].value - 2) <= F[f"trace{l}"].error
-    assert 1.0 / (F["lam6"].value + F["lam6"].error) > 1.0 / 6.0
+    _default_against_tail_weighted(layers=6, skip=2.0, seed=35, rel_bar=8e-3)
 
 
 def test_cli_serves_one_layer_exactly_and_refuses_five_layers_at_small_skip(run_cli):
