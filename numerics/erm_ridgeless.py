@@ -189,15 +189,14 @@ def _step(x: np.ndarray, p: erm_se.ERMParams, *, rule: str,
     return _to_x(*new) - x, out
 
 
-def _jacobian(x: np.ndarray, p: erm_se.ERMParams, *, order: int = _JACOBIAN_ORDER,
-              h: float = 1e-3) -> np.ndarray:
-    """dF/dx by central differences of the (cheap) Gauss-Hermite map."""
+def _jacobian(step, x: np.ndarray, *, h: float = 1e-3) -> np.ndarray:
+    """dF/dx by central differences of step h of F(x) = ``step(x)[0]`` (the cheap Gauss-Hermite
+    map at fixed alpha or at fixed Sigma)."""
     cols = []
     for k in range(3):
         e = np.zeros(3)
         e[k] = h
-        cols.append((_step(x + e, p, rule="gh", order=order)[0]
-                     - _step(x - e, p, rule="gh", order=order)[0]) / (2 * h))
+        cols.append((step(x + e)[0] - step(x - e)[0]) / (2 * h))
     return np.array(cols).T
 
 
@@ -238,8 +237,8 @@ def solve_split(p: erm_se.ERMParams, *, q: float, m: float, sigma: float,
     :class:`ConvergenceError` with the last iterate when max|F| does not fall below ``tol``."""
     require(rule in erm_se.RULES, "rule", f"one of {erm_se.RULES}", rule)
     x = _to_x(q, m, sigma)
-    B = (_jacobian(x, p, order=jacobian_order) if jacobian is None
-         else np.array(jacobian, dtype=float))
+    B = (_jacobian(lambda z: _step(z, p, rule="gh", order=jacobian_order), x)
+         if jacobian is None else np.array(jacobian, dtype=float))
     x, out, it, res, B, ok = _broyden(lambda z: _step(z, p, rule=rule, order=order), x, B,
                                       tol=tol, max_iter=max_iter)
     if not ok:
@@ -283,17 +282,8 @@ def solve_at_sigma(p: erm_se.ERMParams, *, sigma: float, q: float, m: float, alp
     require(math.isfinite(q) and q > 0, "q", "a finite real number > 0", q)
     require(math.isfinite(alpha) and alpha > 0, "alpha", "a finite real number > 0", alpha)
     x = np.array([math.log(q), float(m), math.log(alpha)])
-    if jacobian is None:
-        cols = []
-        for k in range(3):
-            e = np.zeros(3)
-            e[k] = h
-            cols.append((_step_at_sigma(x + e, p, sigma, rule="gh", order=jacobian_order)[0]
-                         - _step_at_sigma(x - e, p, sigma, rule="gh", order=jacobian_order)[0])
-                        / (2 * h))
-        B = np.array(cols).T
-    else:
-        B = np.array(jacobian, dtype=float)
+    B = (_jacobian(lambda z: _step_at_sigma(z, p, sigma, rule="gh", order=jacobian_order), x,
+                   h=h) if jacobian is None else np.array(jacobian, dtype=float))
     x, out, it, res, B, ok = _broyden(
         lambda z: _step_at_sigma(z, p, sigma, rule=rule, order=order), x, B, tol=tol,
         max_iter=max_iter)
