@@ -185,6 +185,11 @@ def aim_model(kw: dict, *, small_width: bool = False):
     return model(ch) if kw.get("rho") is None else model(ch, rho=kw["rho"])
 
 
+def _smi_layers(kw: dict) -> int:
+    """--layers of deep-attention SMI, 2 when not given (0 is passed on, to be refused)."""
+    return 2 if kw.get("layers") is None else kw["layers"]
+
+
 def smi_model(kw: dict):
     """The noiseless deep-attention SMI of the options; a general channel's options (a channel
     file, --noise, a general built-in) reach here only in commands that do not serve them."""
@@ -263,7 +268,7 @@ def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> Non
             fail("--" + name, "used only with a general SMI channel", kw[name])
     from .numerics import smi_weak
 
-    args = {"layers": kw.get("layers") or 2, "tokens": kw["tokens"],
+    args = {"layers": _smi_layers(kw), "tokens": kw["tokens"],
             "skip": 1.0 if kw.get("skip") is None else kw["skip"],
             "beta": 1.0 if kw.get("beta") is None else kw["beta"]}
     _dashed(smi_weak.check, **args)
@@ -317,7 +322,7 @@ def _smi_cascade_cli(kind: str, kw: dict, learned: str | None, **flags) -> None:
     from .numerics import smi_cascade as sc
     from .thresholds import smi_cascade
 
-    layers, tokens = kw.get("layers") or 2, kw["tokens"]
+    layers, tokens = _smi_layers(kw), kw["tokens"]
     depths = sorted({L for L, _ in sc.SUPPORTED})
     if kw["model"] != "smi" or layers not in depths:
         fail("--cascade", f"used with --model smi --layers one of {depths}", True)
@@ -381,7 +386,7 @@ def _smi_branch_se(kw: dict, alpha: float) -> None:
             fail("--" + name, "used only with a general SMI channel", kw[name])
     if not (isinstance(alpha, float) and alpha > 0 and alpha < float("inf")):
         fail("--alpha", "a finite number > 0", alpha)
-    args = {"layers": kw.get("layers") or 2, "tokens": kw["tokens"],
+    args = {"layers": _smi_layers(kw), "tokens": kw["tokens"],
             "skip": 1.0 if kw.get("skip") is None else kw["skip"],
             "beta": 1.0 if kw.get("beta") is None else kw["beta"]}
     _dashed(smi_branch_qmc.check, **args)
@@ -474,7 +479,7 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
             return
         from . import smi_routes
 
-        if _dashed(smi_routes.engine, "se", layers=kw.get("layers") or 2,
+        if _dashed(smi_routes.engine, "se", layers=_smi_layers(kw),
                    tokens=kw["tokens"]) == "kernel":
             _smi_branch_se(kw, alpha)
             return
@@ -701,7 +706,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, cascade, lear
                 + [f"weak threshold, rows {t['rows']}: alpha_c = {t['value']:.10g} +- "
                    f"{t['error']:.1e}  ({t['method']})" for t in o["thresholds"]]))
             return
-        layers, tokens = kw.get("layers") or 2, kw["tokens"]
+        layers, tokens = _smi_layers(kw), kw["tokens"]
         from . import smi_routes
 
         if _dashed(smi_routes.engine, "threshold", layers=layers, tokens=tokens) == "kernel":

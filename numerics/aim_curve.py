@@ -15,7 +15,8 @@ Each root is read off local interpolants in t (order 5, its error the sum of the
 to orders 3 and 4); the grid is refined where that exceeds the target and near turning points of
 alpha(Delta) (where fixed points appear in pairs). Errors, per fixed point and by refinement:
 the root on the curves of two quadrature levels, the interpolation orders, the prior's two
-orders. Nodes that no root's stencil uses (the scan's coverage down to V = 1e-6 and up to
+orders. Nodes that no root's stencil uses (the scan's coverage down to V = 1e-6, on to
+aim_se's V_MIN = 1e-13 while alpha(Delta) still rises towards the largest alpha, and up to
 alpha < min alpha) carry one quadrature level only. Levels start at (-2, -1) (17 and 33 nodes
 per axis) and are raised per stencil, once the grid is final, where a root needs it. The
 trace is built to max(tol, 1e-4); roots it cannot give to ``tol`` are polished together by
@@ -381,6 +382,12 @@ def trace(cc, *, rho: float, alphas: np.ndarray, tol: float, max_nodes: int = 40
         # steps that law asks for at once (at least one), then check again
         k = max(int(np.ceil(2 * np.log10(tr.V[0] / _V_FLOOR) - 1e-9)), 1)
         tr = _merge(tr, nodes(tr.t[0] - _LN10 / 2 * np.arange(k, 0, -1)))
+    # below the floor, on while alpha(Delta) still rises towards the largest alpha (hardmax:
+    # V ~ 1 / alpha^2 at large alpha), down to aim_se's V_MIN
+    ln_a_max = float(np.log(np.max(alphas)))
+    while (tr.V[0] > aim_se.V_MIN and tr.lna[1][0] < ln_a_max
+           and tr.lna[1][0] > tr.lna[1][1]):
+        tr = _merge(tr, nodes(tr.t[:1] - _LN10 / 2))
     target = tol / 2
     while True:
         # the nodes every root's stencils use get both levels and the prior's error
@@ -523,6 +530,10 @@ def fixed_points_traced(cc, tr: _Trace, *, alpha: float, rho: float, tol: float,
         return aim_se.fixed_points(cc, alpha=0.0, rho=rho)
     roots = tr.roots.get(alpha)
     roots = _roots_at(tr, alpha) if roots is None else roots
+    if not roots and tr.V[0] <= aim_se.V_MIN and tr.lna[1][0] < np.log(alpha):
+        apr = aim_se.perfect_recovery_alpha(cc, rho=rho) if cc.noiseless else None
+        if apr is None or alpha < apr:  # the trace ended at V_MIN below this alpha's root
+            raise aim_se.below_v_min(alpha=alpha, last_iterate=float(tr.V[0]), residual=None)
     if polished is None:
         todo = [(alpha, r) for r in roots if r.error > tol]
         polished = dict(zip([(a, r.bracket) for a, r in todo],

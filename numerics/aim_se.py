@@ -151,7 +151,7 @@ def _roots(f: Callable[[float], float], grid: np.ndarray, xtol: float = 1e-14) -
 def _polish(f: Callable[[float], float], v: float, xtol: float = 1e-16,
             first: float = 1e-4) -> float:
     """Root of f near v: bracket by widening around v (from ``first``), then Brent's method."""
-    for rel in (first, 1e-4, 1e-2, 0.3):
+    for rel in (first, 1e-4, 1e-2, 0.3, 0.9):
         lo, hi = max(v * (1 - rel) - 1e-12, 1e-14), min(v * (1 + rel) + 1e-12, 1.0)
         flo, fhi = f(lo), f(hi)
         if flo == 0:
@@ -161,8 +161,38 @@ def _polish(f: Callable[[float], float], v: float, xtol: float = 1e-16,
     raise ConvergenceError("could not bracket an SE fixed point", last_iterate=v, residual=f(v))
 
 
+V_SCAN = 1e-6   # the V grid's lower end; below it the scan goes on in decades (hardmax: V ~ 1/alpha^2)
+V_MIN = 1e-13   # the lowest V searched for a fixed point (q = Q0 - V keeps ~3 digits of V there)
+
+
 def _v_grid(n: int = 48) -> np.ndarray:
-    return np.unique(np.concatenate([np.geomspace(1e-6, 0.05, n // 2), np.linspace(0.05, 1, n // 2)]))
+    return np.unique(np.concatenate([np.geomspace(V_SCAN, 0.05, n // 2),
+                                     np.linspace(0.05, 1, n // 2)]))
+
+
+def _low_roots(f: Callable[[float], float], *, alpha: float, perfect_stable: bool) -> list[float]:
+    """Fixed points below the V grid (large alpha): decades from V_SCAN down to V_MIN on a finer
+    quadrature level than the grid's (level -2 misses features of width sqrt(V) there), stopping
+    at the first sign change (the map rises above V below the lowest fixed point). None if the
+    map stays below V and V = 0 is stable (perfect recovery takes over)."""
+    hi, f_hi = V_SCAN, f(V_SCAN)
+    while f_hi < 0 and hi > V_MIN * 1.5:
+        lo = max(hi / 10, V_MIN)
+        f_lo = f(lo)
+        if f_lo >= 0:
+            return [brentq(f, lo, hi, xtol=1e-6 * lo, rtol=1e-12, maxiter=200)]
+        hi, f_hi = lo, f_lo
+    if f_hi < 0 and not perfect_stable:
+        raise below_v_min(alpha=alpha, last_iterate=hi, residual=f_hi)
+    return []
+
+
+def below_v_min(*, alpha: float, last_iterate: float,
+                residual: float | None) -> ConvergenceError:
+    """The error for a fixed point below :data:`V_MIN` (alpha too large for double precision)."""
+    return ConvergenceError(f"at alpha = {alpha:g} the SE map stays below V down to V = "
+                            f"{V_MIN:g}: the fixed point lies beyond double precision",
+                            last_iterate=last_iterate, residual=residual)
 
 
 def fixed_points(cc, *, alpha: float, rho: float, tol: float = 1e-13,
@@ -182,6 +212,10 @@ def fixed_points(cc, *, alpha: float, rho: float, tol: float = 1e-13,
         return [FixedPoint(rho, 0.0, 1.0, 0.0, True, 0.0, 0.0, True)]
     coarse = _roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=-2)[0] - v,
                     _v_grid(), xtol=1e-6)
+    if not (coarse and min(coarse) < 10 * V_SCAN):
+        apr = perfect_recovery_alpha(cc, rho=rho) if cc.noiseless else None
+        coarse += _low_roots(lambda v: se_map(cc, alpha=alpha, rho=rho, V=v, level=0)[0] - v,
+                             alpha=alpha, perfect_stable=apr is not None and alpha >= apr)
     out = [solve_fixed_point(cc, alpha=alpha, rho=rho, v0=vc, tol=tol, max_level=max_level)
            for vc in coarse]
     return _with_perfect_recovery(cc, alpha=alpha, rho=rho, fps=out)

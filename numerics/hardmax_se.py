@@ -1481,7 +1481,9 @@ def se_curve_tabulated(*, rho: float, alphas: Sequence[float], table: dict,
                         "error": alpha * E_err / E / max(abs(slope), 1e-12)
                         + abs(m_p - m_m) / (2 * dt) * xtol,
                         "stable": bool(slope < 0), "d_alpha_d_mmse": slope})
-        require(len(fps) > 0, "alpha", "within the table's curve", alpha)
+        require(len(fps) > 0, "alpha",
+                f"in [{a_grid.min():.4g}, {a_grid.max():.4g}] (the table's curve, Delta in "
+                "[1e-7, 1e3])", alpha)
         best = bayes_optimal(fps) or fps[0]
         rows.append({**best, "bayes_optimal": best["stable"], "n_fixed_points": len(fps),
                      "seconds": time.perf_counter() - t0})

@@ -129,3 +129,40 @@ def test_published_softmax_curve_is_a_stopped_iteration():
         scaled.append(dev * (1 - bo.slope))
     assert max(scaled) < 1e-4  # their tolerance
     assert max(scaled[1:]) / min(scaled[1:]) < 1.6  # one stopping step explains all points
+
+
+@pytest.mark.parametrize("name", ["hardmax", "noisy-hardmax"])
+def test_large_alpha_fixed_point_below_the_v_grid(name):
+    # At large alpha the hardmax fixed point V ~ C / alpha^2 falls below the V grid's lower end
+    # (1e-6, reached near alpha ~ 300): the scan goes on in decades. Independent route: the
+    # asymptotic law, alpha^2 mmse at alpha = 1e3 and 1e4 against the same product at alpha =
+    # 100, where the root lies on the grid (found there before the extension existed).
+    from aim_sym.channels import noisy_hardmax
+
+    cc = (compile_channel(hardmax(2)) if name == "hardmax"
+          else compile_channel(noisy_hardmax(2), {"epsilon": 0.1}))
+    prod = {}
+    for a in (100.0, 1e3, 1e4):
+        bo = aim_se.bayes_optimal(aim_se.fixed_points(cc, alpha=a, rho=0.5))
+        assert bo.mmse > 0 and bo.stable and bo.error < 1e-4 * bo.mmse, (a, bo)
+        prod[a] = a * a * bo.mmse
+    assert abs(prod[1e3] / prod[100.0] - 1) < 2e-4, prod
+    assert abs(prod[1e4] / prod[1e3] - 1) < 5e-5, prod
+    # the traced curve reaches there too and agrees with the per-alpha route
+    rows = aim_curve.curve(cc, alphas=[1e3, 1e4], rho=0.5, tol=1e-12)
+    for r, a in zip(rows, (1e3, 1e4)):
+        assert abs(r["mmse"] * a * a / prod[a] - 1) < 1e-6, (r, prod[a])
+
+
+def test_alpha_beyond_double_precision_is_refused():
+    # hardmax at alpha = 1e9: V ~ 1e-19, below V_MIN: a ConvergenceError naming the cause
+    from aim_sym.numerics.records import ConvergenceError
+
+    cc = compile_channel(hardmax(2))
+    with pytest.raises(ConvergenceError, match="beyond double precision"):
+        aim_se.fixed_points(cc, alpha=1e9, rho=0.5)
+    with pytest.raises(ConvergenceError, match="beyond double precision"):
+        aim_curve.curve(cc, alphas=[1e4, 1e9], rho=0.5, tol=1e-10)
+    # softmax: V = 0 is stable at any large alpha (no error)
+    fps = aim_se.fixed_points(compile_channel(softmax(2)), alpha=1e9, rho=0.5)
+    assert aim_se.bayes_optimal(fps).mmse == 0.0

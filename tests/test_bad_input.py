@@ -331,3 +331,22 @@ def test_mmse_at_tiny_rho_is_in_range_or_refused(capsys, monkeypatch):
         assert 0 <= v <= 0.01, v
     else:
         assert code == 2 and "--rho" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", [["threshold", "weak"], ["se", "--alpha", "0.3"]])
+def test_smi_layers_zero_names_the_served_depths(command, capsys, monkeypatch):
+    # --layers 0 was read as "not given" by one branch and refused with the L = 2, 3 lattice's
+    # range ("one of 2, 3") by another: the message must list the depths the command serves
+    from aim_sym import smi_routes
+
+    which = "threshold" if command[0] == "threshold" else "se"
+    depths = sorted({L for L, _ in smi_routes.served(which)})
+    code, out, err = run_main([*command, "--model", "smi", "--layers", "0"], capsys, monkeypatch)
+    assert code == 2 and f"one of {depths}" in err and "got 0" in err, err
+
+
+def test_alpha_beyond_double_precision_exits_3_without_nan(capsys, monkeypatch):
+    # hardmax at alpha = 1e9: the fixed point V ~ 1e-19 lies below the scan's V_MIN
+    code, out, err = run_main(["se", "--alpha", "1e9"], capsys, monkeypatch)
+    assert code == 3 and "beyond double precision" in err, err
+    assert "nan" not in (out + err).lower() and "Traceback" not in err
