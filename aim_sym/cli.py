@@ -9,6 +9,7 @@ Bad values exit with status 2 and one line naming the option and its allowed ran
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -294,12 +295,24 @@ def smi_depth_weak_cli(kw: dict, *, digits: int, sequential: bool = True) -> Non
     else:
         note = "weak thresholds of each layer at Q = 0 (--no-sequential)"
     out = {**dict(table.parameters), "thresholds": res, "note": note}
-    emit(out, kw["as_json"], lambda o: "\n".join(
+    emit(out, kw["as_json"], smi_thresholds_text)
+
+
+def _with_error(value: float, error: float) -> str:
+    """``value +- error`` with the value's digits down to the error's first digit (4 to 15)."""
+    v, e = abs(float(value)), abs(float(error))
+    digits = 15 if e == 0 or v == 0 else math.floor(math.log10(v)) - math.floor(math.log10(e)) + 1
+    return f"{float(value):.{min(max(digits, 4), 15)}g} +- {e:.1e}"
+
+
+def smi_thresholds_text(o: dict) -> str:
+    """The human form of ``threshold weak --model smi`` (deep attention): one line per layer."""
+    return "\n".join(
         [f"SMI deep attention L={o['layers']} M={o['tokens']} skip={o['skip']} "
          f"beta={o['beta']}: thresholds"]
-        + [f"  layer {t['layer']} {t['kind']}: alpha = {t['value']:.8g} +- {t['error']:.1e}"
+        + [f"  layer {t['layer']} {t['kind']}: alpha = {_with_error(t['value'], t['error'])}"
            + (" (first)" if t.get("first") else "") for t in o["thresholds"]]
-        + [o["note"]]))
+        + ([o["note"]] if o.get("note") else []))
 
 
 def _learned_option(text: str, layers: int) -> tuple[int, ...]:
@@ -718,8 +731,8 @@ def threshold(kind, small_width, digits, certified, no_sequential, cascade, lear
             fail("--digits", "in 1..9 for --model smi (sequential threshold)", digits)
         table = m.thresholds(digits=seq_digits, sequential=not no_sequential,
                              progress=progress_printer)
-        res = [{"layer": r.details["layer"], "kind": r.details["kind"], "value": r.value,
-                "error": r.error, "method": r.method,
+        res = [{"layer": r.details["layer"], "kind": r.details["kind"], "value": float(r.value),
+                "error": float(r.error), "method": r.method,
                 **{k: v for k, v in r.details.items() if k not in ("layer", "kind")}}
                for r in table]
         out = {"model": "smi", **m.channel.as_dict(), "thresholds": res}
@@ -731,7 +744,7 @@ def threshold(kind, small_width, digits, certified, no_sequential, cascade, lear
                          "does not apply); the smaller one ('first') is the next transition, the "
                          "other only an upper bound")
             out["note"] = note
-        emit(out, kw["as_json"])
+        emit(out, kw["as_json"], smi_thresholds_text)
         return
     if no_sequential:
         fail("--no-sequential", "used only with --model smi", True)

@@ -174,3 +174,16 @@ def test_layer2_point_small_q2_bar_covers_a_finer_route_a():
     d = 1e-3 * q
     shift = -resid(q) / ((resid(q + d) - resid(q - d)) / (2 * d))
     assert abs(shift) <= err
+
+
+def test_weak_rule_order_is_capped_where_gauss_hermite_stays_finite():
+    # the finest rotated rule has order + 48 Gauss-Hermite nodes; numpy's hermegauss returns
+    # NaN weights from 372 nodes on, and order 384 returned NaN thresholds before the cap
+    import numpy as np
+    from aim_sym.numerics import smi
+    from aim_sym.numerics.records import InputError
+
+    assert np.isfinite(np.polynomial.hermite_e.hermegauss(320 + 48)[1]).all()
+    for bad in (322, 384, 7, 9):
+        with pytest.raises(InputError, match="order"):
+            smi.stability_matrix(skip=1.0, beta=1.0, order=bad)
