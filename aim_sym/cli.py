@@ -637,8 +637,12 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
         later.run("--plot", lambda: plot_curve(
             [r for r in rows if all(r.get(c) is not None for c in ycols)], ycols, title=title,
             path=plot_path))
+    from .tables import cell
+
+    cols = list(dict.fromkeys(k for r in rows for k in r))  # a header; NaN and None empty
     emit({"rows": rows, "out": out_path, "plot": plot_path}, kw["as_json"],
-         lambda o: "\n".join(",".join(f"{r[k]}" for k in r) for r in rows))
+         lambda o: "\n".join([",".join(cols)]
+                             + [",".join(cell(r.get(k)) for k in cols) for r in rows]))
     later.finish()
 
 

@@ -156,6 +156,8 @@ def _polish(f: Callable[[float], float], v: float, xtol: float = 1e-16,
         flo, fhi = f(lo), f(hi)
         if flo == 0:
             return lo
+        if fhi == 0:
+            return hi
         if flo * fhi < 0:
             return brentq(f, lo, hi, xtol=xtol, rtol=1e-15, maxiter=200)
     raise ConvergenceError("could not bracket an SE fixed point", last_iterate=v, residual=f(v))

@@ -93,11 +93,26 @@ def preactivations(X: np.ndarray, S: np.ndarray) -> np.ndarray:
     return h / math.sqrt(D)
 
 
+MAX_TOKEN_ENTRIES = 2**27  # float64 token entries of one data set (1 GiB)
+
+
+def check_data_size(*, alpha: float, dim: int, samples: int, per_sample: int) -> None:
+    """InputError naming ``alpha`` when one data set's tokens (``samples`` x ``per_sample``
+    float64 entries) would exceed :data:`MAX_TOKEN_ENTRIES` (alpha = 1e6 at D = 20 asked for
+    119 GiB and failed with a MemoryError)."""
+    top = MAX_TOKEN_ENTRIES / (per_sample * samples / alpha)
+    require(samples * per_sample <= MAX_TOKEN_ENTRIES, "alpha",
+            f"at most {top:.4g} at dim = {dim} (one data set's tokens would take "
+            f"{samples * per_sample * 8 / 2**30:.3g} GiB; at most {MAX_TOKEN_ENTRIES * 8 / 2**30:g})",
+            alpha)
+
+
 def generate(fns, *, alpha: float, rho: float, dim: int, rng) -> dict:
     """One data set of the AIM: tokens X (N, T, D), target S, pre-activations h (N, n) and the
     observations AMP sees (``fns.sample``), N = round(alpha D^2)."""
     T = fns.tokens
     N = max(1, int(round(alpha * dim * dim)))
+    check_data_size(alpha=alpha, dim=dim, samples=N, per_sample=T * dim)
     S = sample_target(dim, rho, rng)
     X = rng.standard_normal((N, T, dim))
     h = preactivations(X, S)
@@ -402,6 +417,8 @@ def run_amp(*, fns, cc, alpha: float, rho: float, dim: int,
     require(np.isfinite(alpha) and alpha > 0, "alpha", "finite and > 0", alpha)
     require(np.isfinite(rho) and rho > 0, "rho", "finite and > 0", rho)
     require(isinstance(dim, (int, np.integer)) and dim >= 2, "dim", "an integer >= 2", dim)
+    check_data_size(alpha=alpha, dim=dim, samples=max(1, int(round(alpha * dim * dim))),
+                    per_sample=fns.tokens * dim)
     require(isinstance(max_iter, (int, np.integer)) and max_iter >= 1, "max_iter",
             "an integer >= 1", max_iter)
     require(damping == "auto" or (isinstance(damping, (int, float)) and 0 <= damping < 1),

@@ -62,6 +62,7 @@ def generate(model: DeepAimSE, *, alpha: float, dim: int, rng) -> dict:
     (11, 12, 22)), outputs y (N, 2, 2) = deep_aim.output(H1, H2) and the statistics z1, z2 AMP
     uses; N = round(alpha D^2) (THEORY 1, 1.6)."""
     N = max(1, int(round(alpha * dim * dim)))
+    amp.check_data_size(alpha=alpha, dim=dim, samples=N, per_sample=2 * dim)
     S1 = amp.sample_target(dim, model.rho1, rng)
     S2 = amp.sample_target(dim, model.rho2, rng)
     X = rng.standard_normal((N, 2, dim))

@@ -116,6 +116,9 @@ def generate(*, alpha, dim, skip=1.0, beta=1.0, rng):
     (h recovered from y, the only thing GAMP sees besides X)."""
     n = int(round(alpha * dim))
     require(n >= 1, "alpha * dim", ">= 1", alpha * dim)
+    from .amp import check_data_size
+
+    check_data_size(alpha=alpha, dim=dim, samples=n, per_sample=2 * dim)
     W = rng.standard_normal((2, dim))
     X = rng.standard_normal((n, dim, 2))
     z = np.einsum("pd,ndm->npm", W, X) / math.sqrt(dim)

@@ -65,6 +65,15 @@ _REAL_TOL_F = 1e-7  # |Im g_c| / |g_c| below which a critical point counts as re
 # too small; at rho = 1e-8 none (Delta = 0.01: 1.1e-6 for 2e-10), at 1e-12 negative values.
 # Below it the mpmath route (dps given) is still exact, but slow (~1 min per point).
 RHO_MIN_DOUBLE = 1e-4
+# Largest rho of the double-precision integrals: at rho = 1e18 the bars stop covering the
+# deviation from the mpmath route (1.6e-15 against 5.6e-16 at Delta = 1), at 1e30 by 25x
+# (2.7e-3 against 1.1e-4); up to 1e16 they cover at Delta in [1e-3, 1e4].
+RHO_MAX_DOUBLE = 1e16
+# Above this Delta the double route takes the large-Delta series instead of the quadrature:
+# its quartic's roots lose their digits (ZeroDivisionError at Delta = 1e14 for rho = 0.5, bars
+# 4-50x short of the error from Delta ~ 1e17); the series' remainder is below 1e-28 there.
+DELTA_SERIES = 1e12
+EPS = float(np.finfo(float).eps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,9 +95,34 @@ def _check(rho: Any, delta: Any) -> None:
 
 
 def _check_double(rho: Any) -> None:
-    require(float(rho) >= RHO_MIN_DOUBLE, "rho",
-            f">= {RHO_MIN_DOUBLE:g} in double precision (smaller rho: give dps, the mpmath route)",
-            rho)
+    require(RHO_MIN_DOUBLE <= float(rho) <= RHO_MAX_DOUBLE, "rho",
+            f"in [{RHO_MIN_DOUBLE:g}, {RHO_MAX_DOUBLE:g}] in double precision (outside: give dps, "
+            "the mpmath route)", rho)
+
+
+def _large_delta(rho: float, delta: float) -> dict:
+    """The integrals at large Delta from the series (coefficients read off the mpmath route at
+    Delta = 1e6 .. 1e10 for rho in [1e-4, 1e6], where they hold to 6 digits or more):
+    mmse = 1 - 1/D + c2/D^2 + c3/D^3 + c4/D^4 + .., c2 = 1 - 1/rho, c3 = 4/rho - 1/rho^2 - 1,
+    |c4| <= (1 + 1/rho)^3 (measured); by I-MMSE (dI/dD = -mmse/(4 D^2), I -> 0)
+    I = 1/(4D) - 1/(8D^2) + c2/(12 D^3) + c3/(16 D^4) + ..; Sigma = 2 I + log(D)/2 - 1/4
+    (THEORY 1.1); mu_Delta = mu_S boxplus semicircle(D) keeps the mean sqrt(rho) and adds D to
+    the second moment rho + 1. Remainders: :func:`_large_delta_error`."""
+    D, x, k = float(delta), 1.0 / float(delta), 1.0 / float(rho)
+    c2, c3 = 1.0 - k, 4.0 * k - k * k - 1.0
+    mmse = 1.0 - x + c2 * x * x + c3 * x**3
+    mi = 0.25 * x - 0.125 * x * x + c2 / 12.0 * x**3 + c3 / 16.0 * x**4
+    return {"mass": 1.0, "mean": math.sqrt(rho), "m2": rho + 1.0 + D, "mmse": mmse,
+            "mmse_literal": mmse, "sigma": 2.0 * mi + 0.5 * math.log(D) - 0.25, "mi": mi,
+            "nodes": 0}
+
+
+def _large_delta_error(rho: float, delta: float, key: str) -> float:
+    """Bound on the remainder of :func:`_large_delta`: twice the c4 term's bound (the terms
+    after it shrink geometrically, by about (1 + 1/rho)/D << 1/2 at D > DELTA_SERIES)."""
+    x = 1.0 / float(delta)
+    y = (1.0 + 1.0 / float(rho)) * x
+    return 2.0 * y**3 * x if key != "mi" else 0.1 * y**3 * x * x
 
 
 def _check_mmse(value: Any, delta: Any) -> None:
@@ -304,6 +338,8 @@ def _spectrum_f(rho: float, delta: float) -> _Spectrum:
     for r in roots:
         if abs(r.imag) <= _REAL_TOL_F * abs(r):
             g = r.real
+            if g == 0 or 1.0 - s * g == 0:  # a pole of z(g), reached by rounding at large
+                continue  # Delta (1e14, rho = 0.5): never an edge, nor a critical point
             entry = (float(_z(g, s, m, delta)), g)
             edges.append(entry)
             crit_all.append((entry[0], entry))
@@ -336,6 +372,8 @@ def _spectrum_mp(rho: Any, delta: Any, dps: int) -> _Spectrum:
             r = mpmath.mpc(r)
             if abs(r.imag) <= tol * abs(r):
                 g = r.real
+                if g == 0 or 1 - s * g == 0:  # a pole of z(g), as in _spectrum_f
+                    continue
                 entry = (_z(g, s, m, delta_), g)
                 edges.append(entry)
                 crit_all.append((entry[0], entry))
@@ -757,7 +795,8 @@ def _integrals(rho: Any, delta: Any, dps: int | None, *, coarse: bool = False) -
     if dps is None:
         _check_double(rho)
         n, digits = (_ORDER_F_LO, 12.0) if coarse else (_ORDER_F, 16.0)
-        out = _integrals_f(float(rho), float(delta), n, digits)
+        out = (_large_delta(float(rho), float(delta)) if float(delta) > DELTA_SERIES
+               else _integrals_f(float(rho), float(delta), n, digits))
     else:
         dps = _check_dps(dps)
         digits = _mp_digits(dps, coarse)
@@ -895,7 +934,14 @@ def _estimate(delta: Any, rho: Any, dps: int | None, key: str, what: str) -> Est
     coarse = _integrals(rho, delta, dps, coarse=True)
     if dps is None:
         orders, prec = (_ORDER_F_LO, _ORDER_F), 16
-        err = float(abs(fine[key] - coarse[key]))
+        # the refinement difference, at least the resolution of a double (it can vanish); the
+        # mutual information loses digits as Delta grows (measured against the mpmath route at
+        # rho = 0.5, 3: up to about 0.1 eps sqrt(Delta) relative at Delta = 1e3 .. 1e12, where
+        # the refinement difference fell short of the error by up to 5x)
+        floor = (16 + math.sqrt(float(delta)) if key == "mi" else 4) * EPS
+        err = max(float(abs(fine[key] - coarse[key])), floor * abs(float(fine[key])))
+        if float(delta) > DELTA_SERIES:
+            err = 4 * EPS * abs(float(fine[key])) + _large_delta_error(rho, delta, key)
     else:
         orders, prec = (_mp_digits(int(dps), True), _mp_digits(int(dps))), int(dps)
         with mpmath.workdps(int(dps) + _GUARD):

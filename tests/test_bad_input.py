@@ -237,6 +237,10 @@ CASES = [
                                 "{tmp}/file/s.csv"], "--out"),
     ("curve-out-under-a-file", ["curve", "--alphas", "0.01:0.02:2", "--out",
                                 "{tmp}/file/c.csv"], "--out"),
+    # one data set's tokens beyond 1 GiB (alpha = 1e6 at D = 20 asked for 119 GiB: MemoryError)
+    ("amp-data-too-large", ["amp", "--alpha", "1e6", "--dim", "20", "--seeds", "1"], "alpha"),
+    # the double-precision prior beyond rho = 1e16 (bars 25x short at 1e30; a traceback at 1e300)
+    ("mmse-rho-huge", ["mmse", "--rho", "1e300", "--delta", "0.1"], "rho"),
     # noisy polyhedral channel files (aim_sym/noisy_polyhedral_model.py)
     ("noisy-poly-param", ["threshold", "weak", "--small-width", "--channel-file", RELU_FILE,
                           "--param", "Delta=-1"], "Delta"),

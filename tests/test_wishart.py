@@ -253,7 +253,7 @@ def test_tiny_rho_is_refused_in_double_precision():
     for call in (lambda: W.mmse_estimate(0.01, rho=1e-12), lambda: W.mmse(1.0, rho=1e-8),
                  lambda: W.mutual_information(1.0, rho=5e-5),
                  lambda: W.integrals_many([0.1, 1.0], rho=1e-6)):
-        with pytest.raises(InputError, match=r"rho must be >= 0\.0001 .*dps"):
+        with pytest.raises(InputError, match=r"rho must be in \[0\.0001, 1e\+16\] .*dps"):
             call()
 
 
@@ -277,3 +277,32 @@ def test_negative_mmse_is_never_returned():
         W._check_mmse(-3e-4, 0.01)
     with pytest.raises(ConvergenceError):
         W._check_mmse(float("nan"), 0.01)
+
+
+@pytest.mark.parametrize("rho", [0.5, 3.0])
+def test_large_delta_against_the_mpmath_route(rho):
+    # The double route's quartic lost its digits at large Delta (ZeroDivisionError at Delta =
+    # 1e14, bars 4-50x short from ~1e17; the mutual information's bars up to 5x short from
+    # Delta ~ 1e3); above DELTA_SERIES it takes the series. Both sides of the switch, the former
+    # failures, against the mpmath route (25 digits), within the bars;
+    # and the series' Delta^-2 coefficient 1 - 1/rho read off the mpmath route at Delta = 1e6
+    # (independent of the series code).
+    mpmath.mp.dps = 30
+    for d in (1e3, 1e8, 0.5 * W.DELTA_SERIES, 2 * W.DELTA_SERIES, 1e14, 1e20):
+        for est, fn in ((W.mmse_estimate(d, rho=rho), W.mmse),
+                        (W.mutual_information_estimate(d, rho=rho), W.mutual_information)):
+            ref = fn(mpmath.mpf(d), rho=mpmath.mpf(rho), dps=25)
+            assert abs(mpmath.mpf(est.value) - ref) <= est.error, (d, est, ref)
+            assert est.error >= 4 * np.finfo(float).eps * abs(est.value)
+    # far out (the mpmath route at 25 digits cannot go there): the leading terms
+    assert W.mmse(1e300, rho=rho) == 1.0
+    assert W.mutual_information(1e300, rho=rho) == pytest.approx(0.25e-300, rel=1e-15)
+    D = mpmath.mpf(10) ** 6
+    v = W.mmse(D, rho=mpmath.mpf(rho), dps=25)
+    assert float((v - 1 + 1 / D) * D**2) == pytest.approx(1 - 1 / rho, abs=1e-5)
+
+
+def test_huge_rho_is_refused_in_double_precision():
+    # at rho = 1e30 the double route's bars were 25x short of its error (2.7e-3 at Delta = 1)
+    with pytest.raises(InputError, match=r"rho must be in .*1e\+16"):
+        W.mmse_estimate(1.0, rho=1e30)
