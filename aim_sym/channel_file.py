@@ -58,6 +58,9 @@ def call_file_function(path: str, name: str, arg, *, error: type[Exception] = Ch
         return fn(arg)
     except error as e:
         raise error(f"{path}: {e}") from None
+    except SystemExit as e:  # sys.exit() in the file ended the command silently with its code
+        raise error(f"{path}:{_line(e, path)}: the file called sys.exit({e.code!r}) while being "
+                    "loaded") from None
     except Exception as e:
         raise error(f"{path}:{_line(e, path)}: {type(e).__name__}: {e}") from None
 

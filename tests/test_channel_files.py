@@ -81,6 +81,8 @@ def test_generated_python_matches_compiled(tmp_path):
          "    return discrete(name='bad', tokens=T, likelihood={1: k*sp.Heaviside(h[0,1]),"
          " 2: 1 - k*sp.Heaviside(h[0,1])})\n", "unknown symbol.*kappa"),
         ("def channel(T):\n    return 1 / 0\n", r"ch.py:2: ZeroDivisionError"),
+        # sys.exit() in the file ended the command silently with the file's exit code
+        ("import sys\nsys.exit(5)\n", r"ch.py:2: the file called sys.exit\(5\)"),
     ],
 )
 def test_bad_files_fail_clearly(tmp_path, text, match):
