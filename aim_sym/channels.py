@@ -104,13 +104,18 @@ EPSILON_DOMAIN = Domain(
     name="epsilon", option="--epsilon", low=0, high=0.5, high_open=True,
     description="flip probability epsilon of noisy-hardmax, in [0, 1/2): at 1/2 the output "
     "no longer depends on h (T = 2)")
+_DEPTH_ROUTES = ("the model object holds the deterministic lattice, L = 2, 3 with M = 2; depths "
+                 "1-6 and M = 3: aim_sym.thresholds.smi_depth_weak, smi_depth_sequential, "
+                 "smi_branch_point, or the command line")
 LAYERS_DOMAIN = Domain(
     name="layers", option="--layers", kind="integer", choices=(2, 3), default=2,
-    description="depth L of SMI deep attention: 2 (SE, thresholds, AMP) or 3 (thresholds)")
+    note=_DEPTH_ROUTES,
+    description="depth L of SMI deep attention in the model object: 2 (SE, thresholds, AMP) "
+    "or 3 (thresholds)")
 SMI_TOKENS_DOMAIN = Domain(
     name="tokens", option="--tokens", kind="integer", low=2, high=2, default=2,
-    note="the SMI engines implement M = 2 tokens",
-    description="tokens M of SMI deep attention: 2 (the fibre quadratures are two-dimensional)")
+    note=_DEPTH_ROUTES,
+    description="tokens M of SMI deep attention in the model object: 2")
 SKIP_DOMAIN = Domain(
     name="skip", option="--skip", low=0, low_open=True, default=1.0,
     description="skip strength c of SMI deep attention, finite > 0: at c = 0 det A = c (1 + c) "

@@ -307,6 +307,37 @@ def smi_depth_sequential(*, layers: int, tokens: int = 2, skip: float = 1.0, bet
         for r in rows), params)
 
 
+def smi_branch_point(*, alpha: float, layers: int, tokens: int = 2, skip: float = 1.0,
+                     beta: float = 1.0, rule: dict | None = None, progress=None):
+    """The SE fixed point on the last layer's branch Q = diag(0, .., 0, q_L) at ``alpha``
+    (THEORY 2.1, 2.5; docs/smi_depth.md) by the branch kernel of
+    :mod:`aim_sym.numerics.smi_branch_qmc`, for any (layers, tokens) it supports: a Result
+    "q_L" (details q_hat_L with its error and, per shallower layer l, the stability eigenvalue
+    alpha mu_l with its error and ``stable`` True / False / None (undecided within the bars)).
+    Q = 0 is always a fixed point too; which of the two is Bayes-optimal is not decided here.
+    ConvergenceError below the last layer's weak threshold (no such branch point). ``rule``:
+    keywords of the kernel's rule (``log2_outer``, ``log2_inner``, ``replicates``, ``seed``);
+    default the kernel's own per (L, M)."""
+    from .numerics import smi_branch_qmc
+    from .numerics.records import require
+    from .results import Result
+
+    rule = dict(rule or {})
+    allowed = ("log2_outer", "log2_inner", "replicates", "seed")
+    require(set(rule) <= set(allowed), "rule", f"keywords among {allowed}", sorted(rule))
+    r = smi_branch_qmc.branch_fixed_point(alpha=alpha, layers=layers, tokens=tokens, skip=skip,
+                                          beta=beta, progress=progress, **rule)
+    L = layers
+    params = {"model": "smi", "channel": "deep-attention", "layers": layers, "tokens": tokens,
+              "skip": skip, "beta": beta, "alpha": alpha}
+    return Result(quantity=f"q_{L}", value=r[f"q{L}"], error=r[f"q{L}_error"],
+                  method=r["method"], precision=None, parameters=params,
+                  details={f"q_hat_{L}": r[f"q_hat{L}"], f"q_hat_{L}_error": r[f"q_hat{L}_error"],
+                           "branch": f"layer {L} learned, layers 1..{L - 1} at q = 0",
+                           "stability": {int(k): dict(v) for k, v in r["stability"].items()},
+                           "seconds": r["seconds"]})
+
+
 def smi_cascade(*, layers: int = 3, learned: tuple[int, ...] | None = None, tokens: int = 2,
                 skip: float = 1.0, beta: float = 1.0):
     """A cascade threshold of deep tied attention, M = 2 (or M = 3 at L = 3) tokens (THEORY 2.2;

@@ -348,3 +348,32 @@ def test_plain_monte_carlo_confirms_the_l3_m3_branch_fixed_point():
         mu = mc[:, l - 1]
         assert abs(alpha * mu.mean() - st["eigenvalue"]) <= st["error"] + 3.5 * alpha * se(mu)
         assert st["error"] < 0.1 * st["eigenvalue"]
+
+
+
+def test_api_branch_point_is_one_result(monkeypatch):
+    """aim_sym.thresholds.smi_branch_point: the kernel's branch point as a Result (the API's one
+    result vocabulary): the kernel's q_L, its bar, q_hat_L and the stability pass through, the
+    rule's keywords reach the kernel, and a wrong one is refused naming ``rule`` (the kernel's
+    numbers themselves: test_branch_fixed_point_l2_against_the_lattice_se)."""
+    from aim_sym.numerics.records import InputError
+
+    from aim_sym.thresholds import smi_branch_point
+
+    seen = {}
+
+    def kernel(**kw):
+        seen.update(kw)
+        return {"q3": 0.61, "q3_error": 0.002, "q_hat3": 1.56, "q_hat3_error": 0.01,
+                "stability": {1: {"eigenvalue": 0.4, "error": 0.01, "stable": True},
+                              2: {"eigenvalue": 1.0, "error": 0.02, "stable": None}},
+                "seconds": 1.0, "method": "stub"}
+
+    monkeypatch.setattr(bq, "branch_fixed_point", kernel)
+    res = smi_branch_point(alpha=0.5, layers=3, tokens=2, rule=dict(log2_inner=11, seed=4))
+    assert (res.quantity, res.value, res.error, res.method) == ("q_3", 0.61, 0.002, "stub")
+    assert res.details["q_hat_3"] == 1.56 and res.details["stability"][2]["stable"] is None
+    assert seen["log2_inner"] == 11 and seen["seed"] == 4 and seen["layers"] == 3
+    assert res.to_dict()["parameters"]["alpha"] == 0.5
+    with pytest.raises(InputError, match="rule"):
+        smi_branch_point(alpha=0.5, layers=2, rule={"order": 3})
