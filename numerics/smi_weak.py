@@ -34,7 +34,7 @@ Rules:
   their differences) or ``R`` scrambled Sobol replicates (``rule="qmc"``, error = the Student-t
   99% factor x the standard error over replicates, plus the ratio bias measured as the gap
   between the mean of the replicate ratios and the pooled ratio).  ``rule="ray"`` (the
-  default for L = 3 .. 6 with M = 2 and for L = 3, M = 3) is ``qmc`` with one independent
+  default for L = 3 .. 6 with M = 2 and for L = 3, 4 with M = 3) is ``qmc`` with one independent
   scrambled Sobol set per outer ray (per ring of constant cos(theta) for M = 3) in each
   replicate: one set shared by all outer nodes makes their errors coherent (L = 4: the variance
   of the sum is 27-260 x the sum of the per-node variances), and independent sets per ray cut
@@ -49,7 +49,12 @@ Depth L = 5, M = 2 (8 free coordinates): rule ``ray``, 16 x 2^14 points per ray,
 served for c in [1, 4], where the model-sampled route (c = 1, 2, 4) and a tail-weighted route
 (c = 1, 4) confirm it; at c = 0.5 the sampling routes scatter beyond their SEs
 (docs/smi_depth.md).  Depth L = 6, M = 2 (10 free coordinates): the same rule (288 angles at
-c = 1, ~3-7 min), served for c in [1, 4] on the same two routes (docs/smi_depth.md, "L = 6").
+c = 1, ~3-7 min), served for c in [1, 4] and beta in [0.25, 1.5] on the same two routes (at
+c = 1, beta = 2 they pool 4.7 SE below the last layer's value; docs/smi_depth.md, "L = 6").
+Depth L = 4, M = 3 (9 free coordinates): rule ``ray``, 8 x 2^13 points per ring of constant
+cos(theta), outer rules (72, (24, 48)) vs (72, (32, 64)) at c < 2 ((56, (20, 40)) vs
+(72, (24, 48)) at c >= 2), ~1-4 min on one loaded core; served for c in [1, 4] at beta = 1,
+where the model-sampled route (c = 1, 2, 4) confirms it (docs/smi_depth.md, "L = 4, M = 3").
 
 Independent routes (seeded Monte Carlo test oracles in tests/smi_mc_oracles.py):
 ``montecarlo_lambdas`` (plain Monte Carlo), ``model_sampled_lambdas`` (h sampled from the model,
@@ -72,7 +77,7 @@ from .smi_fibre import gh_tensor
 
 LAYERS = (1, 2, 3, 4, 5, 6)
 TOKENS = (2, 3)
-MAX_LAYERS = {2: 6, 3: 3}    # L = 4, M = 3 (9 free coordinates) and L = 7, M = 2: not served
+MAX_LAYERS = {2: 6, 3: 4}    # L = 5, M = 3 (12 free coordinates) and L = 7, M = 2: not served
 SKIP_RANGE = (0.5, 4.0)      # M = 2: Monte Carlo at c = 0.5 and 1 (L = 4), c = 0.5 .. 4 (L = 3,
                              # the model-sampled route at c = 2, 4); M = 3: c >= 1
 # depths validated on a narrower skip range than SKIP_RANGE: L = 5 against the model-sampled
@@ -80,7 +85,15 @@ SKIP_RANGE = (0.5, 4.0)      # M = 2: Monte Carlo at c = 0.5 and 1 (L = 4), c = 
 # scatter beyond their SEs (model-sampled 2.3 SE low, tail-weighted within 1.6 SE) and the rule
 # needs 736 angles (docs/smi_depth.md); L = 6 on the same routes at c = 1, 2, 4
 SKIP_RANGE_BY_LAYERS = {5: (1.0, 4.0), 6: (1.0, 4.0)}
+# (L, M) validated on narrower ranges still: L = 4, M = 3 (9 free coordinates) against the
+# model-sampled route at c = 1, 2, 4 and beta = 1 only (docs/smi_depth.md, "L = 4, M = 3")
+RANGE_BY_CASE = {(4, 3): {"skip": (1.0, 4.0), "beta": (1.0, 1.0)}}
 BETA_RANGE = (0.25, 2.0)
+# depths validated on a narrower beta range than BETA_RANGE: L = 6 against the model-sampled and
+# tail-weighted routes at beta = 0.25, 1, 1.5 (c = 1; 12-40 runs each) and 0.25, 2 (c = 4); at
+# c = 1, beta = 2 the routes (36 runs) pool 4.7 SE (0.30 %) below lambda_6, outside its bar
+# (docs/smi_depth.md, "L = 6, M = 2")
+BETA_RANGE_BY_LAYERS = {6: (0.25, 1.5)}
 SIGMA_FACTOR = 1.4           # sigma^2 = factor * sup ||Mat||^2
 U_LO = {2: 16.0, 3: 11.0}    # log-radius window [log sigma - U_LO[M], log sigma + U_HI]
 U_HI = 2.2
@@ -99,6 +112,12 @@ def default_outer(*, layers: int, tokens: int, skip: float = 1.0):
             #               lambda_l by < 1e-6 at c = 1 and 0.5; ray cost ~ radii x angles)
             return (70, 8 * math.ceil(fine * 2 / 3 / 8)), (90, fine)
         return (100, 8 * math.ceil(fine * 2 / 3 / 8)), (120, fine)
+    if layers >= 4:   # L = 4, M = 3, one shared set of 2^12 (docs/smi_depth.md, "L = 4, M = 3"):
+        #               (72, (32, 64)) lies within 6e-5 of (96, (48, 96)) in every lambda_l and
+        #               within 2e-6 in the mass; the default (56, (20, 40)) vs (72, (24, 48))
+        #               of L <= 3 changes lambda_1 by 3e-4 against its true error 4.4e-4; at
+        #               c = 2 and 4 (broader feature) (56, (20, 40)) already lies within 2.4e-6
+        return ((56, (20, 40)), (72, (24, 48))) if skip >= 2 else ((72, (24, 48)), (72, (32, 64)))
     return (56, (4 + 4 * layers, 8 + 8 * layers)), (72, (8 + 4 * layers, 16 + 8 * layers))
 
 
@@ -121,7 +140,12 @@ QMC = {(3, 2): (15, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
 # dominates the bar (docs/smi_depth.md, "L = 5, M = 2")
 # L = 6, M = 2 (10 free coordinates, 288 angles at c = 1), 16 x 2^14: relative bars 2.4e-3,
 # 3.2e-3, 4.1e-3, 8.0e-3, 2.1e-2, 2.8e-4 (layers 1-6), 424 s at load ~12 (docs/smi_depth.md, "L = 6")
-RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8), (5, 2): (14, 16), (6, 2): (14, 16)}
+# L = 4, M = 3 (9 free coordinates, 32 rings x 64 phi at c = 1), 8 x 2^13: relative bars 1.7e-2,
+# 1.3e-2, 1.7e-2, 9.1e-4 (layers 1-4; about half of each bar is the measured ratio bias of one
+# replicate, 1/n), 197 s at load 4-5; 16 x 2^13 gives 1.5e-2, 9.6e-3, 1.7e-2, 8.2e-4 at twice
+# the time (docs/smi_depth.md, "L = 4, M = 3")
+RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8), (5, 2): (14, 16), (6, 2): (14, 16),
+       (4, 3): (13, 8)}
 
 
 def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
@@ -131,15 +155,23 @@ def check(*, layers: int, tokens: int, skip: float, beta: float) -> None:
     require(isinstance(tokens, (int, np.integer)) and tokens in TOKENS, "tokens",
             f"one of {TOKENS} for the weak thresholds of numerics.smi_weak", tokens)
     require(layers <= MAX_LAYERS[tokens], "layers",
-            "at most 3 for tokens = 3 (L = 4, M = 3 has 9 free coordinates: not supported)", layers)
+            f"at most {MAX_LAYERS[tokens]} for tokens = {tokens} (L = {MAX_LAYERS[tokens] + 1}, "
+            f"M = {tokens} has {tokens * MAX_LAYERS[tokens]} free coordinates: not supported)",
+            layers)
     require(tokens == 2 or layers == 1 or not skip < 1.0, "skip",
             ">= 1 for tokens = 3 (validated at c = 1 only)", skip)
+    for name, (lo, hi) in RANGE_BY_CASE.get((layers, tokens), {}).items():
+        value = {"skip": skip, "beta": beta}[name]
+        require(np.isfinite(value) and lo <= value <= hi, name,
+                (f"{lo:g}" if lo == hi else f"in [{lo:g}, {hi:g}]") + f" for layers = {layers}, "
+                f"tokens = {tokens} (the validated range)", value)
     lo, hi = SKIP_RANGE_BY_LAYERS.get(layers, SKIP_RANGE)
     require(np.isfinite(skip) and lo <= skip <= hi, "skip",
             f"in [{lo:g}, {hi:g}] for the depth-{layers} weak thresholds "
             "(validated range; smaller c needs the rotated rules of L = 2)", skip)
-    require(np.isfinite(beta) and BETA_RANGE[0] <= beta <= BETA_RANGE[1], "beta",
-            f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the depth-L weak thresholds", beta)
+    lo, hi = BETA_RANGE_BY_LAYERS.get(layers, BETA_RANGE)
+    require(np.isfinite(beta) and lo <= beta <= hi, "beta",
+            f"in [{lo:g}, {hi:g}] for the depth-{layers} weak thresholds (validated range)", beta)
 
 
 # ----------------------------------------------------------------------------- the channel

@@ -170,7 +170,8 @@ def test_four_layers_identities_and_distinct_shallow_thresholds():
 
 
 @pytest.mark.parametrize("kw", [dict(layers=7), dict(layers=0), dict(tokens=4),
-                                dict(layers=4, tokens=3), dict(layers=5, tokens=3),
+                                dict(layers=4, tokens=3, beta=2.0),
+                                dict(layers=4, tokens=3, beta=0.5), dict(layers=5, tokens=3),
                                 dict(layers=2.0), dict(layers=1, rule="qmc"),
                                 dict(layers=1, rule="ray"), dict(layers=2, rule="exact"),
                                 dict(layers=1, skip=0.1), dict(layers=1, beta=5.0),
@@ -236,7 +237,8 @@ def test_cli_sequential_tokens_3():
 def test_cli_refuses_unsupported_depths_tokens_and_options(run_cli):
     """Unsupported depths, token counts and options exit 2 with one line naming the option."""
     for args, opt in ((["--layers", "7"], "--layers"), (["--tokens", "4"], "--tokens"),
-                      (["--layers", "4", "--tokens", "3"], "--tokens"),
+                      (["--layers", "5", "--tokens", "3"], "--tokens"),
+                      (["--layers", "4", "--tokens", "3", "--beta", "2"], "--beta"),
                       (["--layers", "4", "--digits", "3"], "--digits"),
                       (["--tokens", "3", "--skip", "0.5"], "--skip"),
                       (["--layers", "4", "--beta", "5"], "--beta")):
@@ -305,13 +307,13 @@ def test_three_layers_at_large_skip_agree_with_the_third_route():
 
 
 def _tail_weighted_lambdas(*, skip, scale, log2_h, replicates, seed, log2_inner=15, block=4096,
-                           layers=3):
+                           layers=3, beta=1.0):
     """Per-replicate values (replicates, L) of the tail-weighted route
     (``smi_mc_oracles.tail_weighted_lambdas``: z_L oversampled from N(0, scale^2 I) and
     reweighted, iid inner blocks, U-statistic)."""
     return smi_mc_oracles.tail_weighted_lambdas(
-        layers=layers, skip=skip, scale=scale, log2_h=log2_h, replicates=replicates, seed=seed,
-        log2_inner=log2_inner, block=block)["per"]
+        layers=layers, skip=skip, beta=beta, scale=scale, log2_h=log2_h, replicates=replicates,
+        seed=seed, log2_inner=log2_inner, block=block)["per"]
 
 
 @pytest.mark.slow
@@ -531,13 +533,13 @@ def test_five_layer_default_agrees_with_the_third_route_and_tail_weighted_sampli
 
 
 def _default_against_tail_weighted(*, layers: int, skip: float, seed: int,
-                                   rel_bar: float) -> dict:
+                                   rel_bar: float, beta: float = 1.0) -> dict:
     """The default rule at (``layers``, M = 2, ``skip``): relative bars below ``rel_bar``, each
     lambda_l within its bar + t(99 %, 11 dof) SE of the tail-weighted route (12 x 2^12, scale
     1.6), E tr C_l = M, and the last layer's threshold above the Jensen bound 1/6."""
-    F = smi_weak.stability(layers=layers, tokens=2, skip=skip)
+    F = smi_weak.stability(layers=layers, tokens=2, skip=skip, beta=beta)
     per = _tail_weighted_lambdas(skip=skip, scale=1.6, log2_h=12, replicates=12, seed=seed,
-                                 layers=layers)
+                                 layers=layers, beta=beta)
     m_tw, se_tw = per.mean(0), per.std(0, ddof=1) / np.sqrt(per.shape[0])
     for l in range(1, layers + 1):
         lam = F[f"lam{l}"]
@@ -573,6 +575,87 @@ def test_six_layer_default_agrees_with_tail_weighted_sampling():
     the tail-weighted sampling route (12 x 2^12, ~30 s), with E tr C_l = M and the last layer's
     threshold above the Jensen bound 1/6."""
     _default_against_tail_weighted(layers=6, skip=2.0, seed=35, rel_bar=8e-3)
+
+
+@pytest.mark.slow
+def test_six_layer_default_at_small_beta_agrees_with_tail_weighted_sampling():
+    """beta = 0.25 at c = 4 (the rule's largest relative bar is layer 1's, 7.4e-3): the default
+    L = 6 rule against the tail-weighted route run live (12 x 2^12), with E tr C_l = M and the
+    Jensen bound; ~1 min in all at load ~9.  Recorded (docs/smi_depth.md, "L = 6, M = 2"): 16
+    runs of the two sampling routes pool within 2.0 SE of every lambda_l there."""
+    F = _default_against_tail_weighted(layers=6, skip=4.0, seed=137, rel_bar=1e-2, beta=0.25)
+    # at beta = 0.25, c = 4 the shallow layers are learned in the order 2, 3, 4, 5, 1 (at beta = 1:
+    # 2, 3, 1, 4, 5): layer 1 comes last, at 3.5 x layer 2's threshold (decreasing lambda_l)
+    lam = {l: F[f"lam{l}"] for l in range(1, 6)}
+    for a, b in ((2, 3), (3, 4), (4, 5), (5, 1)):
+        assert lam[a].value - lam[a].error > lam[b].value + lam[b].error
+
+
+def test_six_layers_refuse_unvalidated_beta_naming_it(run_cli):
+    """L = 6 is validated for beta in [0.25, 1.5] (docs/smi_depth.md, "L = 6, M = 2"): at c = 1,
+    beta = 2 the sampling routes (36 runs) pool 4.7 SE below lambda_6.  beta = 2 stays served at
+    L <= 5; the command line exits 2 with one line naming --beta."""
+    with pytest.raises(InputError, match=r"^beta must be in \[0.25, 1.5\] for the depth-6"):
+        smi_weak.check(layers=6, tokens=2, skip=1.0, beta=2.0)
+    with pytest.raises(InputError, match=r"^beta must be in \[0.25, 1.5\]"):
+        smi_weak.stability(layers=6, tokens=2, skip=4.0, beta=1.6)
+    smi_weak.check(layers=6, tokens=2, skip=1.0, beta=1.5)
+    smi_weak.check(layers=6, tokens=2, skip=4.0, beta=0.25)
+    smi_weak.check(layers=5, tokens=2, skip=1.0, beta=2.0)
+    rc, _, err = run_cli(["threshold", "weak", "--model", "smi", "--layers", "6", "--beta", "2"])
+    assert rc == 2 and "--beta" in err and "[0.25, 1.5]" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+# ----------------------------------------------------------------------------- L = 4, M = 3
+# L = 4, M = 3, c = 1: the model-sampled route (2 runs of 32 x 2^12 h, 2^15 iid inner, blocks of
+# 8192, seeds 4 and 5) pooled, its ratio bias at blocks of 8192 removed (half the paired
+# montecarlo_inner_bias at blocks of 4096, 900 h): lambda_l, SE (the bias's SE included); a
+# recorded result of that independent route (docs/smi_depth.md, "L = 4, M = 3"), not an output
+# of the code under test
+L4_M3_MODEL_SAMPLED = {1: (0.554498, 0.00146), 2: (0.364474, 0.00096), 3: (0.204682, 0.00065),
+                       4: (7.61081, 0.0088)}
+
+
+def test_four_layers_three_tokens_identities_bound_and_the_model_sampled_route():
+    # a cheap ray rule (6 x 2^9 points per ring, 9 free coordinates, small outer rules, ~3 s):
+    # mass 1, E tr C_l = M, the Jensen bound (alpha_l >= 1/12), each lambda_l within its bar +
+    # 3 SE of the independent route, and the last layer far above the free rows
+    F = smi_weak.stability(layers=4, tokens=3, rule="ray", log2n=9, replicates=6, seed=4,
+                           outer=((32, (10, 20)), (40, (12, 24))))
+    assert "9 fibre coordinates" in F["lam1"].method and "per outer ray" in F["lam1"].method
+    assert abs(F["mass"].value - 1) <= F["mass"].error < 3e-2
+    for l in range(1, 5):
+        t = F[f"trace{l}"]
+        assert abs(t.value - 3) <= t.error < 0.1
+        lam, (m, se) = F[f"lam{l}"], L4_M3_MODEL_SAMPLED[l]
+        assert lam.value + lam.error <= 12.0                         # Jensen, M = 3
+        assert lam.error < 0.3 * lam.value
+        assert abs(lam.value - m) <= lam.error + 3 * se
+    assert F["lam4"].value > 10 * F["lam1"].value
+
+
+@pytest.mark.slow
+def test_four_layers_three_tokens_default_agrees_with_the_model_sampled_route():
+    """The default L = 4, M = 3 rule (ray, 8 x 2^13 points per ring of constant cos(theta),
+    32 x 64 directions, ~2-3 min) against the model-sampled route run live (8 x 2^11 h, 2^14
+    iid inner, blocks of 4096, seed 9, ~30 s; raw: its ratio bias, below 1e-2 of every
+    lambda_l, lies inside the tolerance): relative bars, E tr C_l = M, the Jensen bound, and
+    three distinct shallow thresholds (layer 1 first)."""
+    F = smi_weak.stability(layers=4, tokens=3)
+    r = smi_mc_oracles.model_sampled_lambdas(layers=4, tokens=3, log2_outer=11, log2_inner=14,
+                                             block=4096, replicates=8, seed=9)
+    for l, rel in zip(range(1, 5), (2.5e-2, 2e-2, 2.5e-2, 1.5e-3)):
+        lam, (m, se) = F[f"lam{l}"], r[f"lam{l}"]
+        assert lam.error < rel * lam.value
+        assert se < 0.03 * lam.value
+        assert abs(lam.value - m) <= lam.error + 3.50 * se                # t 99%, 7 dof
+        assert abs(F[f"trace{l}"].value - 3) <= F[f"trace{l}"].error
+    assert abs(F["mass"].value - 1) <= F["mass"].error
+    lam = [F[f"lam{l}"] for l in (1, 2, 3)]
+    for a, b in zip(lam, lam[1:]):
+        assert a.value - a.error > b.value + b.error
+    assert 1.0 / (F["lam4"].value + F["lam4"].error) > 1.0 / 12.0
 
 
 def test_cli_serves_one_layer_exactly_and_refuses_five_layers_at_small_skip(run_cli):
