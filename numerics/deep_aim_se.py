@@ -47,7 +47,11 @@ z1 = 0 (x_1 = 0), where the small-mu part of H1 stops being suppressed (docs/dee
 inner 2D integral over xi is a trapezoid rule in t = (xi - a)/sqrt(V1) for skip >= 1 (mu never
 vanishes; step refined by sqrt(V2/V1) when V2 < V1, at most MAX_REFINE times) and, for
 skip < 1, the rule of numerics/deep_aim.py graded towards det A = 0,
-reweighted from N(0, I) to N(a, V1 I).
+reweighted from N(0, I) to N(a, V1 I) (``inner="graded"``, the default; refused below
+min(V1, V2) = GRADED_V_MIN, where its nodes no longer follow the posterior), or
+(``inner="line"``) the trapezoid in t with lines xi2 = const graded in log distance towards
+det A = 0, which follows a posterior of width sqrt(V) as V -> 0 (docs/deep_aim.md, section 4,
+"Inner rule at c < 1").
 
 Free entropy (THEORY 1.1, 1.6): Phi = sum_l [-q_l q_hat_l/4 + Psi_S(q_hat_l; rho_l)] + alpha Psi_out,
 Psi_S(q_hat) = q_hat Q0/4 - I(1/q_hat), Psi_out = E log Z_out(z) on the SE's point sets; the
@@ -96,6 +100,28 @@ INNER_STEPS = (0.35, 0.25)
 #: the token designs: "shared" (one token set read by both layers, THEORY 1.6) and "independent"
 #: (one token copy per layer)
 DESIGNS = ("shared", "independent")
+#: the inner rules for skip < 1 (docs/deep_aim.md, section 4, "Inner rule at c < 1"): "line": per
+#: outer point the trapezoid in t = (xi - a)/sqrt(V1) of skip >= 1, and on the outer points whose
+#: disc |t| <= INNER_RADIUS + LINE_MARGIN meets the curve det A = 0 a rule graded along each line
+#: xi2 = const towards its crossing xi1*(xi2) (:func:`singular_crossing`), in log |distance| with a
+#: step ~ sqrt(V2), so it follows a posterior of width sqrt(V) as V -> 0; "graded" (default, the
+#: rule before issue 17's small-mmse work): the fixed rule of numerics/deep_aim.py graded towards
+#: det A = 0 and reweighted from N(0, I) to N(a, V1 I), which does not follow a narrow posterior and
+#: is refused below GRADED_V_MIN. skip >= 1 always uses the trapezoid.
+INNER_RULES = ("line", "graded")
+#: the graded rule (skip < 1) is refused below this min(V1, V2) (:func:`graded_rule_resolves`)
+GRADED_V_MIN = 0.05
+#: the line rule grades each line down to this distance (in t) from its crossing of det A = 0
+LINE_GRADE_MIN = 1e-7
+#: outer points whose disc |t| <= INNER_RADIUS + LINE_MARGIN meets det A = 0 get the graded lines
+LINE_MARGIN = 2.0
+#: the step in log |d| near the crossing is min(step in t / 2, LINE_LOG_STEP h_in sqrt(V2)): the
+#: fibre x1* = z1 / (sqrt 8 mu^2) gives the posterior a relative width ~ sqrt(V2) / (2 |x1|) in mu
+LINE_LOG_STEP = 1.1
+#: ... but not below this (the cost per outer point near det A = 0 grows like 1/step)
+LINE_LOG_STEP_MIN = 0.004
+#: the graded lines are built for blocks of outer points of about this many nodes in all
+LINE_BLOCK = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -104,13 +130,15 @@ class DeepAimSE:
     ``rho1``, ``rho2`` of the two targets, inverse temperature ``beta``; noiseless output.
     ``design``: "shared" (both layers read the same tokens, the deep attention of THEORY 1.6) or
     "independent" (one token copy per layer); it sets the outer law of every expectation (module
-    docstring)."""
+    docstring). ``inner``: the inner rule over H1's seen part at skip < 1 (:data:`INNER_RULES`;
+    numerics only, the model is the same)."""
 
     skip: float
     rho1: float
     rho2: float
     beta: float = 1.0
     design: str = "shared"
+    inner: str = "graded"
 
     def __post_init__(self) -> None:
         require(math.isfinite(self.skip) and self.skip >= 0, "skip", "a finite number >= 0",
@@ -119,6 +147,7 @@ class DeepAimSE:
             v = getattr(self, name)
             require(math.isfinite(v) and v > 0, name, "a finite number > 0", v)
         require(self.design in DESIGNS, "design", f"one of {DESIGNS}", self.design)
+        require(self.inner in INNER_RULES, "inner", f"one of {INNER_RULES}", self.inner)
 
     @property
     def q0(self) -> tuple[float, float]:
@@ -192,30 +221,109 @@ def _trapezoid_t(h: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return t1, t2, h * h * np.exp(-0.5 * (t1**2 + t2**2)) / (2.0 * math.pi)
 
 
+def singular_crossing(xi2, *, skip: float, beta: float) -> np.ndarray:
+    """xi1*(xi2), the point of the line xi2 = const where det A = 0 (mu = 0), skip in [0, 1):
+    mu = skip + p + r - 1 increases with xi1, and with e = exp(beta sqrt 2 xi1), w = 2 cosh(beta xi2)
+    the condition p + r = 1 - skip reads (1 + skip) e^2 + skip w e - (1 - skip) = 0, so
+    e = 2 (1 - skip) / (skip w + sqrt(skip^2 w^2 + 4 (1 - skip^2))) (docs/deep_aim.md, step 1)."""
+    c = skip
+    w = 2.0 * np.cosh(np.clip(beta * np.asarray(xi2, float), -300.0, 300.0))
+    e = 2.0 * (1.0 - c) / (c * w + np.sqrt((c * w) ** 2 + 4.0 * (1.0 - c * c)))
+    return np.log(e) / (beta * SQRT2)
+
+
+@lru_cache(maxsize=8)
+def _line_offsets(ht: float, hu: float) -> tuple[np.ndarray, np.ndarray]:
+    """Signed offsets d from a line's crossing and their weights: d = +-lam softplus(u/lam'),
+    written d = +-lam log(1 + e^u) with lam = ht/hu, u on a trapezoid of step hu from
+    d = LINE_GRADE_MIN to 2 INNER_RADIUS + LINE_MARGIN: spacing ht far from the crossing (the
+    trapezoid in t) and hu in log |d| near it."""
+    lam = ht / hu
+    lo = math.log(LINE_GRADE_MIN / lam)
+    hi = math.log(math.expm1((2.0 * INNER_RADIUS + LINE_MARGIN) / lam))
+    u = np.arange(lo, hi + 0.5 * hu, hu)
+    d, dd = lam * np.log1p(np.exp(u)), lam * hu * expit(u)
+    return np.concatenate([-d[::-1], d]), np.concatenate([dd[::-1], dd])
+
+
+def _inner_step(h_in: float, v1: float, v2: float) -> float:
+    """The step in t: h_in refined by sqrt(V2/V1) when V2 < V1 (the fibre likelihood has width
+    ~ sqrt(V2) in xi), at most MAX_REFINE times (beyond, the two-step rule error grows and shows
+    in the bars)."""
+    return h_in * max(min(1.0, math.sqrt(v2 / v1)), 1.0 / MAX_REFINE)
+
+
 def _nodes(model: DeepAimSE, a1, a2, v1: float, v2: float, h_in: float):
-    """Per outer point (rows) the inner nodes xi (columns), their log-weights for N(a, V1 I) and
-    (mu, kappa)."""
+    """Yields groups (rows, xi1, xi2, logw, mu, kappa): for the outer points ``rows`` (indices) the
+    inner nodes xi (columns), their log-weights for N(a, V1 I) and (mu, kappa). skip >= 1: one
+    group, the trapezoid in t = (xi - a)/sqrt(V1). skip < 1, ``model.inner`` "line": the
+    trapezoid for outer points whose disc |t| <= INNER_RADIUS + LINE_MARGIN stays clear of
+    det A = 0, the graded lines (:func:`_line_nodes`) for the others; "graded": the fixed rule
+    of numerics/deep_aim.py, reweighted."""
     c, beta = model.skip, model.beta
-    a1, a2 = np.asarray(a1, float)[:, None], np.asarray(a2, float)[:, None]
+    a1, a2 = np.asarray(a1, float), np.asarray(a2, float)
     s = math.sqrt(v1)
-    if c >= 1.0:
-        # the fibre likelihood has width ~ sqrt(V2) in xi: refine the step when V2 < V1 (at most
-        # MAX_REFINE times; beyond, the two-step rule error grows and shows in the bars)
-        t1, t2, w = _trapezoid_t(h_in * max(min(1.0, math.sqrt(v2 / v1)), 1.0 / MAX_REFINE))
-        xi1, xi2 = a1 + s * t1[None, :], a2 + s * t2[None, :]
+    ht = _inner_step(h_in, v1, v2)
+    rows = np.arange(a1.size)
+    if c < 1.0 and model.inner == "graded":
+        # nodes of the graded (mu, kappa) rule, whose weights carry N(xi; 0, I2); reweight to
+        # N(xi; a, V1 I2)
+        mu0, kappa0, x1, x2, w0 = _rule_cached("tanh-sinh-mu", h_in, c, beta)
+        xi1 = np.broadcast_to(x1[None, :], (a1.size, x1.size))
+        xi2 = np.broadcast_to(x2[None, :], (a1.size, x1.size))
+        logw = (np.log(w0)[None, :] + 0.5 * (x1**2 + x2**2)[None, :]
+                - ((xi1 - a1[:, None]) ** 2 + (xi2 - a2[:, None]) ** 2) / (2.0 * v1)
+                - math.log(v1))
+        mu = np.broadcast_to(mu0[None, :], xi1.shape)
+        kappa = np.broadcast_to(kappa0[None, :], xi1.shape)
+        yield rows, xi1, xi2, logw, mu, kappa
+        return
+    near = np.zeros(a1.size, bool)
+    if c < 1.0:
+        # lines xi2 = const at the unrefined step: the posterior's width along det A = 0 is set
+        # by x2 (kappa), wide on this scale; across, the offsets resolve it (:func:`_line_nodes`)
+        t2 = np.arange(-INNER_RADIUS, INNER_RADIUS + 0.5 * h_in, h_in)
+        t1s = (singular_crossing(a2[:, None] + s * t2[None, :], skip=c, beta=beta)
+               - a1[:, None]) / s
+        near = np.any(t1s**2 + t2[None, :] ** 2 <= (INNER_RADIUS + LINE_MARGIN) ** 2, axis=1)
+        hu = max(min(0.5 * ht, LINE_LOG_STEP * h_in * math.sqrt(v2)), LINE_LOG_STEP_MIN)
+        idx = rows[near]
+        per = t2.size * _line_offsets(ht, hu)[0].size
+        block = max(1, int(LINE_BLOCK // per))
+        # blocks of outer points (memory: about LINE_BLOCK nodes per block), made when needed
+        for st in range(0, idx.size, block):
+            sl = idx[st:st + block]
+            yield _line_nodes(model, a1[sl], a2[sl], t1s[sl], t2, s, ht, sl, hu)
+    if not near.all():
+        t1, t2, w = _trapezoid_t(ht)
+        far = rows[~near]
+        xi1 = a1[far, None] + s * t1[None, :]
+        xi2 = a2[far, None] + s * t2[None, :]
         logw = np.broadcast_to(np.log(w)[None, :], xi1.shape)
         mu, kappa = layer1_weights(xi1, xi2, skip=c, beta=beta)
-        return xi1, xi2, logw, mu, kappa
-    # skip < 1: nodes of the graded (mu, kappa) rule, whose weights carry N(xi; 0, I2);
-    # reweight to N(xi; a, V1 I2)
-    mu0, kappa0, x1, x2, w0 = _rule_cached("tanh-sinh-mu", h_in, c, beta)
-    xi1, xi2 = np.broadcast_to(x1[None, :], (a1.shape[0], x1.size)), \
-        np.broadcast_to(x2[None, :], (a1.shape[0], x1.size))
-    logw = (np.log(w0)[None, :] + 0.5 * (x1**2 + x2**2)[None, :]
-            - ((xi1 - a1) ** 2 + (xi2 - a2) ** 2) / (2.0 * v1) - math.log(v1))
-    mu = np.broadcast_to(mu0[None, :], xi1.shape)
-    kappa = np.broadcast_to(kappa0[None, :], xi1.shape)
-    return xi1, xi2, logw, mu, kappa
+        yield far, xi1, xi2, logw, mu, kappa
+
+
+def _line_nodes(model: DeepAimSE, a1, a2, t1s, t2, s: float, ht: float, rows,
+               hu: float | None = None) -> tuple:
+    """The graded-line rule (skip < 1): on each line t2 = const of the trapezoid in t, nodes
+    t1 = t1*(t2) + d at the offsets of :func:`_line_offsets` (step ht) from the line's crossing
+    t1* of det A = 0 (clipped to |t1*| <= INNER_RADIUS + 1), kept inside |t| <= INNER_RADIUS
+    (the others get weight 0). mu vanishes linearly across the crossing (d mu / d xi1 =
+    beta sqrt 2 (p (1 - p) + r (1 - r)) >= beta sqrt 2 c (1 - c) on p + r = 1 - c), so the walls
+    exp(-z1^2/(16 mu^4)) of the fibre are resolved at every scale down to LINE_GRADE_MIN."""
+    d, dd = _line_offsets(ht, 0.5 * ht if hu is None else hu)
+    t1c = np.clip(t1s, -INNER_RADIUS - 1.0, INNER_RADIUS + 1.0)
+    t1 = (t1c[:, :, None] + d[None, None, :]).reshape(a1.size, -1)
+    tt2 = np.broadcast_to(t2[None, :, None], (a1.size, t2.size, d.size)).reshape(a1.size, -1)
+    r2 = t1**2 + tt2**2
+    with np.errstate(divide="ignore"):
+        logw = np.where(r2 <= INNER_RADIUS**2,
+                        np.log((t2[1] - t2[0]) * np.tile(dd, t2.size))[None, :] - 0.5 * r2
+                        - math.log(2.0 * math.pi), -np.inf)
+    xi1, xi2 = a1[:, None] + s * t1, a2[:, None] + s * tt2
+    mu, kappa = layer1_weights(xi1, xi2, skip=model.skip, beta=model.beta)
+    return rows, xi1, xi2, logw, mu, kappa
 
 
 def posterior(model: DeepAimSE, z1, z2, a1, a2, b1, b2, v1: float, v2: float, h_in: float,
@@ -225,15 +333,33 @@ def posterior(model: DeepAimSE, z1, z2, a1, a2, b1, b2, v1: float, v2: float, h_
     ``c12``: covariance of the two layers' deviations per whitened coordinate (0 in the SE with
     one overlap per layer; -q'_12 with a cross-overlap, :func:`cross_overlap_effect`): given xi,
     x ~ N(b + (c12/V1)(xi - a), V2 - c12^2/V1)."""
-    xi1, xi2, logw, mu, kappa = _nodes(model, a1, a2, v1, v2, h_in)
-    a1, a2 = np.asarray(a1, float)[:, None], np.asarray(a2, float)[:, None]
-    z1, z2 = np.asarray(z1, float)[:, None], np.asarray(z2, float)[:, None]
-    b1, b2 = np.asarray(b1, float)[:, None], np.asarray(b2, float)[:, None]
-    x1, x2 = fibre_point(mu, kappa, z1, z2, skip=model.skip)
     k, v2c = c12 / v1, v2 - c12 * c12 / v1
     require(v2c > 0, "c12", "c12^2 < V1 V2", c12)
+    args = [np.asarray(x, float) for x in (z1, z2, a1, a2, b1, b2)]
+    out: dict[str, np.ndarray] = {}
+    for rows, *nodes in _nodes(model, args[2], args[3], v1, v2, h_in):
+        part = _posterior_rows(model, *(x[rows] for x in args), nodes, k, v2c)
+        for key, val in part.items():
+            if key not in out:
+                out[key] = np.empty((args[2].size,) + val.shape[1:])
+            out[key][rows] = val
+    if not out:                              # no outer points
+        out = {key: np.zeros((0, 2) if key in ("d_xi", "d_x") else 0)
+               for key in ("log_z_out", "d_xi", "d_x", "tr_cov_xi", "tr_cov_x", "tr_cov_cross")}
+    return out
+
+
+def _posterior_rows(model: DeepAimSE, z1, z2, a1, a2, b1, b2, nodes, k: float,
+                    v2c: float) -> dict[str, np.ndarray]:
+    """:func:`posterior` on one group of outer points with their inner nodes (:func:`_nodes`);
+    ``k`` = c12/V1, ``v2c`` = V2 - c12^2/V1."""
+    xi1, xi2, logw, mu, kappa = nodes
+    a1, a2 = a1[:, None], a2[:, None]
+    z1, z2 = z1[:, None], z2[:, None]
+    b1, b2 = b1[:, None], b2[:, None]
+    x1, x2 = fibre_point(mu, kappa, z1, z2, skip=model.skip)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        c1, c2 = (b1 + k * (xi1 - a1), b2 + k * (xi2 - a2)) if c12 else (b1, b2)
+        c1, c2 = (b1 + k * (xi1 - a1), b2 + k * (xi2 - a2)) if k else (b1, b2)
         logl = (logw - ((x1 - c1) ** 2 + (x2 - c2) ** 2) / (2.0 * v2c) - 3.0 * np.log(np.abs(mu))
                 - math.log(2.0 * math.pi * v2c * 4.0 * SQRT2 * (1.0 + model.skip)))
     logl = np.where(np.isfinite(logl), logl, -np.inf)
@@ -427,6 +553,7 @@ def output_overlaps(model: DeepAimSE, *, q1: float, q2: float, m: int = 10, scra
     of the neglected cross-overlap; module docstring) in its three forms, ``cross`` (variance
     form), ``cross_nishimori`` and ``cross_mean_square``."""
     _check_q(model, q1, q2)
+    _check_inner(model, q1, q2)
     normals = _sobol_normals(m, scrambles, seed)
     t0 = time.perf_counter()
     coarse = _output_sums(model, q1, q2, steps[0], normals, estimator=estimator)
@@ -450,6 +577,22 @@ def _check_q(model: DeepAimSE, q1: float, q2: float, closed: bool = False) -> No
                 + (" (shared tokens: q_l >= rho_l)" if lo > 0 else ""), q)
 
 
+def graded_rule_resolves(model: DeepAimSE, v1: float, v2: float) -> bool:
+    """False where the graded inner rule (skip < 1, ``inner="graded"``) is refused: min(V1, V2)
+    below GRADED_V_MIN, where its nodes, fixed in xi, no longer follow the posterior
+    (docs/deep_aim.md section 4, "Inner rule at c < 1"). Always True for skip >= 1 or the line
+    rule."""
+    return model.skip >= 1.0 or model.inner != "graded" or min(v1, v2) >= GRADED_V_MIN
+
+
+def _check_inner(model: DeepAimSE, q1: float, q2: float) -> None:
+    """Refuse the graded inner rule below its resolved range (:func:`graded_rule_resolves`)."""
+    v1, v2 = model.q0[0] - q1, model.q0[1] - q2
+    require(graded_rule_resolves(model, v1, v2), "inner",
+            f"'line' at skip < 1 when min(V1, V2) < {GRADED_V_MIN:g} (the graded rule does not "
+            f"follow a narrow posterior; here V = ({v1:.3g}, {v2:.3g}))", model.inner)
+
+
 # ---------------------------------------------------------------- the SE map and fixed points
 
 def _prior_step(q_hat: float, rho: float) -> float:
@@ -464,6 +607,7 @@ def se_map(model: DeepAimSE, *, alpha: float, q1: float, q2: float, m: int = 10,
     over scrambles (their mean is the RQMC estimate)."""
     _check_alpha(alpha)
     _check_q(model, q1, q2)
+    _check_inner(model, q1, q2)
     sums = _output_sums(model, q1, q2, h_in, _sobol_normals(m, scrambles, seed),
                         estimator=estimator)
     return _prior_side(model, alpha, sums[:, 0], sums[:, 1])
@@ -524,6 +668,9 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     _check_alpha(alpha)
     for v in v_init:
         require(0 < v <= 1, "v_init", "pairs in (0, 1]", v_init)
+    require(graded_rule_resolves(model, *v_init), "v_init",
+            f"pairs >= {GRADED_V_MIN:g} with the graded inner rule at skip < 1 (or inner='line')",
+            v_init)
     require(estimator in ESTIMATORS, "estimator", f"one of {ESTIMATORS}", estimator)
     t0 = time.perf_counter()
     normals = _sobol_normals(m, scrambles, seed)
@@ -550,6 +697,11 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
             except np.linalg.LinAlgError:
                 dv = step
             vn = np.clip(v + dv, 0.05 * v, np.minimum(1.0, 2.0 * v))
+        if not graded_rule_resolves(model, *vn):
+            raise ConvergenceError(
+                f"deep AIM SE at skip < 1 left the graded inner rule's range (min V >= "
+                f"{GRADED_V_MIN:g}); use DeepAimSE(inner='line')", last_iterate=vn.tolist(),
+                residual=float(np.max(np.abs(step))))
         if np.all(vn < v_floor):
             return _pr_result(model, alpha, apr, v_init, history + [vn.tolist()],
                               time.perf_counter() - t0)
@@ -995,6 +1147,7 @@ def stationarity(model: DeepAimSE, *, q1: float, q2: float, dq: float = 0.02, m:
     error, Richardson). Returns dpsi_dq1, dpsi_dq2 and half_E1, half_E2 (E_l/2 at (q1, q2), bars
     of :func:`output_overlaps` without the rule term, the same inner step)."""
     _check_q(model, q1, q2)
+    _check_inner(model, q1, q2)
     require(math.isfinite(dq) and dq > 0, "dq", "a finite number > 0", dq)
     for q, q0, lo in zip((q1, q2), model.q0, model.q_min):
         require(q - 2 * dq >= lo and q + 2 * dq < q0, "dq",
