@@ -14,7 +14,13 @@ T = 2 and T = 3 SE at the same lambda are compared in q, m, lambda Sigma, train 
 rank (alpha_bar-only as lambda -> 0+; at finite lambda they differ by O(lambda)).
 
     python benchmarks/erm_interp_tokens.py [--ratios 0.8,1.2] [--lams 1e-3,1e-4] [--scaling]
-        [--out results.json]
+        [--seed 0] [--out results.json]
+
+Above the threshold a single-replicate QMC map can have no exact fixed point (one node's prox
+switches branch across it); :func:`numerics.erm_se.solve_tokens` then solves it as a cycle of
+the chord iteration and widens the bar by the cycle's spread (``*_floor``,
+``switching_replicates``).  ``loss`` is the training loss without the regulariser (train =
+loss + lambda N, :func:`split_train`): an upper bound on train(lambda -> 0+).
 
 Each T = 3 point is started from one point only (the interpolator limit below the threshold,
 the SE's middle start above), to keep the cost at one QMC fixed point (2-5 minutes on two
@@ -28,8 +34,8 @@ import json
 import math
 import time
 
-import numpy as np
 from aim_sym.numerics import erm_se
+from aim_sym.numerics.erm_spectral import spectral_integrals
 from aim_sym.numerics.erm_thresholds import alpha_bar_factor, interpolation_threshold
 from aim_sym.numerics.records import ConvergenceError
 
@@ -57,52 +63,62 @@ def start_point(*, tokens: int, alpha: float, lam: float, kappa0: float = KAPPA0
 
 def se_point(*, tokens: int, alpha: float, lam: float, kappa0: float = KAPPA0,
              Delta: float = DELTA, qmc_points: int = 2**11, qmc_replicates: int = 16,
-             inits: tuple | None = None) -> dict:
+             qmc_seed: int = 0, inits: tuple | None = None) -> dict:
     """The SE fixed point (global minimum of the starts) at one (T, alpha, lambda): every
     quantity with its ``*_error`` (T >= 3: 3 QMC standard errors; T = 2: orders 24/17), plus
-    ``seconds``, ``alpha_bar``, ``lam_sigma`` and ``train_over_lam`` with their bars."""
+    ``seconds``, ``alpha_bar``, ``lam_sigma`` and ``train_over_lam`` with their bars, the
+    switching floor ``*_floor`` inside each bar and ``switching_replicates`` (T >= 3: replicate
+    maps with no exact fixed point, solved as a cycle across a switching surface)."""
     p = erm_se.ERMParams(alpha=alpha, kappa0=kappa0, Delta=Delta, lam=lam, tokens=tokens,
-                         qmc_points=qmc_points, qmc_replicates=qmc_replicates)
+                         qmc_points=qmc_points, qmc_replicates=qmc_replicates, qmc_seed=qmc_seed)
     if inits is None:
         inits = (start_point(tokens=tokens, alpha=alpha, lam=lam, kappa0=kappa0, Delta=Delta),)
     t = time.perf_counter()
     fps = erm_se.solve(p, inits=inits)
     sec = time.perf_counter() - t
-    best = next(f for f in fps if f.global_minimum).as_dict()
+    fp = next(f for f in fps if f.global_minimum)
+    best = fp.as_dict()
     row = {"tokens": tokens, "alpha": alpha, "alpha_bar": alpha * alpha_bar_factor(tokens),
-           "lam": lam, "seconds": sec, "fixed_points": len(fps),
-           **{k: best[k] for k in KEYS}, **{f"{k}_error": best[f"{k}_error"] for k in KEYS}}
+           "lam": lam, "seed": qmc_seed, "seconds": sec, "fixed_points": len(fps),
+           "residual": fp.residual,
+           "switching_replicates": fp.errors.get("switching_replicates", 0),
+           "switching_pooled": fp.errors.get("switching_pooled", 0),
+           **{k: best[k] for k in KEYS}, **{f"{k}_error": best[f"{k}_error"] for k in KEYS},
+           **{f"{k}_floor": fp.errors.get(f"{k}_floor", 0.0) for k in KEYS}}
     row.update(lam_sigma=lam * best["sigma"], lam_sigma_error=lam * best["sigma_error"],
                train_over_lam=best["train"] / lam, train_over_lam_error=best["train_error"] / lam)
+    row.update(split_train(row, kappa0=kappa0))
     return row
 
 
-def approximate_point(*, tokens: int, alpha: float, lam: float, start: tuple[float, float, float],
-                      kappa0: float = KAPPA0, Delta: float = DELTA, tol: float = 1e-6,
-                      max_iter: int = 60) -> dict:
-    """Where the pooled QMC map does not settle to 1e-9 (above alpha_interp, lambda <= 1e-3): the
-    iterate after ``max_iter`` steps (or at ``tol``) from ``start`` = (q, m, Sigma), its
-    ``residual``, and the training loss Phi there.  Phi is stationary at the fixed point, so a
-    residual r moves it only at second order; its bar is 3 standard errors of Phi over the 16
-    QMC replicates at the same point (the QMC noise of the value itself)."""
-    p = erm_se.ERMParams(alpha=alpha, kappa0=kappa0, Delta=Delta, lam=lam, tokens=tokens)
-    t = time.perf_counter()
-    try:
-        params, its, res = erm_se.fixed_point(p, q=start[0], m=start[1], sigma=start[2], tol=tol,
-                                              max_iter=max_iter)
-        q, m, sigma = params[:3]
-    except ConvergenceError as e:
-        (q, m, sigma), res, its = e.last_iterate, e.residual, max_iter
-    hats = erm_se.hats_from_overlaps(q, m, sigma, p)[:3]
-    train = erm_se.potential(q, m, sigma, *hats, p)
-    reps = np.array([erm_se.potential(q, m, sigma, *erm_se.hats_from_overlaps(
-        q, m, sigma, p, replicate=r)[:3], p, replicate=r) for r in range(p.qmc_replicates)])
-    err = 3 * float(reps.std(ddof=1) / math.sqrt(len(reps)))
-    return {"tokens": tokens, "alpha": alpha, "alpha_bar": alpha * alpha_bar_factor(tokens),
-            "lam": lam, "q": q, "m": m, "sigma": sigma, "residual": res, "iterations": its,
-            "train": train, "train_error": err, "train_over_lam": train / lam,
-            "train_over_lam_error": err / lam, "lam_sigma": lam * sigma,
-            "seconds": time.perf_counter() - t}
+def nuclear_norm(q_hat: float, m_hat: float, sigma_hat: float, *, lam: float,
+                 kappa0: float = KAPPA0) -> float:
+    """||S_hat||_* / d = eta int (x - eps)_+ dmu_delta (THEORY 3, learned spectrum)."""
+    s = spectral_integrals(kappa0=kappa0, delta=math.sqrt(q_hat) / m_hat, eps=2 * lam / m_hat)
+    return m_hat / sigma_hat * float(s.first)
+
+
+def split_train(row: dict, *, kappa0: float = KAPPA0) -> dict:
+    """The training loss split as train = loss + lambda N (THEORY 3: the data term alpha E[L]
+    at the prox and the regulariser lambda ||S||_* / d; the identity holds at a fixed point,
+    checked to 1e-12 at T = 3).  N from the hats, its bar the hats' bars carried linearly
+    (sum of |dN/dh| err_h, central differences); loss = train - lambda N with bar
+    train_error + lambda N_error.  lambda -> 0+: loss is nondecreasing and N nonincreasing in
+    lambda, so train(0+) <= loss(lambda) at every lambda."""
+    lam = row["lam"]
+    h = [row["q_hat"], row["m_hat"], row["sigma_hat"]]
+    nuc = nuclear_norm(*h, lam=lam, kappa0=kappa0)
+    err = 0.0
+    for k, name in enumerate(("q_hat", "m_hat", "sigma_hat")):
+        step = 1e-4 * h[k]
+        up, dn = list(h), list(h)
+        up[k] += step
+        dn[k] -= step
+        slope = (nuclear_norm(*up, lam=lam, kappa0=kappa0)
+                 - nuclear_norm(*dn, lam=lam, kappa0=kappa0)) / (2 * step)
+        err += abs(slope) * row[f"{name}_error"]
+    return {"nuclear": nuc, "nuclear_error": err, "loss": row["train"] - lam * nuc,
+            "loss_error": row["train_error"] + lam * err}
 
 
 def limit_point(*, tokens: int, alpha: float, kappa0: float = KAPPA0,
@@ -127,6 +143,7 @@ def main() -> None:
     ap.add_argument("--lams", default="1e-3,1e-4", help="weight decays, comma-separated")
     ap.add_argument("--scaling", action="store_true",
                     help="also T = 2 at the same alpha_bar (ratios < 1, lambda = 1e-3 only)")
+    ap.add_argument("--seed", type=int, default=0, help="QMC seed of the T >= 3 points")
     ap.add_argument("--out", default=None, help="write every row as JSON")
     a = ap.parse_args()
     rows = []
@@ -134,22 +151,21 @@ def main() -> None:
     lams = [float(v) for v in a.lams.split(",")]
     a_int = alpha_interp(a.tokens)
     print(f"alpha_interp(T = {a.tokens}) = {a_int:.7f}", flush=True)
-    print("T  alpha/a_int  alpha  lambda  train  test  train/lambda  lambda*Sigma  seconds")
+    print("T  alpha/a_int  alpha  lambda  train  loss  test  train/lambda  lambda*Sigma  "
+          "switching  seconds")
     for r in ratios:
         for lam in lams:
             try:
-                row = se_point(tokens=a.tokens, alpha=r * a_int, lam=lam)
-            except ConvergenceError as e:  # the QMC map does not settle to 1e-9 (above)
-                start = e.last_iterate[0] if isinstance(e.last_iterate, list) else e.last_iterate
-                row = approximate_point(tokens=a.tokens, alpha=r * a_int, lam=lam, start=start)
-                print(f"   (no fixed point to 1e-9: iterate after {row['iterations']} more steps, "
-                      f"residual {row['residual']:.1e})", flush=True)
-                row["test"] = float("nan")
+                row = se_point(tokens=a.tokens, alpha=r * a_int, lam=lam, qmc_seed=a.seed)
+            except ConvergenceError as e:
+                print(f"{a.tokens}  {r:g}  {lam:g}  no fixed point: {e}", flush=True)
+                continue
             row["ratio"] = r
             rows.append(row)
             print(f"{a.tokens}  {r:g}  {row['alpha']:.6g}  {lam:g}  {_fmt(row, 'train')}  "
-                  f"{_fmt(row, 'test')}  {_fmt(row, 'train_over_lam')}  "
-                  f"{_fmt(row, 'lam_sigma')}  {row['seconds']:.0f}", flush=True)
+                  f"{_fmt(row, 'loss')}  {_fmt(row, 'test')}  {_fmt(row, 'train_over_lam')}  "
+                  f"{_fmt(row, 'lam_sigma')}  {row['switching_replicates']}  "
+                  f"{row['seconds']:.0f}", flush=True)
         if r < 1:
             lim = limit_point(tokens=a.tokens, alpha=r * a_int)
             lim.update(ratio=r, lam=0.0)

@@ -60,7 +60,8 @@ from .records import ConvergenceError, require, require_reals
 
 __all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
            "potential", "fixed_point", "solve", "solve_tokens", "DEFAULT_INITS", "DEFAULT_INITS_TOKENS",
-           "InterpolatorLimit", "interpolator_limit"]
+           "InterpolatorLimit", "interpolator_limit", "map_jacobian", "ChordFixedPoint",
+           "chord_iterate", "chord_fixed_point"]
 
 # (q/Q0, m/Q0, Sigma) starting points: a weak, a middle and a strong overlap
 DEFAULT_INITS = ((0.2, 0.1, 20.0), (0.6, 0.5, 2.0), (0.95, 0.9, 0.2))
@@ -388,6 +389,124 @@ def _derived_tokens(p: ERMParams, params: tuple, replicate: int | None) -> dict:
 
 
 QMC_TOL = 1e-9  # fixed-point tolerance of the T >= 3 iteration (the QMC map is deterministic)
+QMC_MAX_ITER = 60  # damped Anderson steps on the full point set before the chord fallback
+JACOBIAN_STEP = 2e-3  # central-difference step of the pooled map's Jacobian (log q, m, log Sigma)
+
+
+def _map_residual(p: ERMParams, x: np.ndarray, *, prior: Callable | None,
+                  replicate: int | None, points: int | None = None) -> tuple[np.ndarray, tuple]:
+    """F(x) = G(x) - x for the SE map G in x = (log q, m, log Sigma) (THEORY 3), and the six
+    order parameters (G's overlaps, the hats at x)."""
+    prior = overlaps_from_hats if prior is None else prior
+    q, m, sigma = _from_x(x)
+    hats = hats_from_overlaps(q, m, sigma, p, replicate=replicate, points=points)[:3]
+    new = prior(*hats, p)[:3]
+    if not (new[0] > 0 and new[2] > 0):
+        raise ConvergenceError("ERM SE map left its domain", last_iterate=(q, m, sigma),
+                               residual=None)
+    return _to_x(*new) - x, (*new, *hats)
+
+
+def map_jacobian(p: ERMParams, *, q: float, m: float, sigma: float, prior: Callable | None = None,
+                 replicate: int | None = None, step: float = JACOBIAN_STEP) -> np.ndarray:
+    """Central-difference Jacobian (3 x 3) of F = G - id in (log q, m, log Sigma) at (q, m,
+    Sigma).  The QMC map jumps where a node's proximal minimiser switches branch (jumps of
+    order 1/nodes), so the step is wide (:data:`JACOBIAN_STEP`): the Jacobian only drives the
+    chord iteration of :func:`chord_fixed_point`, whose answer does not depend on it."""
+    x0 = _to_x(q, m, sigma)
+    cols = []
+    for k in range(3):
+        e = np.zeros(3)
+        e[k] = step
+        fp = _map_residual(p, x0 + e, prior=prior, replicate=replicate)[0]
+        fm = _map_residual(p, x0 - e, prior=prior, replicate=replicate)[0]
+        cols.append((fp - fm) / (2 * step))
+    return np.array(cols).T
+
+
+@dataclass(frozen=True)
+class ChordFixedPoint:
+    """A fixed point of a (piecewise-smooth) QMC SE map: ``params`` (q, m, Sigma, q_hat, m_hat,
+    Sigma_hat); ``ends``: empty when F(x) = 0 was met to the tolerance, else the six parameters
+    at each point of the cycle the chord iteration settled into (the map jumps across a
+    switching surface between them, so no exact fixed point exists; ``params`` is the cycle's
+    mean and the generalised fixed point lies in the cycle's hull); ``residual`` max |F| at
+    the last point."""
+
+    params: tuple
+    iterations: int
+    residual: float
+    ends: tuple = ()
+
+    def width(self) -> np.ndarray:
+        """Per parameter, the spread (max - min) over the cycle: 0 for an exact fixed point."""
+        if not self.ends:
+            return np.zeros(6)
+        arr = np.array(self.ends)
+        return arr.max(axis=0) - arr.min(axis=0)
+
+
+def chord_iterate(residual: Callable, x0: np.ndarray, jacobian: np.ndarray, *,
+                  tol: float = QMC_TOL, max_iter: int = 60, max_step: float = 0.5,
+                  label: str = "chord") -> tuple[np.ndarray, int, float, object, list]:
+    """The chord method x <- x - J^-1 F(x) for a piecewise-smooth F: ``residual(x)`` returns
+    (F(x), extra).  Returns (x, iterations, max |F(x)|, extra at x, cycle): ``cycle`` is empty when
+    max |F| < ``tol``, else the list of (x, extra) of a cycle the iteration settled into (a point
+    repeating an earlier one to ``tol``): near a switching surface where F jumps, the root of
+    each side's smooth branch lies on the other side and the iteration alternates between them;
+    the generalised root (where a convex combination of the two one-sided limits of F
+    vanishes) lies on the segment between them, to first order in their distance.  Steps are
+    capped at ``max_step`` per coordinate.  Raises :class:`ConvergenceError` otherwise."""
+    x = np.array(x0, dtype=float)
+    hist: list[tuple[np.ndarray, object]] = []
+    res = math.inf
+    for it in range(1, max_iter + 1):
+        F, extra = residual(x)
+        res = float(np.max(np.abs(F)))
+        if res < tol:
+            return x, it, res, extra, []
+        for j in range(len(hist) - 1, -1, -1):
+            if np.max(np.abs(hist[j][0] - x)) < tol:
+                return x, it, res, extra, hist[j:]
+        hist.append((x.copy(), extra))
+        step = np.linalg.solve(jacobian, F)
+        x = x - step * min(1.0, max_step / float(np.max(np.abs(step))))
+    raise ConvergenceError(label, last_iterate=x.tolist(), residual=res)
+
+
+def chord_fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, jacobian: np.ndarray,
+                      prior: Callable | None = None, replicate: int | None = None,
+                      tol: float = QMC_TOL, max_iter: int = 60,
+                      label: str = "ERM SE") -> ChordFixedPoint:
+    """Solve F(x) = G(x) - x = 0 in (log q, m, log Sigma) by :func:`chord_iterate` with a fixed
+    ``jacobian`` (:func:`map_jacobian` of the pooled map).  The T >= 3 QMC map is piecewise
+    smooth: at each node the prox's global minimiser can switch branch, and F jumps by
+    O(1/nodes) there (docs/erm.md, T = 3 threshold section).  A cycle across a switching surface
+    is returned as its mean (the hats recomputed there) with the cycle in ``ends``."""
+    lim = 0.999 * math.sqrt(p.Q0n * q)
+    x0 = _to_x(q, max(min(m, lim), -lim), sigma)
+
+    def residual(x: np.ndarray) -> tuple[np.ndarray, tuple]:
+        try:
+            return _map_residual(p, x, prior=prior, replicate=replicate)
+        except (ValueError, FloatingPointError) as e:
+            raise ConvergenceError(f"{label} map left its domain (chord)",
+                                   last_iterate=_from_x(x), residual=None) from e
+
+    try:
+        x, its, res, params, cycle = chord_iterate(
+            residual, x0, jacobian, tol=tol, max_iter=max_iter,
+            label=f"{label} fixed point (chord)")
+    except ConvergenceError as e:
+        raise ConvergenceError(str(e).split(" (last")[0], last_iterate=_from_x(
+            np.array(e.last_iterate)), residual=e.residual) from e
+    if not cycle:
+        return ChordFixedPoint(params=params, iterations=its, residual=res)
+    xm = np.mean([c[0] for c in cycle], axis=0)
+    qm, mm, sm = _from_x(xm)
+    hats = hats_from_overlaps(qm, mm, sm, p, replicate=replicate)[:3]
+    ends = tuple((*_from_x(c[0]), *c[1][3:]) for c in cycle)
+    return ChordFixedPoint(params=(qm, mm, sm, *hats), iterations=its, residual=res, ends=ends)
 
 
 def solve_tokens(p: ERMParams, *, inits: tuple, label: str, prior: Callable | None = None,
@@ -398,40 +517,88 @@ def solve_tokens(p: ERMParams, *, inits: tuple, label: str, prior: Callable | No
     ``errors`` also holds ``*_stderr`` and ``*_bias`` (mean of the replicate fixed points minus
     the pooled one: a nonlinearity check, expected well inside the standard error).  ``prior``
     (:func:`fixed_point`) and ``derived`` ((p, params, replicate) -> train, test, mse, rank)
-    default to the factorised model's; a cheap pass with 1/16 of the points comes first."""
+    default to the factorised model's; a cheap pass with 1/16 of the points comes first.
+
+    The QMC maps are piecewise smooth (a node's prox minimiser switches branch across a
+    surface; one node moves a single-replicate map by ~1e-4 above alpha_interp), so a map can
+    have no exact fixed point.  Where the Anderson iteration does not reach :data:`QMC_TOL`
+    (:data:`QMC_MAX_ITER` steps on the pooled map, 40 on a replicate), the chord iteration
+    with the pooled map's Jacobian takes over (:func:`chord_fixed_point`); a cycle across a
+    switching surface is replaced by its mean, and its spread (``*_floor``: the pooled one
+    added to the bar as is; the replicates' as their effect on the standard error,
+    sqrt(sum_r w_r^2 / (R (R - 1)))) widens the bar; ``errors["switching_replicates"]`` and
+    ``errors["switching_pooled"]`` count the maps solved as cycles."""
     names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
     derived = _derived_tokens if derived is None else derived
     R = p.qmc_replicates
-    kw = {"tol": QMC_TOL, "label": label, "max_iter": 300, "prior": prior}
+    kw = {"tol": QMC_TOL, "label": label, "prior": prior}
     found: list[FixedPoint] = []
     failures = []
     cheap: list[tuple] = []
     for qi, mi, si in inits:
         try:
-            first, _, _ = fixed_point(p, q=qi * p.Q0, m=mi * p.Q0, sigma=si,
+            first, _, _ = fixed_point(p, q=qi * p.Q0, m=mi * p.Q0, sigma=si, max_iter=300,
                                       points=max(p.qmc_points // 16, 2**5), **kw)
             if any(_close(first, c, 1e-3) for c in cheap):
                 continue
             cheap.append(first[:3])
-            params, its, res = fixed_point(p, q=first[0], m=first[1], sigma=first[2], **kw)
+            jac = None
+            try:
+                params, its, res = fixed_point(p, q=first[0], m=first[1], sigma=first[2],
+                                               max_iter=QMC_MAX_ITER, **kw)
+                pooled = ChordFixedPoint(params=params, iterations=its, residual=res)
+            except ConvergenceError as e:
+                start = e.last_iterate
+                jac = map_jacobian(p, q=start[0], m=start[1], sigma=start[2], prior=prior)
+                pooled = chord_fixed_point(p, q=start[0], m=start[1], sigma=start[2],
+                                           jacobian=jac, **kw)
+            params = pooled.params
             if any(_close(params, (f.q, f.m, f.sigma)) for f in found):
                 continue
-            reps = [fixed_point(p, q=params[0], m=params[1], sigma=params[2], replicate=r,
-                                **kw)[0] for r in range(R)]
+            reps: list[ChordFixedPoint] = []
+            for r in range(R):
+                try:
+                    x, its_r, res_r = fixed_point(p, q=params[0], m=params[1], sigma=params[2],
+                                                  replicate=r, max_iter=40, **kw)
+                    reps.append(ChordFixedPoint(params=x, iterations=its_r, residual=res_r))
+                except ConvergenceError:
+                    if jac is None:
+                        jac = map_jacobian(p, q=params[0], m=params[1], sigma=params[2],
+                                           prior=prior)
+                    reps.append(chord_fixed_point(p, q=params[0], m=params[1],
+                                                  sigma=params[2], jacobian=jac, replicate=r,
+                                                  **kw))
         except ConvergenceError as e:
             failures.append(e)
             continue
+
+        def spread(cfp: ChordFixedPoint, r: int | None) -> dict:
+            """Per quantity, the spread over the cycle (0 for an exact fixed point)."""
+            if not cfp.ends:
+                return {}
+            ds = [{**dict(zip(names, e, strict=True)), **derived(p, e, r)} for e in cfp.ends]
+            return {k: max(d[k] for d in ds) - min(d[k] for d in ds) for k in ds[0]}
+
         vals = {**dict(zip(names, params, strict=True)), **derived(p, params, None)}
-        rep_vals = [{**dict(zip(names, x, strict=True)), **derived(p, x, r)}
-                    for r, x in enumerate(reps)]
-        errors = {}
+        floor_pooled = spread(pooled, None)
+        rep_vals = [{**dict(zip(names, c.params, strict=True)), **derived(p, c.params, r)}
+                    for r, c in enumerate(reps)]
+        rep_spread = [spread(c, r) for r, c in enumerate(reps)]
+        errors: dict = {}
         for k in vals:
             arr = np.array([rv[k] for rv in rep_vals])
             se = float(arr.std(ddof=1) / math.sqrt(R))
-            errors[k] = qmc_route.COVER * se
+            w = np.array([s.get(k, 0.0) for s in rep_spread])
+            floor_se = float(math.sqrt(np.sum(w * w) / (R * (R - 1))))
+            floor = floor_pooled.get(k, 0.0)
+            errors[k] = qmc_route.COVER * (se + floor_se) + floor
             errors[f"{k}_stderr"] = se
             errors[f"{k}_bias"] = float(arr.mean() - vals[k])
-        found.append(FixedPoint(**vals, iterations=its, residual=res, errors=errors))
+            errors[f"{k}_floor"] = floor + floor_se
+        errors["switching_replicates"] = sum(bool(c.ends) for c in reps)
+        errors["switching_pooled"] = int(bool(pooled.ends))
+        found.append(FixedPoint(**vals, iterations=pooled.iterations, residual=pooled.residual,
+                                errors=errors))
     if not found:
         raise ConvergenceError(f"no {label} start converged (T = {p.tokens})", last_iterate=[
             f.last_iterate for f in failures], residual=[f.residual for f in failures])
