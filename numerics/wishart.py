@@ -950,6 +950,9 @@ def _estimate(delta: Any, rho: Any, dps: int | None, key: str, what: str) -> Est
         value=fine[key],
         error=err,
         method=(
+            f"{what}: the large-Delta series (Delta > {DELTA_SERIES:g}; THEORY 1.1, I-MMSE), "
+            "error its remainder bound and a few ulps"
+            if dps is None and float(delta) > DELTA_SERIES else
             f"{what}: theta-substituted composite Gauss-Legendre, "
             f"{'orders' if dps is None else 'panel orders for digits'} {orders[0]:g}/{orders[1]:g}"
         ),
