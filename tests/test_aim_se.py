@@ -136,17 +136,18 @@ def test_large_alpha_fixed_point_below_the_v_grid(name):
     # At large alpha the hardmax fixed point V ~ C / alpha^2 falls below the V grid's lower end
     # (1e-6, reached near alpha ~ 300): the scan goes on in decades. Independent route: the
     # asymptotic law, alpha^2 mmse at alpha = 1e3 and 1e4 against the same product at alpha =
-    # 100, where the root lies on the grid (found there before the extension existed).
+    # 300, where the root still lies on the grid (found there before the extension existed);
+    # the law's own O(1/alpha) drift is 5e-5 from 300 to 1e3 (hardmax), 2e-5 from 1e3 to 1e4.
     from aim_sym.channels import noisy_hardmax
 
     cc = (compile_channel(hardmax(2)) if name == "hardmax"
           else compile_channel(noisy_hardmax(2), {"epsilon": 0.1}))
     prod = {}
-    for a in (100.0, 1e3, 1e4):
+    for a in (300.0, 1e3, 1e4):
         bo = aim_se.bayes_optimal(aim_se.fixed_points(cc, alpha=a, rho=0.5))
         assert bo.mmse > 0 and bo.stable and bo.error < 1e-4 * bo.mmse, (a, bo)
         prod[a] = a * a * bo.mmse
-    assert abs(prod[1e3] / prod[100.0] - 1) < 2e-4, prod
+    assert abs(prod[1e3] / prod[300.0] - 1) < 1e-4, prod
     assert abs(prod[1e4] / prod[1e3] - 1) < 5e-5, prod
     # the traced curve reaches there too and agrees with the per-alpha route
     rows = aim_curve.curve(cc, alphas=[1e3, 1e4], rho=0.5, tol=1e-12)
