@@ -149,6 +149,16 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
 # 0.19, c = 1 the Newton corrections to the root are -6.75e-6, -7.50e-6, and -7.54e-6 at
 # (14, 48, 64): the last step bounds the error of the refined one)
 ROUTE_A_ORDERS = ((8, 24, 32), (10, 32, 40), (12, 40, 48))
+# ... for skip < 1 the h rule needs twice the nodes (its Gauss-Hermite ratio rule of fixed scale
+# meets h features of width c): at c = 0.5, q2 = 0.02 the orders above give K2 = 0.09576,
+# 0.09633, 0.09512 (mass off by 1.6e-3 at the last), 2.4 % from the converged 0.0928523 (h
+# orders 128 and 160 agree to 1e-7), beyond their bar; these give 0.09410, 0.09315, 0.09290
+# (5.6e-4 relative off, the last change 2.6e-3)
+ROUTE_A_ORDERS_SMALL_SKIP = ((8, 48, 32), (10, 64, 40), (12, 80, 48))
+
+
+def _route_a_orders(skip: float) -> tuple:
+    return ROUTE_A_ORDERS if skip >= 1.0 else ROUTE_A_ORDERS_SMALL_SKIP
 
 
 def _psi_rel(q2, c, beta, order=ROUTE_A_ORDERS[1]):
@@ -206,27 +216,29 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
 
 def _layer2_point_small(*, alpha, skip, beta) -> dict:
     """Layer-2 point with q2 < 0.1 (posterior broad), by route A: Brent at the root order of
-    :data:`ROUTE_A_ORDERS`, then a Newton correction ``(T(q2) - q2) / (1 - T'(q2))`` of the root
-    at each refined order (``T(q) = (1 - q) alpha K2(q)``, slope from the root order); value:
-    the last one; error: the change between the two corrections."""
+    :data:`ROUTE_A_ORDERS` (:data:`ROUTE_A_ORDERS_SMALL_SKIP` at skip < 1), then a Newton
+    correction ``(T(q2) - q2) / (1 - T'(q2))`` of the root at each refined order (``T(q) =
+    (1 - q) alpha K2(q)``, slope from the root order); value: the last one; error: the change
+    between the two corrections."""
+    orders = _route_a_orders(skip)
 
     def T(q, o):
         return (1 - q) * alpha * layer2_stats(q, o, c=skip, beta=beta)["K2"]
 
     a, b = 1e-6, 0.15
-    fa, fb = a - T(a, ROUTE_A_ORDERS[0]), b - T(b, ROUTE_A_ORDERS[0])
+    fa, fb = a - T(a, orders[0]), b - T(b, orders[0])
     if fa * fb > 0:
         raise ConvergenceError("layer-2 point (q2 < 0.1) not bracketed", last_iterate=(a, b),
                                residual=(fa, fb))
     from scipy import optimize
 
-    q0 = optimize.brentq(lambda q: q - T(q, ROUTE_A_ORDERS[0]), a, b, xtol=1e-10, maxiter=60)
+    q0 = optimize.brentq(lambda q: q - T(q, orders[0]), a, b, xtol=1e-10, maxiter=60)
     d = 1e-3 * q0
-    slope = (T(q0 + d, ROUTE_A_ORDERS[0]) - T(q0 - d, ROUTE_A_ORDERS[0])) / (2 * d)
-    shifts = [(T(q0, o) - q0) / (1 - slope) for o in ROUTE_A_ORDERS[1:]]
+    slope = (T(q0 + d, orders[0]) - T(q0 - d, orders[0])) / (2 * d)
+    shifts = [(T(q0, o) - q0) / (1 - slope) for o in orders[1:]]
     q2, err = q0 + shifts[1], abs(shifts[1] - shifts[0])
-    psi, s_hi = _psi_rel(q2, skip, beta, order=ROUTE_A_ORDERS[2])
-    psi_lo, _ = _psi_rel(q2, skip, beta, order=ROUTE_A_ORDERS[1])
+    psi, s_hi = _psi_rel(q2, skip, beta, order=orders[2])
+    psi_lo, _ = _psi_rel(q2, skip, beta, order=orders[1])
     return _layer2_record(alpha=alpha, q2=q2, err=err, K2=s_hi["K2"], psi=psi,
                           phi_error=alpha * abs(psi - psi_lo), mu1=s_hi["mu1"],
                           eigenvalue=alpha * s_hi["mu1"], skip=skip, beta=beta,
