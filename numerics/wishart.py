@@ -938,10 +938,11 @@ def _estimate(delta: Any, rho: Any, dps: int | None, key: str, what: str) -> Est
         # mutual information loses digits as Delta grows (measured against the mpmath route at
         # rho = 0.5, 3: up to about 0.1 eps sqrt(Delta) relative at Delta = 1e3 .. 1e12, where
         # the refinement difference fell short of the error by up to 5x)
-        floor = (16 + math.sqrt(float(delta)) if key == "mi" else 4) * EPS
-        err = max(float(abs(fine[key] - coarse[key])), floor * abs(float(fine[key])))
         if float(delta) > DELTA_SERIES:
             err = 4 * EPS * abs(float(fine[key])) + _large_delta_error(rho, delta, key)
+        else:
+            floor = (16 + math.sqrt(float(delta)) if key == "mi" else 4) * EPS
+            err = max(float(abs(fine[key] - coarse[key])), floor * abs(float(fine[key])))
     else:
         orders, prec = (_mp_digits(int(dps), True), _mp_digits(int(dps))), int(dps)
         with mpmath.workdps(int(dps) + _GUARD):
