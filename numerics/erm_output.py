@@ -41,6 +41,7 @@ import numpy as np
 from .records import ConvergenceError, require
 
 __all__ = ["OutputMoments", "output_moments", "output_moments_split", "generalisation_error",
+           "ZeroEstimatorRates", "zero_estimator_rates",
            "prox_step", "row_loss", "SPLIT_ORDER", "SPLIT_ORDER_LO"]
 
 _G = np.array([[3.0, 1.0], [1.0, 3.0]])
@@ -247,6 +248,43 @@ def generalisation_error(*, q: float, m: float, Q0n: float, beta: float = 1.0, b
     ell, omega = chol @ xi
     diff = _sigmoid(beta0 * ell) - _sigmoid(beta * omega)
     return float(4.0 * (wt @ (diff * diff)))
+
+
+@dataclass(frozen=True)
+class ZeroEstimatorRates:
+    """The output side at the zero estimator S_hat = 0 (q = m = Sigma -> 0), per unit alpha.
+
+    The prox moves z by p - z = -Sigma grad loss(0) + o(Sigma), so the hats stay finite:
+    q_hat = alpha q_hat_rate, etc. (THEORY 3; derivation in docs/erm.md "The zero estimator")."""
+
+    q_hat_rate: float  # 2 E |grad_u loss(0)|^2 = 2 beta^2 E[u^T G u], u_i = y_i - 1/2
+    m_hat_rate: float  # -2 E[grad_u loss(0) . z0n] / Q0n = 2 beta E[u . ell] / Q0n
+    sigma_hat_rate: float  # 2 E tr Hess_u loss(0) = 2 (beta^2 / 4) tr G = 3 beta^2
+    loss: float  # E loss(0) = 4 E[u_1^2]: the training loss per alpha, and the test error
+    errors: dict = field(default_factory=dict)  # two trapezoidal steps
+
+
+def _zero_rates(Q0n: float, beta: float, beta0: float, step: float) -> tuple[float, ...]:
+    xi, wt = _trapezoid_nodes(step, 2)
+    ell = np.linalg.cholesky(Q0n * _G) @ xi  # ell = A z0n ~ N(0, Q0n G)
+    u = _sigmoid(beta0 * ell) - 0.5
+    q_rate = 2 * beta * beta * float(wt @ np.einsum("in,ij,jn->n", u, _G, u))
+    m_rate = 2 * beta * float(wt @ np.einsum("in,in->n", u, ell)) / Q0n
+    loss = 2 * float(wt @ np.einsum("in,in->n", u, u))
+    return q_rate, m_rate, 3 * beta * beta, loss
+
+
+def zero_estimator_rates(*, Q0n: float, beta: float = 1.0,
+                         beta0: float = 1.0) -> ZeroEstimatorRates:
+    """The T = 2 output side's limit at S_hat = 0 (:class:`ZeroEstimatorRates`): two-dimensional
+    trapezoidal rule in whitened coordinates (steps 0.2 and 0.25 for the error, floored at a
+    few ulps)."""
+    fine = _zero_rates(Q0n, beta, beta0, 0.2)
+    coarse = _zero_rates(Q0n, beta, beta0, 0.25)
+    names = ("q_hat_rate", "m_hat_rate", "sigma_hat_rate", "loss")
+    errors = {k: max(abs(a - b), 8 * np.finfo(float).eps * abs(a))
+              for k, a, b in zip(names, fine, coarse, strict=True)}
+    return ZeroEstimatorRates(*fine, errors=errors)
 
 
 # ---------------------------------------------------------------------------------------------

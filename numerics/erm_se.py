@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.optimize import brentq
+from scipy.optimize import brentq, root
 
 from . import erm_output_tokens as qmc_route
 from .erm_output import (
@@ -53,14 +53,17 @@ from .erm_output import (
     generalisation_error,
     output_moments,
     output_moments_split,
+    zero_estimator_rates,
 )
 from .erm_spectral import spectral_integrals
 from .erm_thresholds import delta_bracket
 from .records import ConvergenceError, require, require_reals
+from .wishart import support
 
 __all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
            "potential", "fixed_point", "solve", "solve_tokens", "DEFAULT_INITS", "DEFAULT_INITS_TOKENS",
-           "InterpolatorLimit", "interpolator_limit", "map_jacobian", "ChordFixedPoint",
+           "InterpolatorLimit", "interpolator_limit", "map_jacobian", "zero_estimator",
+           "spectral_fixed_point", "ChordFixedPoint",
            "chord_iterate", "chord_fixed_point"]
 
 # (q/Q0, m/Q0, Sigma) starting points: a weak, a middle and a strong overlap
@@ -70,6 +73,7 @@ DEFAULT_INITS = ((0.2, 0.1, 20.0), (0.6, 0.5, 2.0), (0.95, 0.9, 0.2))
 # Delta = 0, T = 3).  A start that reaches an earlier one's fixed point costs only the cheap stage.
 DEFAULT_INITS_TOKENS = (*DEFAULT_INITS, (0.6, 0.5, 200.0))
 _START_ORDER = 12  # Gauss-Hermite order of the first, cheap approach to a fixed point
+MIN_DAMPING = 0.02  # the smallest damping the iteration halves down to when a step leaves the domain
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,7 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
     fs: list[np.ndarray] = []
     res = math.inf
     hats = (math.nan,) * 3
+    good: np.ndarray | None = None  # the last iterate at which the map was defined
     for it in range(1, max_iter + 1):
         qq, mm, ss = _from_x(x)
         # keep the iterate admissible (m^2 < Q0n q)
@@ -238,13 +243,19 @@ def fixed_point(p: ERMParams, *, q: float, m: float, sigma: float, order: int = 
             hats = hats_from_overlaps(qq, mm, ss, p, order=order, replicate=replicate,
                                       points=points, rule=rule)[:3]
             new = prior(*hats, p)[:3]
-        except (ValueError, FloatingPointError) as e:
-            raise ConvergenceError(f"{label} map left its domain", last_iterate=(qq, mm, ss),
-                                   residual=res) from e
-        gx = _to_x(*new) if new[0] > 0 and new[2] > 0 else None
+            gx = _to_x(*new) if new[0] > 0 and new[2] > 0 else None
+        except (ValueError, FloatingPointError):
+            gx = None
         if gx is None or not np.all(np.isfinite(gx)):
-            raise ConvergenceError(f"{label} map left its domain", last_iterate=(qq, mm, ss),
-                                   residual=res)
+            # a step left the map's domain: back to the last good iterate with half the
+            # damping and no Anderson history (small alpha: the first steps overshoot)
+            if good is None or damping < MIN_DAMPING:
+                raise ConvergenceError(f"{label} map left its domain",
+                                       last_iterate=(qq, mm, ss), residual=res)
+            damping /= 2
+            x, xs, fs = good + damping * fs[-1], xs[-1:], fs[-1:]
+            continue
+        good = x.copy()
         f = gx - x
         res = float(np.max(np.abs(f)))
         if res < tol:
@@ -324,6 +335,7 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
         require(prior is None and derived is None, "tokens",
                 "2 for a custom prior side (T >= 3 is the factorised model only)", p.tokens)
         return solve_tokens(p, inits=inits, label=label)
+    zero = zero_estimator(p) if prior is None and derived is None else None
     if derived is None:
         def derived(p, params, order):
             return _derived(p, params, order, rule)
@@ -333,7 +345,22 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
     found: list[FixedPoint] = []
     failures = []
     cheap: list[tuple] = []
+
+    def add(params: tuple, lo: tuple, its: int, res: float) -> None:
+        if any(_close(params, (f.q, f.m, f.sigma)) for f in found):
+            return
+        d_hi, d_lo = derived(p, params, order), derived(p, lo, order_lo)
+        # Gauss-Hermite converges only algebraically here (the prox switches minimiser across
+        # a surface): orders 24/30/36 move q by nearly equal steps.  The bar of the order-n
+        # value assumes error ~ C / n (first order at least), i.e. |x_n - x_lo| n_lo / (n - n_lo).
+        grow = (split_factor if rule == "split" else algebraic_factor)(order, order_lo)
+        errors = {k: grow * abs(a - b) for k, a, b in zip(names, params, lo, strict=True)}
+        errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
+        found.append(FixedPoint(*params, **d_hi, iterations=its, residual=res, errors=errors))
+
     for qi, mi, si in inits:
+        if qi <= 0 or si <= 0:  # the zero estimator (a previous point of a curve) as a start
+            continue
         # a cheap order first, then the two orders of the error estimate, each started from
         # the previous fixed point
         start = (qi * p.Q0, mi * p.Q0, si)
@@ -353,21 +380,116 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
         except ConvergenceError as e:
             failures.append(e)
             continue
-        if any(_close(params, (f.q, f.m, f.sigma)) for f in found):
-            continue
-        d_hi, d_lo = derived(p, params, order), derived(p, lo, order_lo)
-        # Gauss-Hermite converges only algebraically here (the prox switches minimiser across
-        # a surface): orders 24/30/36 move q by nearly equal steps.  The bar of the order-n
-        # value assumes error ~ C / n (first order at least), i.e. |x_n - x_lo| n_lo / (n - n_lo).
-        grow = (split_factor if rule == "split" else algebraic_factor)(order, order_lo)
-        errors = {k: grow * abs(a - b) for k, a, b in zip(names, params, lo, strict=True)}
-        errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
-        found.append(FixedPoint(*params, **d_hi, iterations=its, residual=res, errors=errors))
+        add(params, lo, its, res)
+    if not found and zero is None and p.tokens == 2 and prior is None and p.lam > 0:
+        # small alpha: the damped iteration leaves its domain; the root in the prior side's
+        # coordinates, started from the hats at S_hat = 0, does not
+        try:
+            first = spectral_fixed_point(p, hats=_zero_hats(p), order=_ORDER_LO if
+                                         rule == "split" else min(_START_ORDER, order_lo))
+            lo = spectral_fixed_point(p, hats=first[0][3:], order=order_lo, rule=rule)[0]
+            params, its, res = spectral_fixed_point(p, hats=lo[3:], order=order, rule=rule)
+            if params[0] > 0:
+                add(params, lo, its, res)
+        except ConvergenceError as e:
+            failures.append(e)
+    if zero is not None:
+        found.append(zero)
     if not found:
         raise ConvergenceError(f"no {label} start converged", last_iterate=[
             f.last_iterate for f in failures], residual=[f.residual for f in failures])
     best = min(range(len(found)), key=lambda i: found[i].train)
     return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
+
+
+def _zero_hats(p: ERMParams) -> tuple[float, float, float]:
+    r = zero_estimator_rates(Q0n=p.Q0n, beta=p.beta, beta0=p.beta0)
+    return p.alpha * r.q_hat_rate, p.alpha * r.m_hat_rate, p.alpha * r.sigma_hat_rate
+
+
+def spectral_fixed_point(p: ERMParams, *, hats: tuple, order: int = _ORDER, tol: float = 1e-9,
+                         rule: str = "gh") -> tuple[tuple, int, float]:
+    """The fixed point as a root in the prior side's coordinates y = log(delta, eps, eta)
+    (delta = sqrt(q_hat)/m_hat, eps = 2 lambda/m_hat, eta = m_hat/Sigma_hat), T = 2, lambda > 0,
+    factorised, started from ``hats``.
+
+    Where S_hat = 0 (eps beyond the edge of mu_delta) the output side takes its q -> 0 limit
+    (:func:`.erm_output.zero_estimator_rates`), so the map is defined everywhere; the damped
+    iteration in (log q, m, log Sigma) is not (it leaves its domain at small alpha, where a
+    step in eps crosses the edge).  Powell's hybrid method (MINPACK hybrd) on G(y) - y.
+    ``rule``: the output rule (:data:`RULES`).  Returns what :func:`fixed_point` returns;
+    raises :class:`ConvergenceError`."""
+    require(p.tokens == 2 and p.lam > 0, "tokens, lam", "2 and > 0 for the spectral-coordinate "
+            "solver", (p.tokens, p.lam))
+    zero = _zero_hats(p)
+
+    def coords(h: tuple) -> np.ndarray:
+        return np.log([math.sqrt(h[0]) / h[1], 2 * p.lam / h[1], h[1] / h[2]])
+
+    def hats_of(y: np.ndarray) -> tuple[float, float, float]:
+        delta, eps, eta = np.exp(y)
+        m_hat = 2 * p.lam / eps
+        return (delta * m_hat) ** 2, m_hat, m_hat / eta
+
+    def step(y: np.ndarray) -> tuple[np.ndarray, tuple, tuple]:
+        q, m, sigma = overlaps_from_hats(*hats_of(y), p)[:3]
+        if q > 0 and sigma > 0:
+            lim = 0.999 * math.sqrt(p.Q0n * q)
+            h = hats_from_overlaps(q, max(min(m, lim), -lim), sigma, p, order=order,
+                                   rule=rule)[:3]
+        else:
+            h = zero
+        return coords(h), (q, m, sigma), h
+
+    def residual(y: np.ndarray) -> np.ndarray:
+        try:
+            out = step(y)[0] - y
+        except (ValueError, FloatingPointError):
+            return np.full(3, 1e3)
+        return out if np.all(np.isfinite(out)) else np.full(3, 1e3)
+
+    sol = root(residual, coords(hats), method="hybr", options={"xtol": 1e-13})
+    y = sol.x
+    res = float(np.max(np.abs(residual(y))))
+    if not res < tol:
+        raise ConvergenceError("ERM SE fixed point (spectral coordinates)",
+                               last_iterate=tuple(np.exp(y)), residual=res)
+    h = hats_of(y)
+    q, m, sigma = overlaps_from_hats(*h, p)[:3]
+    return (q, m, sigma, *h), int(sol.nfev), res
+
+
+def zero_estimator(p: ERMParams) -> FixedPoint | None:
+    """The zero estimator S_hat = 0 as a fixed point (T = 2, factorised; docs/erm.md "The zero
+    estimator"), or None where it is not one.
+
+    At q = m = Sigma -> 0 the hats are alpha times the rates of
+    :func:`.erm_output.zero_estimator_rates`; the prior side returns S_hat = 0 exactly when
+    eps = 2 lambda / m_hat lies at or beyond the right edge of mu_delta, delta = sqrt(q_hat) /
+    m_hat (then J = d J = 0 and q = m = Sigma = 0).  The log-q iteration cannot reach this
+    point (q = 0), so it is tested directly.  Errors: the rates' two trapezoidal steps; q, m,
+    Sigma, mse and rank are exact there.  None also when the edge test is within those errors
+    of the boundary (the caller's iteration decides)."""
+    if p.tokens != 2 or p.lam == 0:
+        return None
+    r = zero_estimator_rates(Q0n=p.Q0n, beta=p.beta, beta0=p.beta0)
+    q_hat, m_hat, sigma_hat = (p.alpha * r.q_hat_rate, p.alpha * r.m_hat_rate,
+                               p.alpha * r.sigma_hat_rate)
+    if not m_hat > 0:
+        return None
+    delta, eps = math.sqrt(q_hat) / m_hat, 2 * p.lam / m_hat
+    edge = support(p.kappa0, delta * delta)[-1][1]
+    rel = r.errors["m_hat_rate"] / r.m_hat_rate + r.errors["q_hat_rate"] / r.q_hat_rate
+    if eps <= edge * (1 + 10 * rel + 1e-12):
+        return None
+    errors = {"q": 0.0, "m": 0.0, "sigma": 0.0, "mse": 0.0, "rank": 0.0,
+              "q_hat": p.alpha * r.errors["q_hat_rate"],
+              "m_hat": p.alpha * r.errors["m_hat_rate"],
+              "sigma_hat": p.alpha * r.errors["sigma_hat_rate"],
+              "train": p.alpha * r.errors["loss"], "test": r.errors["loss"]}
+    return FixedPoint(0.0, 0.0, 0.0, q_hat, m_hat, sigma_hat, train=p.alpha * r.loss,
+                      test=r.loss, mse=p.Q0, rank=0.0, iterations=0, residual=0.0,
+                      errors=errors)
 
 
 def _close(a: tuple, b: tuple, rel: float = 1e-6) -> bool:

@@ -1,0 +1,144 @@
+"""The zero estimator S_hat = 0 and small alpha in the T = 2 ERM SE (THEORY 3; docs/erm.md "The
+zero estimator and small alpha").
+
+Before: `se --model erm --lam 10 --alpha 0.5` and `--lam 0.01 --alpha 0.01` (and below) exited 3:
+the damped iteration in (log q, m, log Sigma) cannot represent q = 0 and left its domain.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from aim_sym.numerics import erm_se
+from aim_sym.numerics.erm_output import zero_estimator_rates
+from aim_sym.numerics.erm_se import ERMParams, hats_from_overlaps
+from aim_sym.numerics.wishart import support
+from scipy.integrate import quad
+from scipy.optimize import brentq
+
+
+def _sigmoid(x: float) -> float:
+    return 0.5 * (1.0 + math.tanh(0.5 * x))
+
+
+def _gauss(f, var: float) -> float:
+    s = math.sqrt(var)
+    return quad(lambda t: f(s * t) * math.exp(-0.5 * t * t) / math.sqrt(2 * math.pi),
+                -40, 40, epsabs=1e-14, epsrel=1e-12, limit=200)[0]
+
+
+@pytest.mark.parametrize("beta,beta0,Q0n", [(1.0, 1.0, 1.75), (1.3, 0.7, 1.2)])
+def test_rates_against_one_dimensional_forms(beta, beta0, Q0n):
+    """Stein's lemma on each row (ell_i ~ N(0, 3 Q0n)): m_hat / alpha = 12 beta beta0
+    E sigmoid'(beta0 ell); E loss(0) = 4 E (sigmoid(beta0 ell) - 1/2)^2; Sigma_hat / alpha =
+    3 beta^2; q_hat / alpha = 2 beta^2 (6 E u^2 + 2 E u_1 u_2) needs the rows' correlation
+    (Cov = Q0n), done here by a 1-d conditional: ell_2 | ell_1 ~ N(ell_1 / 3, 8 Q0n / 3)."""
+    r = zero_estimator_rates(Q0n=Q0n, beta=beta, beta0=beta0)
+    var = 3 * Q0n
+    dsig = _gauss(lambda x: _sigmoid(beta0 * x) * (1 - _sigmoid(beta0 * x)), var)
+    u2 = _gauss(lambda x: (_sigmoid(beta0 * x) - 0.5) ** 2, var)
+
+    def cond(x1: float) -> float:  # E[u_2 | ell_1 = x1]
+        return _gauss(lambda t: _sigmoid(beta0 * (x1 / 3 + t)) - 0.5, 8 * Q0n / 3)
+
+    u12 = _gauss(lambda x: (_sigmoid(beta0 * x) - 0.5) * cond(x), var)
+    assert r.m_hat_rate == pytest.approx(12 * beta * beta0 * dsig, rel=1e-11)
+    assert r.loss == pytest.approx(4 * u2, rel=1e-11)
+    assert r.sigma_hat_rate == 3 * beta * beta
+    assert r.q_hat_rate == pytest.approx(2 * beta * beta * (6 * u2 + 2 * u12), rel=1e-9)
+    for k, e in r.errors.items():
+        assert 0 < e < 1e-11, k
+
+
+def test_rates_are_the_output_sides_limit():
+    """The full output side (prox by Newton, 4-d Gauss-Hermite) at (q, m, Sigma) -> 0 tends to
+    alpha times the rates: at scale 1e-5 within its Gauss-Hermite error (~1e-4 relative)."""
+    p = ERMParams(alpha=1.0, kappa0=0.5, Delta=0.5, lam=0.01)
+    r = zero_estimator_rates(Q0n=p.Q0n)
+    prev = None
+    for t in (1e-3, 1e-5):
+        q_hat, m_hat, sigma_hat, env = hats_from_overlaps(t, 0.3 * t, t, p)
+        dev = (abs(q_hat / r.q_hat_rate - 1), abs(m_hat / r.m_hat_rate - 1),
+               abs(sigma_hat / r.sigma_hat_rate - 1))
+        if prev is not None:  # Sigma_hat approaches its rate like Sigma (the prox's I + Sigma H)
+            assert dev[2] < 0.02 * prev[2]
+        prev = dev
+    assert max(prev) < 3e-4
+    assert env == pytest.approx(r.loss, rel=3e-4)
+
+
+def _alpha0(lam: float) -> float:
+    """alpha below which S_hat = 0 is a fixed point: eps = 2 lam / m_hat at the right edge."""
+    def gap(a: float) -> float:
+        p = ERMParams(alpha=a, kappa0=0.5, Delta=0.5, lam=lam)
+        q_hat, m_hat, _ = erm_se._zero_hats(p)
+        d = math.sqrt(q_hat) / m_hat
+        return 2 * lam / m_hat - support(0.5, d * d)[-1][1]
+    return brentq(gap, 1e-7, 10.0, xtol=1e-18, rtol=1e-14)
+
+
+def test_zero_estimator_is_a_fixed_point_only_beyond_the_edge():
+    a0 = _alpha0(0.01)
+    assert 5e-5 < a0 < 1e-4   # ~ 0.68 lam^2 from the semicircle edge 2 delta at large delta
+    assert erm_se.zero_estimator(ERMParams(alpha=0.99 * a0, kappa0=0.5, Delta=0.5,
+                                           lam=0.01)) is not None
+    assert erm_se.zero_estimator(ERMParams(alpha=1.01 * a0, kappa0=0.5, Delta=0.5,
+                                           lam=0.01)) is None
+    p = ERMParams(alpha=0.5, kappa0=0.5, Delta=0.5, lam=10.0)
+    z = erm_se.zero_estimator(p)
+    assert (z.q, z.m, z.sigma, z.rank, z.mse) == (0.0, 0.0, 0.0, 0.0, p.Q0)
+    assert z.train == pytest.approx(p.alpha * z.test, rel=1e-14)  # no regulariser at S_hat = 0
+    # the potential's data term at the zero estimator: alpha E loss(0), the uniform output's loss
+    assert z.test == pytest.approx(zero_estimator_rates(Q0n=p.Q0n).loss, rel=1e-15)
+    assert erm_se.zero_estimator(replace_lam(p, 0.01)) is None
+
+
+def replace_lam(p: ERMParams, lam: float) -> ERMParams:
+    return ERMParams(alpha=p.alpha, kappa0=p.kappa0, Delta=p.Delta, lam=lam)
+
+
+def test_spectral_root_agrees_with_the_damped_iteration():
+    """Two solvers of the same map (order 12): where the damped iteration converges, the root
+    in (log delta, log eps, log eta) lands on the same point."""
+    p = ERMParams(alpha=0.5, kappa0=0.5, Delta=0.5, lam=0.01)
+    damped, _, _ = erm_se.fixed_point(p, q=0.9, m=0.75, sigma=2.0, order=12)
+    root, _, res = erm_se.spectral_fixed_point(p, hats=erm_se._zero_hats(p), order=12)
+    assert res < 1e-9
+    for a, b in zip(damped, root, strict=True):
+        assert a == pytest.approx(b, rel=1e-7)
+
+
+def test_small_alpha_tends_continuously_to_the_zero_estimator():
+    """Above alpha0 the nonzero fixed point's q falls to 0 as alpha -> alpha0+ (order 12)."""
+    a0 = _alpha0(0.01)
+    qs = []
+    for f in (1.5, 1.2, 1.05):
+        p = ERMParams(alpha=f * a0, kappa0=0.5, Delta=0.5, lam=0.01)
+        params, _, _ = erm_se.spectral_fixed_point(p, hats=erm_se._zero_hats(p), order=12)
+        qs.append(params[0])
+    assert qs[0] > qs[1] > qs[2] > 0
+    assert qs[2] < 0.2 * qs[1] and qs[2] < 1e-4
+
+
+def test_solve_at_small_alpha_reports_one_point_with_bars():
+    """solve() falls back to the spectral root when every start leaves the domain (orders 12/8
+    here to keep it quick; the command line uses 24/17)."""
+    p = ERMParams(alpha=1e-4, kappa0=0.5, Delta=0.5, lam=0.01)
+    fps = erm_se.solve(p, order=12, order_lo=8)
+    assert len(fps) == 1 and fps[0].global_minimum
+    f = fps[0]
+    assert 0 < f.q < 0.01 and 0 < f.rank < 0.01 and f.sigma > 0
+    assert all(np.isfinite(v) and v > 0 for k, v in f.errors.items() if k != "rank")
+
+
+def test_cli_zero_estimator(run_cli):
+    code, out, err = run_cli(["se", "--model", "erm", "--tokens", "2", "--kappa0", "0.5",
+                              "--delta", "0.5", "--lam", "10", "--alpha", "0.5", "--json"])
+    assert code == 0, err
+    o = json.loads(out)
+    pts = o["fixed_points"] if "fixed_points" in o else o["rows"]
+    assert len(pts) == 1
+    assert pts[0]["q"] == 0 and pts[0]["rank"] == 0 and pts[0]["global_minimum"]
