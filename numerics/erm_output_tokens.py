@@ -40,12 +40,12 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import qmc
 
-from .erm_output import OutputMoments
+from .erm_output import OutputMoments, ZeroEstimatorRates
 from .records import ConvergenceError, require, standard_error
 
 __all__ = ["TOKENS", "COVER", "TokenGeometry", "geometry", "loss_and_derivatives", "prox_step",
            "gaussian_points", "QMCMoments", "output_moments", "TestError",
-           "generalisation_error"]
+           "generalisation_error", "zero_estimator_rates"]
 
 TOKENS = (2, 3, 4, 5, 6)  # sequence lengths this route accepts
 COVER = 3.0  # multiplier of the standard error for a bar that covers (t_15: P(|t| > 3) ~ 0.009)
@@ -356,3 +356,28 @@ def generalisation_error(*, q: float, m: float, Q0n: float, tokens: int, beta: f
         means.append(float(np.einsum("nab,nab->n", diff, diff).mean()))
     se = standard_error(means)
     return TestError(value=float(np.mean(means)), stderr=se, replicates=tuple(means))
+
+
+def zero_estimator_rates(*, Q0n: float, tokens: int, beta: float = 1.0, beta0: float = 1.0,
+                         points: int = 2**14, replicates: int = 16,
+                         seed: int = 2) -> ZeroEstimatorRates:
+    """The output side at S_hat = 0 (q = m = Sigma -> 0) per unit alpha, any T (the T = 2 form:
+    :func:`.erm_output.zero_estimator_rates`): with g, H the gradient and Hessian of L at
+    x = 0 and ell ~ N(0, Q0n I_(n-1)), q_hat_rate = 2 E|g|^2, m_hat_rate = -2 E[g . ell] / Q0n,
+    sigma_hat_rate = 2 E tr H, loss = E L(0) (= the test error of the uniform output).  Randomised
+    QMC; errors = :data:`COVER` standard errors over the replicates."""
+    require(tokens in TOKENS, "tokens", f"one of {TOKENS}", tokens)
+    geo = geometry(tokens)
+    xi_all = gaussian_points(geo.n - 1, points, replicates, seed)
+    reps = []
+    for xi in xi_all:
+        ell = math.sqrt(Q0n) * xi
+        L, g, H = loss_and_derivatives(np.zeros_like(ell), _labels(ell, geo, beta0), geo=geo,
+                                       beta=beta)
+        reps.append((2 * float(np.einsum("nk,nk->n", g, g).mean()),
+                     -2 * float(np.einsum("nk,nk->n", g, ell).mean()) / Q0n,
+                     2 * float(np.trace(H, axis1=1, axis2=2).mean()), float(L.mean())))
+    arr = np.array(reps)
+    names = ("q_hat_rate", "m_hat_rate", "sigma_hat_rate", "loss")
+    errors = {k: COVER * standard_error(arr[:, i]) for i, k in enumerate(names)}
+    return ZeroEstimatorRates(*(float(v) for v in arr.mean(axis=0)), errors=errors)

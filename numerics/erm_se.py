@@ -334,7 +334,18 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
     if p.tokens != 2:
         require(prior is None and derived is None, "tokens",
                 "2 for a custom prior side (T >= 3 is the factorised model only)", p.tokens)
-        return solve_tokens(p, inits=inits, label=label)
+        fps = []
+        zero = zero_estimator(p)
+        try:
+            fps = solve_tokens(p, inits=inits, label=label)
+        except ConvergenceError:
+            if zero is None:
+                raise
+        if zero is None:
+            return fps
+        fps = [*fps, zero]
+        best = min(range(len(fps)), key=lambda i: fps[i].train)
+        return [replace(f, global_minimum=(i == best)) for i, f in enumerate(fps)]
     zero = zero_estimator(p) if prior is None and derived is None else None
     if derived is None:
         def derived(p, params, order):
@@ -460,19 +471,24 @@ def spectral_fixed_point(p: ERMParams, *, hats: tuple, order: int = _ORDER, tol:
 
 
 def zero_estimator(p: ERMParams) -> FixedPoint | None:
-    """The zero estimator S_hat = 0 as a fixed point (T = 2, factorised; docs/erm.md "The zero
-    estimator"), or None where it is not one.
+    """The zero estimator S_hat = 0 as a fixed point (factorised model; docs/erm.md "The zero
+    estimator and small alpha"), or None where it is not one.
 
     At q = m = Sigma -> 0 the hats are alpha times the rates of
-    :func:`.erm_output.zero_estimator_rates`; the prior side returns S_hat = 0 exactly when
+    :func:`.erm_output.zero_estimator_rates` (T >= 3: the QMC form in
+    :mod:`.erm_output_tokens`, bars 3 standard errors); the prior side returns S_hat = 0 exactly when
     eps = 2 lambda / m_hat lies at or beyond the right edge of mu_delta, delta = sqrt(q_hat) /
     m_hat (then J = d J = 0 and q = m = Sigma = 0).  The log-q iteration cannot reach this
     point (q = 0), so it is tested directly.  Errors: the rates' two trapezoidal steps; q, m,
     Sigma, mse and rank are exact there.  None also when the edge test is within those errors
     of the boundary (the caller's iteration decides)."""
-    if p.tokens != 2 or p.lam == 0:
+    if p.lam == 0:
         return None
-    r = zero_estimator_rates(Q0n=p.Q0n, beta=p.beta, beta0=p.beta0)
+    if p.tokens == 2:
+        r = zero_estimator_rates(Q0n=p.Q0n, beta=p.beta, beta0=p.beta0)
+    else:
+        r = qmc_route.zero_estimator_rates(Q0n=p.Q0n, tokens=p.tokens, beta=p.beta,
+                                           beta0=p.beta0)
     q_hat, m_hat, sigma_hat = (p.alpha * r.q_hat_rate, p.alpha * r.m_hat_rate,
                                p.alpha * r.sigma_hat_rate)
     if not m_hat > 0:

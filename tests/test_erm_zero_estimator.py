@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from aim_sym.numerics import erm_se
 from aim_sym.numerics.erm_output import zero_estimator_rates
+from aim_sym.numerics.erm_output_tokens import generalisation_error as qmc_test_error
+from aim_sym.numerics.erm_output_tokens import zero_estimator_rates as qmc_zero_rates
 from aim_sym.numerics.erm_se import ERMParams, hats_from_overlaps
 from aim_sym.numerics.wishart import support
 from scipy.integrate import quad
@@ -97,7 +99,7 @@ def test_zero_estimator_is_a_fixed_point_only_beyond_the_edge():
 
 
 def replace_lam(p: ERMParams, lam: float) -> ERMParams:
-    return ERMParams(alpha=p.alpha, kappa0=p.kappa0, Delta=p.Delta, lam=lam)
+    return ERMParams(alpha=p.alpha, kappa0=p.kappa0, Delta=p.Delta, lam=lam, tokens=p.tokens)
 
 
 def test_spectral_root_agrees_with_the_damped_iteration():
@@ -142,3 +144,26 @@ def test_cli_zero_estimator(run_cli):
     pts = o["fixed_points"] if "fixed_points" in o else o["rows"]
     assert len(pts) == 1
     assert pts[0]["q"] == 0 and pts[0]["rank"] == 0 and pts[0]["global_minimum"]
+
+
+def test_rates_any_tokens_reduce_to_the_t2_form():
+    """The QMC form (reduced coordinates B^T u, any T) at T = 2 against the trapezoidal form in
+    the row coordinates A u: two different reductions of the same limit, within the QMC bars."""
+    a = zero_estimator_rates(Q0n=1.75)
+    b = qmc_zero_rates(Q0n=1.75, tokens=2)
+    for k in ("q_hat_rate", "m_hat_rate", "loss"):
+        assert abs(getattr(a, k) - getattr(b, k)) < b.errors[k] + a.errors[k], k
+        assert b.errors[k] < 1e-4 * getattr(b, k)
+    assert b.sigma_hat_rate == pytest.approx(3.0, rel=1e-12)  # E tr H = 3/2 beta^2 at T = 2
+
+
+def test_zero_estimator_tokens_3():
+    """T = 3, lam = 10, alpha = 0.5: S_hat = 0; its test error is the uniform output's, which
+    the T >= 3 test-error route gives at q -> 0 independently (its own QMC points)."""
+    p = ERMParams(alpha=0.5, kappa0=0.5, Delta=0.5, lam=10.0, tokens=3)
+    fps = erm_se.solve(p)
+    assert len(fps) == 1 and fps[0].q == 0 and fps[0].global_minimum
+    z = fps[0]
+    t = qmc_test_error(q=1e-14, m=0.0, Q0n=p.Q0n, tokens=3)
+    assert abs(z.test - t.value) < z.errors["test"] + 3 * t.stderr
+    assert erm_se.zero_estimator(replace_lam(p, 0.01)) is None
