@@ -80,7 +80,7 @@ from scipy import stats
 from scipy.stats import qmc
 
 from .records import ConvergenceError, require, standard_error
-from .smi_weak import fibre_map, scores
+from .smi_weak import fibre_gram, fibre_map, pair_list, pair_products, pair_weights, scores
 
 SUPPORTED = ((2, 2), (3, 2), (4, 2), (5, 2), (2, 3), (3, 3))
 SKIP_RANGE = (0.5, 4.0)
@@ -132,8 +132,22 @@ def check_rule(log2_outer, log2_inner, replicates) -> None:
             "an integer in [4, 256]", replicates)
 
 
-def pair_list(m: int):
-    return [(a, b) for a in range(m) for b in range(a, m)]
+def resolve_rule(log2_outer, log2_inner, replicates, default) -> tuple:
+    """``(log2_outer, log2_inner, replicates)``, each taken from ``default`` where None, checked
+    (:func:`check_rule`)."""
+    rule = tuple(d if x is None else x for x, d in
+                 zip((log2_outer, log2_inner, replicates), default[:3], strict=True))
+    check_rule(*rule)
+    return rule
+
+
+def point_records(e: dict, names: tuple, j: int = 0) -> dict:
+    """``{value, error, se, ratio_bias}`` per name at point ``j`` of :func:`estimates` ``e``
+    (error = Student-t 99% x SE + ratio bias)."""
+    return {k: dict(value=float(e["value"][j, i]),
+                    error=float(e["t"] * e["se"][j, i] + e["bias"][j, i]),
+                    se=float(e["se"][j, i]), ratio_bias=float(e["bias"][j, i]))
+            for i, k in enumerate(names)}
 
 
 def gauss_sobol(log2n: int, dims: int, rng) -> np.ndarray:
@@ -153,8 +167,7 @@ def inner_features(z_free: np.ndarray, *, layers: int, tokens: int, skip: float,
     m = tokens
     Mi, logdet = fibre_map(z_free, skip=skip, beta=beta)
     pairs = pair_list(m)
-    B = np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
-                  for a, b in pairs], 1)
+    B = fibre_gram(Mi)
     Y = Mi.reshape(-1, m * m)                      # Y[a * m + b] = Mi[a, b]
     zs = [z_free[:, l - 1] for l in (learned or (layers,)) if l < layers]
     zz = [z_free[:, l, a] * z_free[:, l, b] for l in range(layers - 1) for a, b in pairs]
@@ -179,8 +192,7 @@ def posterior_sums(h: np.ndarray, omegas: list, vs: list, inner: dict, splits: t
     V_l - 1) / 2] - |Mat^{-1} h|^2 / (2 V_L) +- omega_L^T Mat^{-1} h / V_L - shift)`` (the sum
     over the learned free rows), a common row shift for all slices."""
     m = h.shape[1]
-    pairs = pair_list(m)
-    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    hh = pair_products(h)
     oh = (omegas[-1][:, :, None] * h[:, None, :]).reshape(len(h), m * m)
     logw = inner["logw"]
     for r, v in zip(inner["r"], vs, strict=False):
@@ -250,7 +262,7 @@ def _moments(sums, h: np.ndarray, *, layers: int, seen: int):
     means = [S[:, 1 + m * i:1 + m * (i + 1)] / Z[:, None] for i in range(seen)]
     k = 1 + m * seen
     C = S[:, k:k + q * (layers - 1)].reshape(len(h), layers - 1, q) / Z[:, None, None]
-    hh = np.stack([h[:, a] * h[:, b] for a, b in pair_list(m)], 1)
+    hh = pair_products(h)
     n2 = (S[:, k + q * (layers - 1):] * hh).sum(1) / Z
     Mi = D.reshape(len(h), m, m) / Z[:, None, None]
     return C, [*means, np.einsum("nab,nb->na", Mi, h)], n2
@@ -278,14 +290,12 @@ def branch_samples(points, *, layers: int, tokens: int, skip: float, beta: float
     m, L = tokens, layers
     learned = tuple(learned or (L,))
     unl = [k for k in range(1, L) if k not in learned]
-    fro = np.array([1.0 if a == b else 2.0 for a, b in pair_list(m)])
-    eye = np.array([1.0 if a == b else 0.0 for a, b in pair_list(m)])
+    fro, eye = pair_weights(m)
     inner = inner_features(inner_pts.reshape(-1, L - 1, m), layers=L, tokens=m, skip=skip,
                            beta=beta, learned=learned)
     t = teacher(outer_pts, layers=L, tokens=m, skip=skip, beta=beta)
     z, xi, h = t["z"], t["xi"], t["h"]
-    T = {k: np.stack([z[:, k - 1, a] * z[:, k - 1, b] for a, b in pair_list(m)], 1)
-         for k in unl}
+    T = {k: pair_products(z[:, k - 1]) for k in unl}
     r2 = (z**2).sum(2)                                                    # (n, L)
     n = inner["n"]
     splits = (slice(0, n // 2), slice(n // 2, n))
@@ -403,21 +413,12 @@ def branch_stats_qmc(q: float, *, layers: int, tokens: int = 2, skip: float = 1.
     check(layers=layers, tokens=tokens, skip=skip, beta=beta)
     require(isinstance(q, (int, float)) and np.isfinite(q) and 0 < q < 1, f"q{layers}",
             "in (0, 1)", q)
-    d = DEFAULT_RULE[(layers, tokens)]
-    lo, li, R = (d[0] if log2_outer is None else log2_outer,
-                 d[1] if log2_inner is None else log2_inner,
-                 d[2] if replicates is None else replicates)
-    check_rule(lo, li, R)
+    lo, li, R = resolve_rule(log2_outer, log2_inner, replicates, DEFAULT_RULE[(layers, tokens)])
     t0 = time.perf_counter()
     full, half, cv = replicate_samples([q], layers=layers, tokens=tokens, skip=skip, beta=beta,
                                  log2_outer=lo, log2_inner=li, replicates=R, seed=seed)
     names = sample_columns(layers, tokens)
-    e = estimates(full, half, cv, names)
-    out = {}
-    for i, k in enumerate(names):
-        err = e["t"] * e["se"][0, i] + e["bias"][0, i]
-        out[k] = dict(value=float(e["value"][0, i]), error=float(err),
-                      se=float(e["se"][0, i]), ratio_bias=float(e["bias"][0, i]))
+    out = point_records(estimates(full, half, cv, names), names)
     out["seconds"] = time.perf_counter() - t0
     out["method"] = _method(lo, li, R, layers, tokens)
     return out
@@ -463,11 +464,7 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
     through the slopes) + |quadratic - linear fit|.  Records ``layer, kind="sequential", value, error,
     q{L}, q{L}_error, method, seconds, first`` and the identity checks at the nearest point."""
     check(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    d = DEFAULT_RULE[(layers, tokens)]
-    lo, li, R = (d[0] if log2_outer is None else log2_outer,
-                 d[1] if log2_inner is None else log2_inner,
-                 d[2] if replicates is None else replicates)
-    check_rule(lo, li, R)
+    lo, li, R = resolve_rule(log2_outer, log2_inner, replicates, DEFAULT_RULE[(layers, tokens)])
     check_rule(*scan_rule)
     if scan is None:
         scan = SCANS.get((int(layers), int(tokens)), DEFAULT_SCAN)
@@ -539,8 +536,8 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
         q_star = -math.expm1(xr)
         q_err = (e["t"] * se_x + b_r / abs(s_r) + abs(xr - xl)) * (1.0 - q_star)
         j = int(np.argmin([abs(x - xr) for x in xs]))
-        checks = {k: (float(e["value"][j, names.index(k)]),
-                      float(e["t"] * e["se"][j, names.index(k)] + e["bias"][j, names.index(k)]))
+        at_j = point_records(e, names, j)
+        checks = {k: (at_j[k]["value"], at_j[k]["error"])
                   for k in (*(f"trace{k}" for k in free), f"nishimori{layers}",
                             *(f"g{layers}_{b}" for b in range(tokens)))}
         out.append({
@@ -602,9 +599,7 @@ def branch_fixed_point(*, alpha: float, layers: int, tokens: int = 2, skip: floa
                               replicates=rule[2], seed=seed)
         return q / (1 - q) - alpha * st[f"K{L}"]["value"], st
 
-    d = DEFAULT_RULE[(layers, tokens)]
-    main = (d[0] if log2_outer is None else log2_outer, d[1] if log2_inner is None else log2_inner,
-            d[2] if replicates is None else replicates)
+    main = resolve_rule(log2_outer, log2_inner, replicates, DEFAULT_RULE[(layers, tokens)])
     rs = []
     for k, q in enumerate(scan):
         rs.append(resid(q, scan_rule)[0])

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import optimize
 
 from .records import ConvergenceError, require, standard_error
-from .smi_branch_qmc import check, check_rule, estimates, replicate_samples, sample_columns
+from .smi_branch_qmc import check, estimates, point_records, replicate_samples, resolve_rule, sample_columns
 
 TOKENS = 2                           # the default M
 SUPPORTED = ((3, 2), (4, 2), (3, 3))  # (layers, tokens) of the cascade driver
@@ -79,14 +79,6 @@ def _learned(layers, learned, tokens=TOKENS) -> tuple:
     return tuple(int(x) for x in learned)
 
 
-def _rule(log2_outer, log2_inner, replicates, default=DEFAULT_RULE):
-    lo, li, R = (default[0] if log2_outer is None else log2_outer,
-                 default[1] if log2_inner is None else log2_inner,
-                 default[2] if replicates is None else replicates)
-    check_rule(lo, li, R)
-    return lo, li, R
-
-
 def _check_q(qs, learned) -> None:
     for q, l in zip(qs, learned, strict=True):
         lo = 0 if l < learned[-1] else 1e-300
@@ -117,17 +109,13 @@ def cascade_stats(*qs: float, layers: int = 3, learned=None, tokens: int = TOKEN
     check(layers=layers, tokens=tokens, skip=skip, beta=beta)
     require(len(qs) == len(learned), "q", f"one overlap per learned layer {learned}", qs)
     _check_q(qs, learned)
-    lo, li, R = _rule(log2_outer, log2_inner, replicates)
+    lo, li, R = resolve_rule(log2_outer, log2_inner, replicates, DEFAULT_RULE)
     t0 = time.perf_counter()
     full, half, cv = replicate_samples([tuple(qs)], layers=layers, tokens=tokens, skip=skip,
                                        beta=beta, log2_outer=lo, log2_inner=li, replicates=R,
                                        seed=seed, learned=learned)
     names = columns(layers, learned, tokens)
-    e = estimates(full, half, cv, names)
-    out = {k: dict(value=float(e["value"][0, i]),
-                   error=float(e["t"] * e["se"][0, i] + e["bias"][0, i]),
-                   se=float(e["se"][0, i]), ratio_bias=float(e["bias"][0, i]))
-           for i, k in enumerate(names)}
+    out = point_records(estimates(full, half, cv, names), names)
     for q, l in zip(qs, learned, strict=True):
         if q > 0:
             out[f"a{l}"] = {x: (1.0 - q) / q * out[f"K{l}"][x] for x in out[f"K{l}"]}
@@ -250,7 +238,7 @@ def cascade_threshold(*, layers: int = 3, learned=None, tokens: int = TOKENS,
             "[0.02, 1] in log(1 - q)", steps)
     require(isinstance(attempts, int) and 1 <= attempts <= 5, "attempts",
             "an integer in [1, 5]", attempts)
-    lo, li, R = _rule(log2_outer, log2_inner, replicates, dflt[3] if dflt else DEFAULT_RULE)
+    lo, li, R = resolve_rule(log2_outer, log2_inner, replicates, dflt[3] if dflt else DEFAULT_RULE)
     t0 = time.perf_counter()
     names = columns(layers, learned, tokens)
     new = d - 2                                         # index of the newest learned layer
@@ -315,9 +303,8 @@ def cascade_threshold(*, layers: int = 3, learned=None, tokens: int = TOKENS,
                                residual=[float(x) for x in bar])
     alpha = best[0]
     j0 = len(U) // 2                                    # grid centre
-    checks = {k: (float(e["value"][j0, names.index(k)]),
-                  float(t * e["se"][j0, names.index(k)] + e["bias"][j0, names.index(k)]))
-              for k in names if k.startswith(("trace", "nishimori", "g"))}
+    checks = {k: (r["value"], r["error"]) for k, r in point_records(e, names, j0).items()
+              if k.startswith(("trace", "nishimori", "g"))}
     branch = []
     for a in alpha + np.array([-0.02, -0.01, 0.0, 0.01, 0.02]):
         b = branch_point(vals[:len(U)], U, 2, float(a))

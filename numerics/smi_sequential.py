@@ -644,6 +644,12 @@ def _root_and_slope_check(skip, beta, root_order, scan_order, explicit, workers,
     return root, abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
 
 
+def _cut_alpha(cut: dict, q: float, a: float) -> float:
+    """The cut bounds of :func:`branch_stats` (dropped omega nodes, lattice ball) carried to
+    ``alpha = 1 / mu`` at ``q`` through ``r = mu - (1 - q) K / q``: times ``alpha^2``."""
+    return (cut["mu"] + cut["mu_tail"] + (1 - q) / q * (cut["K"] + cut["K_tail"])) * a**2
+
+
 def _bar(out, root, rel_slope):
     """Error of the refined value ``1 / out[1]["mu"]``: spread + interpolation + Nishimori +
     float32 bound + cut bounds; returns ``(error, interpolation, cut)``."""
@@ -657,8 +663,7 @@ def _bar(out, root, rel_slope):
         # second-order remainder of the first-order shift, and the slope uncertainty
         interp += ((abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)) * dq**2
                    + rel_slope * abs(s_mu * dq)) * a_f**2
-    cut, q_f = out[1]["st"]["cut"], out[1]["q"]
-    cut_alpha = (cut["mu"] + cut["mu_tail"] + (1 - q_f) / q_f * (cut["K"] + cut["K_tail"])) * a_f**2
+    cut_alpha = _cut_alpha(out[1]["st"]["cut"], out[1]["q"], a_f)
     spread = abs(a_f - 1.0 / out[0]["mu"])
     f32 = 0.0 if _float64(out[1]["order"]) else FLOAT32_REL
     return spread + interp + a_f * (out[1]["nis"] + f32) + cut_alpha, interp, cut_alpha
@@ -990,9 +995,8 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
         steps = [abs(1.0 / e1["mu"] - 1.0 / e0["mu"]) for e0, e1 in zip(evs[:-1], evs[1:])]
         interp = sum((curv * (o["x"] - o["x_eval"]) ** 2
                       + rel_slope * abs(s_mu * (o["x"] - o["x_eval"]))) for o in evs) * a_f**2
-        cut, q_f = f["st"]["cut"], -math.expm1(f["x"])
-        cut_alpha = (cut["mu"] + cut["mu_tail"]
-                     + (1 - q_f) / q_f * (cut["K"] + cut["K_tail"])) * a_f**2
+        q_f = -math.expm1(f["x"])
+        cut_alpha = _cut_alpha(f["st"]["cut"], q_f, a_f)
         f32 = a_f * FLOAT32_REL if single else 0.0
         spread = sum(steps)
         err = spread + interp + a_f * f["nis"] + f32 + cut_alpha

@@ -252,8 +252,25 @@ def det_floor(*, tokens: int, skip: float) -> float:
 
 
 # ----------------------------------------------------------------------------- rules
-def _pairs(m: int):
+def pair_list(m: int):
     return [(a, b) for a in range(m) for b in range(a, m)]
+
+
+def pair_products(h: np.ndarray) -> np.ndarray:
+    """The pair products ``h_a h_b`` (a <= b, :func:`pair_list` order) per row of ``h``: (N, Q)."""
+    return np.stack([h[:, a] * h[:, b] for a, b in pair_list(h.shape[1])], 1)
+
+
+def pair_weights(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Over :func:`pair_list`: ``fro``, ``eye`` with ``|C|_F^2 = C^2 . fro``, ``tr C = C . eye``."""
+    diagonal = np.array([a == b for a, b in pair_list(m)])
+    return np.where(diagonal, 1.0, 2.0), np.where(diagonal, 1.0, 0.0)
+
+
+def fibre_gram(Mi: np.ndarray) -> np.ndarray:
+    """``B`` (N, Q) with ``|Mat^{-1} h|^2 = B . pair_products(h)`` from ``Mi`` (N, M, M)."""
+    return np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
+                     for a, b in pair_list(Mi.shape[-1])], 1)
 
 
 def outer_rule(n_u: int, n_angle, *, tokens: int, sigma: float):
@@ -327,9 +344,8 @@ def inner_moments(nodes: np.ndarray, weights: np.ndarray, *, layers: int, tokens
     z_free = nodes.reshape(nodes.shape[0], layers - 1, m)
     Mi, logdet = (_fibre_map_two if m == 2 else fibre_map)(z_free, skip=skip, beta=beta)
     wi = weights * np.exp(-logdet) / (2 * math.pi) ** (m / 2)
-    pairs = _pairs(m)
-    B = np.stack([(Mi[:, :, a] * Mi[:, :, b]).sum(1) * (1.0 if a == b else 2.0)
-                  for a, b in pairs], 1)
+    pairs = pair_list(m)
+    B = fibre_gram(Mi)
     cols = [wi]
     for l in range(layers - 1):
         cols += [wi * z_free[:, l, a] * z_free[:, l, b] for a, b in pairs]
@@ -344,8 +360,7 @@ def inner_moments(nodes: np.ndarray, weights: np.ndarray, *, layers: int, tokens
 
 def outer_moments(B, Mz, h: np.ndarray, *, chunk: int = _CHUNK) -> np.ndarray:
     """``int d(inner) w exp(-|Mat^{-1} h|^2 / 2) (...)`` at every outer node: (N_h, K)."""
-    pairs = _pairs(h.shape[1])
-    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    hh = pair_products(h)
     out = np.empty((h.shape[0], Mz.shape[1]))
     step = max(1, chunk // B.shape[0])
     for s in range(0, h.shape[0], step):
@@ -356,9 +371,8 @@ def outer_moments(B, Mz, h: np.ndarray, *, chunk: int = _CHUNK) -> np.ndarray:
 def node_covariances(mom: np.ndarray, h: np.ndarray, *, layers: int) -> np.ndarray:
     """From outer-node moments (N, K): ``E[z_l z_l^T | h]`` as (N, L, Q) pair entries (a node
     of zero mass gives zeros)."""
-    pairs = _pairs(h.shape[1])
-    q = len(pairs)
-    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    hh = pair_products(h)
+    q = hh.shape[1]
     Z = mom[:, 0]
     Zs = np.where(Z > 0, Z, 1.0)[:, None]
     C = [mom[:, 1 + q * l: 1 + q * (l + 1)] / Zs for l in range(layers - 1)]
@@ -370,9 +384,7 @@ def node_covariances(mom: np.ndarray, h: np.ndarray, *, layers: int) -> np.ndarr
 
 def reduce_lambdas(mom: np.ndarray, h: np.ndarray, wh: np.ndarray, *, layers: int) -> np.ndarray:
     """From the outer-node moments: [mass, lambda_1 .. lambda_L, tr E C_1 .. tr E C_L]."""
-    pairs = _pairs(h.shape[1])
-    fro = np.array([1.0 if a == b else 2.0 for a, b in pairs])
-    eye = np.array([1.0 if a == b else 0.0 for a, b in pairs])
+    fro, eye = pair_weights(h.shape[1])
     W = wh * mom[:, 0]
     C = node_covariances(mom, h, layers=layers)
     out = [W.sum()]
@@ -401,6 +413,13 @@ def _outer_pair(layers, tokens, skip, outer):
     return rules, h, sigma
 
 
+def _outer_change(mom: np.ndarray, rules, layers: int) -> np.ndarray:
+    """|lambdas on the coarse outer rule - on the fine one| from moments at both rules' nodes."""
+    n0 = rules[0][0].shape[0]
+    return np.abs(reduce_lambdas(mom[:n0], *rules[0], layers=layers)
+                  - reduce_lambdas(mom[n0:], *rules[1], layers=layers))
+
+
 def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, outer) -> dict:
     """Tensor Gauss-Hermite inner rule at three orders; (K, 3) values at the fine outer rule
     and the values of the finest inner order at the coarse outer rule."""
@@ -413,8 +432,8 @@ def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, ou
                     else (np.zeros((1, 0)), np.ones(1)))
         B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
         mom = outer_moments(B, Mz, h)
-        fine.append(reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))
-        coarse = reduce_lambdas(mom[:n0], rules[0][0], rules[0][1], layers=layers)
+        fine.append(reduce_lambdas(mom[n0:], *rules[1], layers=layers))
+        coarse = reduce_lambdas(mom[:n0], *rules[0], layers=layers)
     return dict(fine=np.array(fine), coarse=coarse, sigma=sigma)
 
 
@@ -433,14 +452,11 @@ def lambdas_qmc(*, layers: int, tokens: int, skip: float, beta: float, log2n: in
         B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
         mom = outer_moments(B, Mz, h if i == 0 else h[n0:])
         if i == 0:   # the outer-rule change, measured on the first inner set
-            change = np.abs(reduce_lambdas(mom[:n0], rules[0][0], rules[0][1], layers=layers)
-                            - reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))
+            change = _outer_change(mom, rules, layers)
             mom = mom[n0:]
         pooled = mom if pooled is None else pooled + mom
-        per.append(reduce_lambdas(mom, rules[1][0], rules[1][1], layers=layers))
-    pooled = pooled / replicates
-    return dict(per=np.array(per), pooled=reduce_lambdas(pooled, rules[1][0], rules[1][1],
-                                                        layers=layers),
+        per.append(reduce_lambdas(mom, *rules[1], layers=layers))
+    return dict(per=np.array(per), pooled=reduce_lambdas(pooled / replicates, *rules[1], layers=layers),
                 outer_change=change, sigma=sigma)
 
 
@@ -465,8 +481,7 @@ def ray_moments(n_angle, h: np.ndarray, *, log2n: int, seed, layers: int, tokens
     n_dirs = sum(len(g) for g in groups)
     n_u = h.shape[0] // n_dirs
     dims = tokens * (layers - 1)
-    pairs = _pairs(tokens)
-    hh = np.stack([h[:, a] * h[:, b] for a, b in pairs], 1)
+    hh = pair_products(h)
     seed = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     seeds = seed.spawn(len(groups))
     idx = np.stack([(np.arange(n_u)[:, None] * n_dirs + g[None, :]).ravel() for g in groups])
@@ -499,23 +514,18 @@ def lambdas_ray(*, layers: int, tokens: int, skip: float, beta: float, log2n: in
     as in :func:`lambdas_qmc`, both outer rules on one shared set (independent sets would add
     their inner noise to it)."""
     rules, h, sigma = _outer_pair(layers, tokens, skip, outer)
-    n0 = rules[0][0].shape[0]
     seeds = np.random.SeedSequence(seed).spawn(replicates + 1)
     kw = dict(log2n=log2n, layers=layers, tokens=tokens, skip=skip, beta=beta)
     per, pooled = [], None
     for s in seeds[:replicates]:
         mom = ray_moments(outer[1][1], rules[1][0], seed=s, **kw)
         pooled = mom if pooled is None else pooled + mom
-        per.append(reduce_lambdas(mom, rules[1][0], rules[1][1], layers=layers))
+        per.append(reduce_lambdas(mom, *rules[1], layers=layers))
     nodes, w = sobol_inner(log2n, dims=tokens * (layers - 1),
                            seed=np.random.default_rng(seeds[-1]))
     B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
-    mom = outer_moments(B, Mz, h)
-    change = np.abs(reduce_lambdas(mom[:n0], rules[0][0], rules[0][1], layers=layers)
-                    - reduce_lambdas(mom[n0:], rules[1][0], rules[1][1], layers=layers))
-    pooled = pooled / replicates
-    return dict(per=np.array(per), pooled=reduce_lambdas(pooled, rules[1][0], rules[1][1],
-                                                        layers=layers),
+    change = _outer_change(outer_moments(B, Mz, h), rules, layers)
+    return dict(per=np.array(per), pooled=reduce_lambdas(pooled / replicates, *rules[1], layers=layers),
                 outer_change=change, sigma=sigma)
 
 
