@@ -167,3 +167,17 @@ def test_zero_estimator_tokens_3():
     t = qmc_test_error(q=1e-14, m=0.0, Q0n=p.Q0n, tokens=3)
     assert abs(z.test - t.value) < z.errors["test"] + 3 * t.stderr
     assert erm_se.zero_estimator(replace_lam(p, 0.01)) is None
+
+
+def test_beta_lambda_symmetry():
+    """S -> beta S maps (beta, lam) onto (1, lam / beta): the same test error, q / beta^2 (the
+    prox, the spectral side and both solvers at a nontrivial point; orders 12/8 for speed)."""
+    a = erm_se.solve(ERMParams(alpha=0.5, kappa0=0.5, Delta=0.5, lam=1.0), order=12, order_lo=8)
+    b = erm_se.solve(ERMParams(alpha=0.5, kappa0=0.5, Delta=0.5, lam=10.0, beta=10.0), order=12,
+                     order_lo=8)
+    a, b = a[0], b[0]
+    assert a.q > 1e-3
+    assert b.q * 100 == pytest.approx(a.q, rel=1e-6)
+    assert b.m * 10 == pytest.approx(a.m, rel=1e-6)
+    assert b.test == pytest.approx(a.test, rel=1e-8)
+    assert b.rank == pytest.approx(a.rank, rel=1e-6)
