@@ -387,9 +387,17 @@ def hardmax_se(kw: dict, alpha: float) -> None:
            f"{f['stable']}{', Bayes-optimal' if f['bayes_optimal'] else ''}" for f in fps]))
 
 
-#: skips accepted by the two-layer SE at finite width: below c = 1 det A vanishes inside the
-#: domain and the inner rule does not follow the narrow posterior at small mmse (docs/deep_aim.md)
+#: skips accepted by the two-layer SE at finite width on the command line. Below c = 1 det A
+#: vanishes inside the domain; the API's default inner rule ("line", docs/deep_aim.md section 4,
+#: "Inner rule at c < 1") follows the narrow posterior there, but one fixed point at the command
+#: line's 2^9 x 8 points took more than 5 minutes at c = 0.5 (rho = (0.5, 0.5), from the
+#: uninformed start, two shared cores: alpha = 0.3 about 7 minutes, alpha = 0.33 not converged
+#: after 340 s; ``se`` runs four starts), so c < 1 stays with the API
 DEEP_AIM_SE_SKIP = (1.0, 1e3)
+#: what ``se``/``curve`` (noiseless) say below DEEP_AIM_SE_SKIP: where c < 1 is served
+DEEP_AIM_SMALL_SKIP_API = ("c < 1 through the API, aim_sym.numerics.deep_aim_se.fixed_point or "
+                           "curve with DeepAimSE(skip=c) (line inner rule; over 5 minutes per "
+                           "fixed point)")
 
 
 def _alpha(alpha: float) -> float:
@@ -401,10 +409,12 @@ def _alpha(alpha: float) -> float:
         raise relabel(e) from None
 
 
-def deep_aim_se_model(kw: dict, *, noise_ok: bool = False, design_ok: bool = False):
+def deep_aim_se_model(kw: dict, *, noise_ok: bool = False, design_ok: bool = False,
+                      small_skip_api: bool = False):
     """The two-layer SE specification named by the options (checked: channel softmax, T = 2,
     skip in DEEP_AIM_SE_SKIP, rho one value or r1,r2, beta, --design (shared tokens by
-    default) only where ``design_ok``; --noise only where ``noise_ok``)."""
+    default) only where ``design_ok``; --noise only where ``noise_ok``). ``small_skip_api``
+    (noiseless se and curve): the --skip refusal names the API route for c < 1."""
     from .domains import RHO
     from .numerics import deep_aim_se as das
 
@@ -423,9 +433,10 @@ def deep_aim_se_model(kw: dict, *, noise_ok: bool = False, design_ok: bool = Fal
     skip = 1.0 if kw.get("skip") is None else kw["skip"]
     lo, hi = DEEP_AIM_SE_SKIP
     if not (lo <= skip <= hi):
-        fail("--skip", f"in [{lo:g}, {hi:g}] for the two-layer SE at finite width (below 1 the "
-             "fibre's narrow posterior is not resolved; small width: threshold weak "
-             "--small-width)", skip)
+        where = (DEEP_AIM_SMALL_SKIP_API if small_skip_api and kw.get("noise") is None
+                 else "c < 1 is not served here")
+        fail("--skip", f"in [{lo:g}, {hi:g}] for the two-layer SE at finite width on the command "
+             f"line ({where}; small width: threshold weak --small-width)", skip)
     rho = kw.get("rho")
     rho = (0.5, 0.5) if rho is None else (rho if isinstance(rho, tuple) else (rho, rho))
     try:
@@ -502,7 +513,7 @@ def deep_aim_se(kw: dict, alpha: float) -> None:
     from .numerics import deep_aim_se as das
 
     alpha = _alpha(alpha)
-    model = deep_aim_se_model(kw, noise_ok=True, design_ok=True)
+    model = deep_aim_se_model(kw, noise_ok=True, design_ok=True, small_skip_api=True)
     if kw.get("noise") is not None:
         _deep_aim_noisy_se(kw, alpha, model)
         return
@@ -586,7 +597,7 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) 
     alphas = [float(a) for a in grid]
     if any(a <= 0 for a in alphas):
         fail("--alphas", "a grid of alpha > 0 for --model aim --layers 2", alphas)
-    model = deep_aim_se_model(kw, design_ok=True)
+    model = deep_aim_se_model(kw, design_ok=True, small_skip_api=True)
     rows = das.curve(model, alphas=alphas, m=9, progress=progress_printer)
     flat = []
     for r in rows:

@@ -46,12 +46,11 @@ the 8 dimensions, product rules in (a, b, z)) fail at skip = 1: the integrand ha
 z1 = 0 (x_1 = 0), where the small-mu part of H1 stops being suppressed (docs/deep_aim.md). The
 inner 2D integral over xi is a trapezoid rule in t = (xi - a)/sqrt(V1) for skip >= 1 (mu never
 vanishes; step refined by sqrt(V2/V1) when V2 < V1, at most MAX_REFINE times) and, for
-skip < 1, the rule of numerics/deep_aim.py graded towards det A = 0,
-reweighted from N(0, I) to N(a, V1 I) (``inner="graded"``, the default; refused below
-min(V1, V2) = GRADED_V_MIN, where its nodes no longer follow the posterior), or
-(``inner="line"``) the trapezoid in t with lines xi2 = const graded in log distance towards
-det A = 0, which follows a posterior of width sqrt(V) as V -> 0 (docs/deep_aim.md, section 4,
-"Inner rule at c < 1").
+skip < 1, by default (``inner="line"``) the trapezoid in t with lines xi2 = const graded in log
+distance towards det A = 0, which follows a posterior of width sqrt(V) as V -> 0 (docs/deep_aim.md,
+section 4, "Inner rule at c < 1"), or (``inner="graded"``, the default before 2026-11-26) the rule
+of numerics/deep_aim.py graded towards det A = 0, reweighted from N(0, I) to N(a, V1 I), refused
+below min(V1, V2) = GRADED_V_MIN, where its nodes no longer follow the posterior.
 
 Free entropy (THEORY 1.1, 1.6): Phi = sum_l [-q_l q_hat_l/4 + Psi_S(q_hat_l; rho_l)] + alpha Psi_out,
 Psi_S(q_hat) = q_hat Q0/4 - I(1/q_hat), Psi_out = E log Z_out(z) on the SE's point sets; the
@@ -95,7 +94,8 @@ INNER_RADIUS = 7.0
 COVERAGE = 2.5
 #: the inner step is refined by sqrt(V2/V1) when V2 < V1, by at most this factor
 MAX_REFINE = 3.0
-#: (coarse, fine) inner steps, in units of sqrt(V1) (skip >= 1) or of the graded rule (skip < 1)
+#: (coarse, fine) inner steps, in units of sqrt(V1) (skip >= 1, and the line rule at skip < 1)
+#: or of the graded rule (skip < 1, ``inner="graded"``)
 INNER_STEPS = (0.35, 0.25)
 #: the token designs: "shared" (one token set read by both layers, THEORY 1.6) and "independent"
 #: (one token copy per layer)
@@ -104,10 +104,11 @@ DESIGNS = ("shared", "independent")
 #: outer point the trapezoid in t = (xi - a)/sqrt(V1) of skip >= 1, and on the outer points whose
 #: disc |t| <= INNER_RADIUS + LINE_MARGIN meets the curve det A = 0 a rule graded along each line
 #: xi2 = const towards its crossing xi1*(xi2) (:func:`singular_crossing`), in log |distance| with a
-#: step ~ sqrt(V2), so it follows a posterior of width sqrt(V) as V -> 0; "graded" (default, the
-#: rule before issue 17's small-mmse work): the fixed rule of numerics/deep_aim.py graded towards
-#: det A = 0 and reweighted from N(0, I) to N(a, V1 I), which does not follow a narrow posterior and
-#: is refused below GRADED_V_MIN. skip >= 1 always uses the trapezoid.
+#: step ~ sqrt(V2), so it follows a posterior of width sqrt(V) as V -> 0 (the default since
+#: 2026-11-26); "graded" (the default before, kept selectable so that the c < 1 rows published
+#: with it reproduce): the fixed rule of numerics/deep_aim.py graded towards det A = 0 and
+#: reweighted from N(0, I) to N(a, V1 I), which does not follow a narrow posterior and is refused
+#: below GRADED_V_MIN. skip >= 1 always uses the trapezoid (``inner`` is ignored there).
 INNER_RULES = ("line", "graded")
 #: the graded rule (skip < 1) is refused below this min(V1, V2) (:func:`graded_rule_resolves`)
 GRADED_V_MIN = 0.05
@@ -131,14 +132,15 @@ class DeepAimSE:
     ``design``: "shared" (both layers read the same tokens, the deep attention of THEORY 1.6) or
     "independent" (one token copy per layer); it sets the outer law of every expectation (module
     docstring). ``inner``: the inner rule over H1's seen part at skip < 1 (:data:`INNER_RULES`;
-    numerics only, the model is the same)."""
+    "line" by default, "graded" for the rows published with it; numerics only, the model is the
+    same; ignored at skip >= 1)."""
 
     skip: float
     rho1: float
     rho2: float
     beta: float = 1.0
     design: str = "shared"
-    inner: str = "graded"
+    inner: str = "line"
 
     def __post_init__(self) -> None:
         require(math.isfinite(self.skip) and self.skip >= 0, "skip", "a finite number >= 0",
@@ -700,7 +702,8 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
         if not graded_rule_resolves(model, *vn):
             raise ConvergenceError(
                 f"deep AIM SE at skip < 1 left the graded inner rule's range (min V >= "
-                f"{GRADED_V_MIN:g}); use DeepAimSE(inner='line')", last_iterate=vn.tolist(),
+                f"{GRADED_V_MIN:g}); use DeepAimSE(inner='line'), the default",
+                last_iterate=vn.tolist(),
                 residual=float(np.max(np.abs(step))))
         if np.all(vn < v_floor):
             return _pr_result(model, alpha, apr, v_init, history + [vn.tolist()],

@@ -264,6 +264,11 @@ CASES = [
      "--noise"),
     ("deep-noise-one-layer", ["se", "--model", "aim", "--noise", "0.1", "--alpha", "0.1"],
      "--noise"),
+    # deep AIM at skip c < 1: served by the API only (numerics/deep_aim_se.py, line inner rule)
+    ("deep-se-skip-small", ["se", "--model", "aim", "--layers", "2", "--alpha", "0.3", "--skip",
+                            "0.5"], "--skip"),
+    ("deep-curve-skip-small", ["curve", "--model", "aim", "--layers", "2", "--alphas",
+                               "0.1:0.3:3", "--skip", "0.5"], "--skip"),
     # the L = 3 cascade (numerics/smi_cascade.py)
     ("cascade-layers", ["threshold", "weak", "--model", "smi", "--layers", "2", "--cascade"],
      "--cascade"),

@@ -79,7 +79,7 @@ def test_sequential_threshold_solves_its_equation():
 @pytest.mark.slow
 def test_branch_point_against_monte_carlo():
     """The RQMC S_1(q2), E_2(0, q2) against the seeded plain Monte Carlo route (4 standard
-    errors), c = 0.5 (graded inner rule) at q2 = 0.5."""
+    errors), c = 0.5 (the default inner rule, "line" since 2026-11-26) at q2 = 0.5."""
     p = sq.branch_point(skip=0.5, q2=0.5, m=8)
     mc = sq.branch_point_mc(skip=0.5, q2=0.5, samples=10_000, inner=4000, seed=5)
     for k in ("S1", "E2"):
