@@ -339,8 +339,7 @@ def _solve_split_all(p: erm_se.ERMParams, starts: list, order: int, order_lo: in
         raise ConvergenceError("no lambda = 0 SE start converged (piecewise output rule)",
                                last_iterate=[f.last_iterate for f in failures],
                                residual=[f.residual for f in failures])
-    best = min(range(len(found)), key=lambda i: found[i].train)
-    return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
+    return erm_se.flag_global_minimum(found)
 
 
 def _close(a: tuple, b: tuple, rel: float = 1e-4) -> bool:

@@ -343,9 +343,7 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
                 raise
         if zero is None:
             return fps
-        fps = [*fps, zero]
-        best = min(range(len(fps)), key=lambda i: fps[i].train)
-        return [replace(f, global_minimum=(i == best)) for i, f in enumerate(fps)]
+        return flag_global_minimum([*fps, zero])
     zero = zero_estimator(p) if prior is None and derived is None else None
     if derived is None:
         def derived(p, params, order):
@@ -409,6 +407,11 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
     if not found:
         raise ConvergenceError(f"no {label} start converged", last_iterate=[
             f.last_iterate for f in failures], residual=[f.residual for f in failures])
+    return flag_global_minimum(found)
+
+
+def flag_global_minimum(found: list) -> list:
+    """The fixed points with ``global_minimum`` set on the one of lowest training loss."""
     best = min(range(len(found)), key=lambda i: found[i].train)
     return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
 
@@ -442,19 +445,17 @@ def spectral_fixed_point(p: ERMParams, *, hats: tuple, order: int = _ORDER, tol:
         m_hat = 2 * p.lam / eps
         return (delta * m_hat) ** 2, m_hat, m_hat / eta
 
-    def step(y: np.ndarray) -> tuple[np.ndarray, tuple, tuple]:
+    def step(y: np.ndarray) -> np.ndarray:
         q, m, sigma = overlaps_from_hats(*hats_of(y), p)[:3]
-        if q > 0 and sigma > 0:
-            lim = 0.999 * math.sqrt(p.Q0n * q)
-            h = hats_from_overlaps(q, max(min(m, lim), -lim), sigma, p, order=order,
-                                   rule=rule)[:3]
-        else:
-            h = zero
-        return coords(h), (q, m, sigma), h
+        if not (q > 0 and sigma > 0):
+            return coords(zero)
+        lim = 0.999 * math.sqrt(p.Q0n * q)
+        return coords(hats_from_overlaps(q, max(min(m, lim), -lim), sigma, p, order=order,
+                                         rule=rule)[:3])
 
     def residual(y: np.ndarray) -> np.ndarray:
         try:
-            out = step(y)[0] - y
+            out = step(y) - y
         except (ValueError, FloatingPointError):
             return np.full(3, 1e3)
         return out if np.all(np.isfinite(out)) else np.full(3, 1e3)
@@ -740,8 +741,7 @@ def solve_tokens(p: ERMParams, *, inits: tuple, label: str, prior: Callable | No
     if not found:
         raise ConvergenceError(f"no {label} start converged (T = {p.tokens})", last_iterate=[
             f.last_iterate for f in failures], residual=[f.residual for f in failures])
-    best = min(range(len(found)), key=lambda i: found[i].train)
-    return [replace(f, global_minimum=(i == best)) for i, f in enumerate(found)]
+    return flag_global_minimum(found)
 
 
 @dataclass(frozen=True)
