@@ -446,9 +446,24 @@ def cli() -> None:
               "split (the prox's jumps located on lines: bars 3-10x smaller, ~1.5x the time)")
 @click.option("--cross-validate", is_flag=True, help="erm T = 2: lambda chosen to minimise the "
               "SE test error over [1e-3, 1] (what cross-validation estimates; replaces --lam)")
-def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
+@click.option("--starts", default=None, help="aim --layers 2: the starts, a comma list of "
+              "uninformed, informed, layer1, layer2 (default all four)")
+@click.option("--out", "out_path", default=None, help="aim --layers 2: JSON file, written after "
+              "each finished start")
+@click.option("--resume", is_flag=True, help="aim --layers 2: skip the starts already in --out "
+              "(same options)")
+@click.option("--points", type=int, default=None, help="aim --layers 2: log2 of the Sobol points "
+              "per scramble, 5..12 (default 9; fewer: quicker, larger bars)")
+def se(alpha, small_width, digits, direct, output_rule, cross_validate, starts, out_path, resume,
+       points, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
+    if not (model == "aim" and kw.get("layers") == 2):
+        for opt, value in (("starts", starts), ("out_path", out_path), ("resume", resume),
+                           ("points", points)):
+            if given(opt):
+                fail("--" + opt.replace("_path", ""), "used only with --model aim --layers 2",
+                     value)
     if output_rule is not None and model != "erm":
         fail("--output-rule", "used only with --model erm", output_rule)
     if cross_validate:
@@ -462,7 +477,8 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
         for opt, value in (("small_width", small_width), ("digits", digits), ("direct", direct)):
             if given(opt):
                 fail("--" + opt.replace("_", "-"), "omitted for --model aim --layers 2", value)
-        aim_channels.deep_aim_se(kw, alpha)
+        aim_channels.deep_aim_se(kw, alpha, starts=starts, out_path=out_path, resume=resume,
+                                 points=points)
         return
     if model == "erm":
         if small_width:
@@ -555,9 +571,17 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, **kw):
               "parameterisation")
 @click.option("--cross-validate", is_flag=True, help="erm T = 2: at each alpha the lambda "
               "minimising the SE test error (replaces --lam; ~1-3 min per alpha)")
-def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw):
+@click.option("--resume", is_flag=True, help="aim --layers 2: reuse the alphas finished by an "
+              "earlier run with the same --out and options (state file OUT.partial.json)")
+@click.option("--points", type=int, default=None, help="aim --layers 2: log2 of the Sobol points "
+              "per scramble, 5..12 (default 9; fewer: quicker, larger bars)")
+def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, resume, points, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
+    if not (model == "aim" and kw.get("layers") == 2):
+        for opt, value in (("resume", resume), ("points", points)):
+            if given(opt):
+                fail("--" + opt, "used only with --model aim --layers 2", value)
     grid = parse_grid(alphas, "--alphas")
     if not np.all(grid >= 0):
         fail("--alphas", "a grid of alpha >= 0", alphas)
@@ -580,7 +604,8 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, **kw
                 fail("--" + opt, f"omitted for {what}", value)
         _check_outputs(out_path, plot_path)
         if deep:
-            aim_channels.deep_aim_curve(kw, grid, out_path, plot_path)
+            aim_channels.deep_aim_curve(kw, grid, out_path, plot_path, resume=resume,
+                                        points=points)
         elif sparse:
             aim_channels.sparsemax_curve(kw, grid, out_path, plot_path)
         else:

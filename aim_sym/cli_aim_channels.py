@@ -387,17 +387,27 @@ def hardmax_se(kw: dict, alpha: float) -> None:
            f"{f['stable']}{', Bayes-optimal' if f['bayes_optimal'] else ''}" for f in fps]))
 
 
-#: skips accepted by the two-layer SE at finite width on the command line. Below c = 1 det A
-#: vanishes inside the domain; the API's default inner rule ("line", docs/deep_aim.md section 4,
-#: "Inner rule at c < 1") follows the narrow posterior there, but one fixed point at the command
-#: line's 2^9 x 8 points took more than 5 minutes at c = 0.5 (rho = (0.5, 0.5), from the
-#: uninformed start, two shared cores: alpha = 0.3 about 7 minutes, alpha = 0.33 not converged
-#: after 340 s; ``se`` runs four starts), so c < 1 stays with the API
+#: skips accepted by the two-layer routes at finite width that need c >= 1 on the command line
+#: (the noisy ``se``, ``check``, ``amp``): below c = 1 det A vanishes inside the domain
 DEEP_AIM_SE_SKIP = (1.0, 1e3)
-#: what ``se``/``curve`` (noiseless) say below DEEP_AIM_SE_SKIP: where c < 1 is served
-DEEP_AIM_SMALL_SKIP_API = ("c < 1 through the API, aim_sym.numerics.deep_aim_se.fixed_point or "
-                           "curve with DeepAimSE(skip=c) (line inner rule; over 5 minutes per "
-                           "fixed point)")
+#: skips accepted by the noiseless ``se``/``curve --model aim --layers 2``: below c = 1 the line
+#: inner rule (docs/deep_aim.md section 4, "Inner rule at c < 1"), its map checked against plain
+#: Monte Carlo at finite width at c = 0, 0.25, 0.5 and 0.75 and fixed points run at c = 0, 0.25
+#: and 0.5 (section 4, "the command line at c < 1"); S_l is finite for every c >= 0 (section 1)
+DEEP_AIM_SE_SKIP_LINE = (0.0, 1e3)
+#: --points: log2 of the Sobol points per scramble (8 scrambles) of the noiseless se/curve
+DEEP_AIM_POINTS = (5, 12)
+#: the starts of ``se --model aim --layers 2`` (--starts): name -> (label, initial (mmse_1, mmse_2))
+DEEP_AIM_STARTS = {"uninformed": ("uninformed", (1.0, 1.0)),
+                   "informed": ("informed", (1e-3, 1e-3)),
+                   "layer1": ("layer 1 informed", (1e-3, 1.0)),
+                   "layer2": ("layer 2 informed", (1.0, 1e-3))}
+#: measured wall seconds of one fixed point at c < 1 by --points (rho = (0.5, 0.5), alpha = 0.3,
+#: line rule, uninformed start, bars, e_gen and cross-overlap term included; 2^9: c = 0.5, about
+#: 7 min; 2^5: the largest of c = 0, 0.25, 0.5, 93 s at c = 0; two cores shared with other jobs:
+#: upper bounds at that load; docs/deep_aim.md section 4, "The command line at c < 1"); between
+#: them linear in the points, beyond 2^9 proportional
+DEEP_AIM_SMALL_SKIP_SECONDS = {5: 95.0, 9: 420.0}
 
 
 def _alpha(alpha: float) -> float:
@@ -410,11 +420,11 @@ def _alpha(alpha: float) -> float:
 
 
 def deep_aim_se_model(kw: dict, *, noise_ok: bool = False, design_ok: bool = False,
-                      small_skip_api: bool = False):
+                      small_skip_ok: bool = False):
     """The two-layer SE specification named by the options (checked: channel softmax, T = 2,
     skip in DEEP_AIM_SE_SKIP, rho one value or r1,r2, beta, --design (shared tokens by
-    default) only where ``design_ok``; --noise only where ``noise_ok``). ``small_skip_api``
-    (noiseless se and curve): the --skip refusal names the API route for c < 1."""
+    default) only where ``design_ok``; --noise only where ``noise_ok``). ``small_skip_ok``
+    (noiseless se and curve): skip in DEEP_AIM_SE_SKIP_LINE (the line inner rule below 1)."""
     from .domains import RHO
     from .numerics import deep_aim_se as das
 
@@ -431,12 +441,13 @@ def deep_aim_se_model(kw: dict, *, noise_ok: bool = False, design_ok: bool = Fal
     if kw["tokens"] != 2:
         fail("--tokens", "2 for --model aim --layers 2", kw["tokens"])
     skip = 1.0 if kw.get("skip") is None else kw["skip"]
-    lo, hi = DEEP_AIM_SE_SKIP
+    line = small_skip_ok and kw.get("noise") is None
+    lo, hi = DEEP_AIM_SE_SKIP_LINE if line else DEEP_AIM_SE_SKIP
     if not (lo <= skip <= hi):
-        where = (DEEP_AIM_SMALL_SKIP_API if small_skip_api and kw.get("noise") is None
-                 else "c < 1 is not served here")
-        fail("--skip", f"in [{lo:g}, {hi:g}] for the two-layer SE at finite width on the command "
-             f"line ({where}; small width: threshold weak --small-width)", skip)
+        where = ("c < 1 with the line inner rule, minutes per fixed point" if line
+                 else "c < 1 is served by the noiseless se and curve")
+        fail("--skip", f"in [{lo:g}, {hi:g}] for this two-layer route at finite width on the "
+             f"command line ({where}; small width: threshold weak --small-width)", skip)
     rho = kw.get("rho")
     rho = (0.5, 0.5) if rho is None else (rho if isinstance(rho, tuple) else (rho, rho))
     try:
@@ -504,40 +515,161 @@ def deep_aim_amp(kw: dict, *, alpha: float, damping, out_path: str | None, dim: 
         + f"\nfailed seeds (left out): {o['failed_seeds']}")
 
 
-def deep_aim_se(kw: dict, alpha: float) -> None:
+def deep_aim_starts(spec: str | None) -> list[str]:
+    """--starts: a comma list of DEEP_AIM_STARTS names, each once (default: all four)."""
+    if spec is None:
+        return list(DEEP_AIM_STARTS)
+    names = [x.strip() for x in spec.split(",")]
+    if not names or any(n not in DEEP_AIM_STARTS for n in names) or len(set(names)) < len(names):
+        fail("--starts", "a comma list of distinct names from " + ", ".join(DEEP_AIM_STARTS),
+             spec)
+    return names
+
+
+def deep_aim_points(points: int | None) -> int:
+    """--points: log2 of the Sobol points per scramble, in DEEP_AIM_POINTS (default 9)."""
+    if points is None:
+        return 9
+    lo, hi = DEEP_AIM_POINTS
+    if not (lo <= points <= hi):
+        fail("--points", f"in [{lo}, {hi}] (log2 of the points per scramble; fewer: quicker, "
+             "larger bars)", points)
+    return points
+
+
+def _deep_aim_key(command: str, model, m: int, **extra) -> dict:
+    """The options a stored result depends on (a resumed run must match them exactly)."""
+    return {"command": command, "skip": model.skip, "rho": [model.rho1, model.rho2],
+            "beta": model.beta, "design": model.design, "inner": model.inner,
+            "points": m, "scrambles": 8, "seed": 0, **extra}
+
+
+def _deep_aim_stored(path: str, key: dict, what: str) -> dict | None:
+    """The JSON file a resumed run continues from (None if there is none); exit 2 (naming
+    --resume) if it is unreadable or was written for other options."""
+    import json
+    import os
+
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as fh:
+            stored = json.load(fh)
+    except (OSError, ValueError) as e:
+        fail("--resume", f"used with a readable {what} (delete it to start afresh)",
+             f"{path} ({e})")
+    got = stored.get("options") if isinstance(stored, dict) else None
+    if not isinstance(got, dict) or got != key:
+        diff = ", ".join(f"{k} {got.get(k)!r} stored, {v!r} asked" for k, v in key.items()
+                         if got.get(k) != v) if isinstance(got, dict) else "no options stored"
+        fail("--resume", f"used with a {what} written for the same options (delete it or choose "
+             "another --out to start afresh)", f"{path}: {diff}")
+    return stored
+
+
+def _deep_aim_cost(model, m: int, runs: int, what: str) -> None:
+    """One stderr line before a c < 1 run: the expected cost (measured, an upper bound)."""
+    import click
+
+    (m0, t0), (m1, t1) = sorted(DEEP_AIM_SMALL_SKIP_SECONDS.items())
+    secs = (t0 + (t1 - t0) * (2.0**m - 2.0**m0) / (2.0**m1 - 2.0**m0) if m <= m1
+            else t1 * 2.0 ** (m - m1))
+    click.echo(f"expected cost at skip {model.skip:g} < 1: about {secs / 60:.2g} min per {what} x "
+               f"{runs} at 2^{m} x 8 points (measured on two shared cores at alpha = 0.3: "
+               f"{t0 / 60:.2g} min at 2^{m0}, {t1 / 60:.2g} min at 2^{m1}; more near alpha_PR)",
+               err=True)
+
+
+def _iteration_printer(k: int, n: int, name: str):
+    from .cli_common import progress_printer
+
+    def hook(it: int, v: list[float], residual: float) -> None:
+        progress_printer(k, n, f"{name}: iteration {it}, mmse = ({v[0]:.6g}, {v[1]:.6g}), "
+                               f"|F - V| = {residual:.2g}")
+    return hook
+
+
+def _write_json(path: str, out: dict) -> None:
+    import json
+
+    from .cli_common import _finite
+    from .numerics.records import atomic_write
+
+    try:
+        atomic_write(path, json.dumps(_finite(out), indent=2, default=float))
+    except OSError as e:
+        fail("--out", "a writable path", f"{path} ({e.strerror})")
+
+
+def deep_aim_se(kw: dict, alpha: float, *, starts: str | None = None,
+                out_path: str | None = None, resume: bool = False,
+                points: int | None = None) -> None:
     """``se --model aim --layers 2 --rho r1,r2 --skip c --alpha a``: the SE fixed points of two
-    tied attention layers at finite width, T = 2 (THEORY 1.6), one per start (uninformed,
-    informed, each layer informed), per layer q, q_hat, mmse with errors (randomised QMC,
-    docs/deep_aim.md section 4)."""
+    tied attention layers at finite width, T = 2 (THEORY 1.6), one per start (``starts``, default
+    uninformed, informed, each layer informed), per layer q, q_hat, mmse with errors (randomised
+    QMC, 2^points x 8, docs/deep_aim.md section 4). c < 1 (line inner rule) takes minutes per
+    start: progress per start and iteration on stderr; with ``out_path`` each finished start is
+    written (atomically) to that JSON file, and ``resume`` skips the starts found there."""
     from .cli_common import progress_printer
     from .numerics import deep_aim_se as das
 
     alpha = _alpha(alpha)
-    model = deep_aim_se_model(kw, noise_ok=True, design_ok=True, small_skip_api=True)
+    model = deep_aim_se_model(kw, noise_ok=True, design_ok=True, small_skip_ok=True)
     if kw.get("noise") is not None:
+        for opt, value in (("--starts", starts), ("--out", out_path),
+                           ("--resume", resume or None), ("--points", points)):
+            if value is not None:
+                fail(opt, "omitted with --noise (the noisy route runs one start)", value)
         _deep_aim_noisy_se(kw, alpha, model)
         return
+    names = deep_aim_starts(starts)
+    m = deep_aim_points(points)
+    if resume and not out_path:
+        fail("--resume", "used with --out FILE (the file of an earlier run)", True)
+    if out_path:
+        from .tables import check_writable
+
+        check_writable(out_path, "--out")
+    key = _deep_aim_key("se", model, m, alpha=alpha)
+    done = {}
+    if resume:
+        stored = _deep_aim_stored(out_path, key, "--out file of se")
+        done = {f["start"]: f for f in (stored or {}).get("fixed_points", [])}
     skip, beta, rho = model.skip, model.beta, (model.rho1, model.rho2)
-    inits = ((1.0, 1.0), (1e-3, 1e-3), (1e-3, 1.0), (1.0, 1e-3))
-    names = ("uninformed", "informed", "layer 1 informed", "layer 2 informed")
-    fps = []
-    for k, (init, name) in enumerate(zip(inits, names)):
-        progress_printer(k, len(inits), f"start {name} (mmse {init[0]:g}, {init[1]:g})")
-        fps.append({"start": name, **das.fixed_point(model, alpha=alpha, v_init=init, m=9)})
-    progress_printer(len(inits), len(inits), "done")
-    fps = das.flag_bayes_optimal(fps)
+    todo = [n for n in names if DEEP_AIM_STARTS[n][0] not in done]
+    if skip < 1 and todo:
+        _deep_aim_cost(model, m, len(todo), "start")
     out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
            "beta": beta, "rho": list(rho), "alpha": alpha, "design": model.design,
            "alpha_PR": das.perfect_recovery_alpha(model),
-           "method": "randomised QMC (8 scrambles x 2^9 Sobol points, truths first) over the "
+           "method": f"randomised QMC (8 scrambles x 2^{m} Sobol points, truths first) over the "
                      "output side of E_l = (2 V_l - E tr Cov_l[. | z]) / V_l^2 (posterior-variance "
-                     "form), 2D inner rule over H1's seen directions; error = 2.5 standard "
-                     "errors plus "
-                     "the inner rule's two-step difference, through (I - J)^-1",
+                     "form), 2D inner rule over H1's seen directions"
+                     + (" (line rule: nodes graded towards det A = 0)" if skip < 1 else "")
+                     + "; error = 2.5 standard errors plus the inner rule's two-step difference, "
+                     "through (I - J)^-1",
            "note": "phi ranks coexisting fixed points (Bayes-optimal: the stable one of largest "
                    "phi); e_gen: E||y(h) - y(h')||^2/2, h, h' two posterior draws given omega; "
                    "e_gen_plugin: E||y(h) - y(omega)||^2",
-           "fixed_points": fps}
+           "options": key}
+    n = len(names)
+    for k, name in enumerate(names):
+        label, init = DEEP_AIM_STARTS[name]
+        if label in done:
+            progress_printer(k, n, f"start {label}: resumed (stored in {out_path})")
+            continue
+        progress_printer(k, n, f"start {label} (mmse {init[0]:g}, {init[1]:g})")
+        done[label] = {"start": label, **das.fixed_point(
+            model, alpha=alpha, v_init=init, m=m, progress=_iteration_printer(k, n, label))}
+        if out_path:
+            stored = [done[lb] for lb in done]
+            _write_json(out_path, {**out, "complete": False, "fixed_points": stored})
+    progress_printer(n, n, "done")
+    fps = das.flag_bayes_optimal([done[DEEP_AIM_STARTS[nm][0]] for nm in names])
+    out["fixed_points"] = fps
+    if out_path:
+        extra = [f for lb, f in done.items() if lb not in {x["start"] for x in fps}]
+        _write_json(out_path, {**out, "complete": True, "fixed_points": fps + extra})
     emit(out, kw["as_json"], lambda o: "\n".join(
         [f"AIM, two tied attention layers, T=2, skip={skip}, rho={list(rho)}, alpha={alpha} "
          f"(alpha_PR = {o['alpha_PR']:.6g}):"]
@@ -587,18 +719,8 @@ def _deep_aim_noisy_se(kw: dict, alpha: float, model) -> None:
            o["note"]]))
 
 
-def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) -> None:
-    """``curve --model aim --layers 2 --rho r1,r2 --skip c --alphas a:b:n``: the branch from the
-    uninformed start, each alpha warm-started from the previous one (docs/deep_aim.md 5); CSV
-    columns alpha, per layer mmse/q/q_hat with errors, phi, e_gen, perfect_recovery."""
-    from .cli_common import progress_printer
-    from .numerics import deep_aim_se as das
-
-    alphas = [float(a) for a in grid]
-    if any(a <= 0 for a in alphas):
-        fail("--alphas", "a grid of alpha > 0 for --model aim --layers 2", alphas)
-    model = deep_aim_se_model(kw, design_ok=True, small_skip_api=True)
-    rows = das.curve(model, alphas=alphas, m=9, progress=progress_printer)
+def _flat_rows(rows: list[dict]) -> list[dict]:
+    """The CSV rows of the deep curve: alpha, per layer mmse/q/q_hat with errors, phi, e_gen."""
     flat = []
     for r in rows:
         row = {"alpha": r["alpha"]}
@@ -610,6 +732,62 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None) 
                   "e_gen_plugin_error", "perfect_recovery", "stable"):
             row[k] = r.get(k)
         flat.append(row)
+    return flat
+
+
+#: the suffix of ``curve --model aim --layers 2 --out F``'s state file (F + suffix): the finished
+#: alphas' fixed points, written atomically after each alpha (``--resume`` continues from it)
+DEEP_CURVE_STATE = ".partial.json"
+
+
+def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None, *,
+                   resume: bool = False, points: int | None = None) -> None:
+    """``curve --model aim --layers 2 --rho r1,r2 --skip c --alphas a:b:n``: the branch from the
+    uninformed start, each alpha warm-started from the previous one (docs/deep_aim.md 5); CSV
+    columns alpha, per layer mmse/q/q_hat with errors, phi, e_gen, perfect_recovery. Progress
+    per alpha and iteration on stderr; with ``out_path`` each finished alpha goes (atomically)
+    to the CSV and to the state file ``out_path`` + DEEP_CURVE_STATE, and ``resume`` reuses the
+    leading alphas stored there (same options, same grid order)."""
+    from .cli_common import progress_printer
+    from .numerics import deep_aim_se as das
+
+    alphas = [float(a) for a in grid]
+    if any(a <= 0 for a in alphas):
+        fail("--alphas", "a grid of alpha > 0 for --model aim --layers 2", alphas)
+    model = deep_aim_se_model(kw, design_ok=True, small_skip_ok=True)
+    m = deep_aim_points(points)
+    if resume and not out_path:
+        fail("--resume", "used with --out FILE (the CSV of an earlier run)", True)
+    key = _deep_aim_key("curve", model, m)
+    state = out_path + DEEP_CURVE_STATE if out_path else None
+    done: list[dict] = []
+    if resume:
+        stored = _deep_aim_stored(state, key, f"state file (--out + {DEEP_CURVE_STATE})")
+        done = list((stored or {}).get("rows", []))
+    reused = 0
+    for d, a in zip(done, alphas):
+        if d.get("alpha") != a:
+            break
+        reused += 1
+    if model.skip < 1 and reused < len(alphas):
+        _deep_aim_cost(model, m, len(alphas) - reused, "alpha")
+
+    def store(rows: list[dict]) -> None:
+        from .tables import write_csv
+
+        _write_json(state, {"options": key, "rows": rows})
+        write_csv(out_path, _flat_rows(rows))
+
+    current = {"hook": None}
+
+    def progress(k: int, n: int, text: str) -> None:
+        progress_printer(k, n, text)
+        current["hook"] = _iteration_printer(k, n, text)
+
+    rows = das.curve(model, alphas=alphas, m=m, progress=progress, done=done,
+                     on_row=store if out_path else None,
+                     progress_iter=lambda *a: current["hook"](*a))
+    flat = _flat_rows(rows)
     if out_path:
         from .tables import write_csv
 

@@ -11,6 +11,7 @@ import math
 import os
 import tempfile
 
+from .numerics.records import new_file_mode
 from .tables import OutputError
 
 FORMATS = (".png", ".pdf", ".svg")
@@ -49,6 +50,7 @@ def save_figure(fig, path: str, *, option: str = "--plot", dpi: int = 130) -> No
             raise OutputError(f"cannot write the figure {path!r}: {e.strerror or e}") from None
         try:
             fig.savefig(tmp, format=fmt, dpi=dpi)
+            os.chmod(tmp, new_file_mode())
             os.replace(tmp, path)
         except BaseException as e:
             if os.path.exists(tmp):

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -646,7 +647,8 @@ def _map_mean(model, alpha, v, normals, h_in, estimator="variance"):
 def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], m: int = 10,
                 scrambles: int = 8, seed: int = 0, tol: float = 1e-7, max_iter: int = 60,
                 v_floor: float = 1e-7, steps: tuple[float, float] = INNER_STEPS,
-                estimator: str = "variance", cross_term: bool = True) -> dict:
+                estimator: str = "variance", cross_term: bool = True,
+                progress: Callable[[int, list[float], float], None] | None = None) -> dict:
     """The SE fixed point (V1, V2) = (mmse_1, mmse_2) reached from ``v_init`` (THEORY 1.6), with
     the RQMC point set held fixed (so the map is deterministic): plain iteration until the step is
     below 5 % of V, or both V_l shrink by steady factors below 1 (geometric approach to V = 0),
@@ -666,7 +668,9 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     independent tokens and not for shared ones (module docstring; :func:`cross_overlap_effect`),
     the map's ``jacobian`` and the ``design``. ``cross_term`` (shared tokens only): add the
     cross-overlap's first-order term to the mmse, q, e_gen and Phi bars
-    (:func:`add_cross_overlap_term`, reported under ``cross_overlap``)."""
+    (:func:`add_cross_overlap_term`, reported under ``cross_overlap``). ``progress(k, v,
+    residual)``, if given, is called after each map evaluation of the iteration (k = 1, 2, ...;
+    v the current (V1, V2), residual max |F(V) - V|): a hook for long runs (c < 1)."""
     _check_alpha(alpha)
     for v in v_init:
         require(0 < v <= 1, "v_init", "pairs in (0, 1]", v_init)
@@ -685,6 +689,8 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
         fv, _ = _map_mean(model, alpha, v, normals, h, estimator)
         history.append(v.tolist())
         step = fv - v
+        if progress is not None:
+            progress(len(history), v.tolist(), float(np.max(np.abs(step))))
         if plain and (np.all(np.abs(step) < 0.05 * v) or len(history) >= 12
                       or _geometric_to_zero(history + [fv.tolist()])):
             plain = False
@@ -1350,22 +1356,38 @@ def generalisation_error_mc(model: DeepAimSE, *, q1: float, q2: float, outer: in
 # ---------------------------------------------------------------- curve
 
 def curve(model: DeepAimSE, *, alphas, m: int = 9, progress=None,
-          v_init: tuple[float, float] = (1.0, 1.0), **kw) -> list[dict]:
+          v_init: tuple[float, float] = (1.0, 1.0), done: Sequence[dict] = (),
+          on_row: Callable[[list[dict]], None] | None = None,
+          progress_iter: Callable[[int, list[float], float], None] | None = None,
+          **kw) -> list[dict]:
     """The SE branch from the uninformed start (THEORY 1.6): the fixed point at each alpha in
     the given order, each warm-started from the previous alpha's (mmse_1, mmse_2) (floored at
     1e-4; the first from ``v_init``). One row per alpha: the dict of :func:`fixed_point` (alpha,
     per layer q, q_hat, mmse with errors, phi, e_gen, e_gen_plugin, perfect_recovery, stable).
-    ``progress(k, n, text)`` is called before each alpha and at the end."""
+    ``progress(k, n, text)`` is called before each alpha and at the end. Resuming: ``done``,
+    rows of an earlier call with the same model and points, is reused for the leading alphas it
+    matches in order (the warm start continues from its last row); ``on_row(rows)`` is called
+    after each newly computed row with all rows so far (e.g. to store them); ``progress_iter``
+    goes to :func:`fixed_point` as its per-iteration ``progress``."""
     alphas = [float(a) for a in alphas]
     require(len(alphas) > 0, "alphas", "a non-empty list", alphas)
     for a in alphas:
         _check_alpha(a)
-    rows, v = [], tuple(v_init)
+    rows, v, reuse = [], tuple(v_init), True
     for k, alpha in enumerate(alphas):
-        if progress is not None:
-            progress(k, len(alphas), f"alpha = {alpha:g}")
-        row = fixed_point(model, alpha=alpha, v_init=v, m=m, **kw)
-        rows.append(row)
+        reuse = reuse and k < len(done) and done[k].get("alpha") == alpha
+        if reuse:
+            row = done[k]
+            if progress is not None:
+                progress(k, len(alphas), f"alpha = {alpha:g} (resumed: stored row)")
+            rows.append(row)
+        else:
+            if progress is not None:
+                progress(k, len(alphas), f"alpha = {alpha:g}")
+            row = fixed_point(model, alpha=alpha, v_init=v, m=m, progress=progress_iter, **kw)
+            rows.append(row)
+            if on_row is not None:
+                on_row(list(rows))
         v = tuple(min(max(x["mmse"], 1e-4), 1.0) for x in row["layers"])
     if progress is not None:
         progress(len(alphas), len(alphas), "done")

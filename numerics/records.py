@@ -92,14 +92,24 @@ def require_reals(obj: Any, *, positive: tuple = (), nonnegative: tuple = ()) ->
         require(is_finite_real(v) and v >= 0, name, "a finite real >= 0", v)
 
 
+def new_file_mode() -> int:
+    """The mode a plainly created file gets (0o666 less the umask): given to atomically written
+    results, whose temporary files start private (0o600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename."""
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then rename
+    (mode that of a plainly created file, :func:`new_file_mode`)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

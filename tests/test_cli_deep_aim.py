@@ -38,7 +38,7 @@ def test_two_layer_refusals(run_cli):
         (["curve", *deep, "--alphas", "0:1:3"], "--alphas"),
         (["curve", *deep, "--alphas", "0.1:0.2:2", "--tol", "1e-3"], "--tol"),
         (["curve", *deep, "--alphas", "0.1:0.2:2", "--plot", "x.txt"], "--plot"),
-        (["se", *deep, "--alpha", "0.1", "--skip", "0.5"], "--skip"),
+        (["se", *deep, "--alpha", "0.1", "--skip", "-0.5"], "--skip"),
         (["check", *deep, "--skip", "0.5"], "--skip"),
         (["check", *deep, "--tokens", "3"], "--tokens"),
         (["se", *deep, "--alpha", "0.1", "--tokens", "3"], "--tokens"),

@@ -52,8 +52,13 @@ def test_unwritable_outputs_are_one_line_errors(tmp_path):
                                           (".svg", b"<?xml")])
 def test_curve_format_follows_the_suffix(tmp_path, suffix, magic):
     path = tmp_path / f"c{suffix}"
-    plots.plot_curve(ROWS, ["mmse", "q"], title="AIM", path=str(path))
+    old = os.umask(0o022)
+    try:
+        plots.plot_curve(ROWS, ["mmse", "q"], title="AIM", path=str(path))
+    finally:
+        os.umask(old)
     assert path.read_bytes().startswith(magic) and no_temporaries(tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o644  # not the temporary file's private 0o600
 
 
 def test_unknown_suffix_is_refused(tmp_path):

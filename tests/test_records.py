@@ -30,3 +30,21 @@ def test_bayes_optimal_is_the_stable_point_of_largest_phi():
            {"stable": True, "phi": -0.5}]
     assert bayes_optimal(fps) is fps[2]
     assert bayes_optimal([{"stable": False, "phi": 1.0}]) is None
+
+
+def test_atomic_write_gives_the_mode_of_a_plainly_created_file(tmp_path):
+    """Results written atomically are readable like any other new file (the temporary file
+    starts at 0o600; a user's CSV must not stay private to them)."""
+    import os
+
+    from aim_sym.numerics.records import atomic_write, new_file_mode
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "out.csv"
+        atomic_write(str(path), "a,b\n1,2\n")
+        assert path.read_text() == "a,b\n1,2\n"
+        assert new_file_mode() == 0o644
+        assert (path.stat().st_mode & 0o777) == 0o644
+    finally:
+        os.umask(old)
