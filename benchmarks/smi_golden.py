@@ -6,7 +6,9 @@ Run: python benchmarks/smi_golden.py > before.json; (edit); python benchmarks/sm
 --compare before.json.  docs/data/smi_golden.json is the output before the 2026-11-25 merges of
 the L = 2 modules (smi_oracles into smi, the rotated rules, the Q = 0 sums into smi_route_a);
 after them every case agreed to 1e-10 relative (the differences are rounding: a cross term of
-3e-17 and a Newton residual of 5e-8 move in their last digits).
+3e-17 and a Newton residual of 5e-8 move in their last digits).  learned_stats, solve_branch and
+learned_point changed by design on 2026-11-26 (the fibre-lattice engine smi_learned replaced by
+the joint-branch kernel; the comparison against its bars is in benchmarks/RESULTS.md).
 """
 
 import argparse
@@ -22,7 +24,6 @@ from aim_sym.numerics import (
     smi_branches,
     smi_fibre,
     smi_general,
-    smi_learned,
     smi_route_a,
     smi_sequential,
 )
@@ -92,8 +93,8 @@ def cases():
                                                    dq=(0.01, 0.02),
                                                    rule=dict(m=8, replicates=4, seed=3)),
         "recovery": lambda: smi_branches.perfect_recovery(orders=((6, 10), (8, 14))),
-        "learned_stats": lambda: {k: v for k, v in smi_learned.learned_stats(
-            0.3, 0.9, m=6, replicates=4, dz=0.3).items() if k not in ("replicates",)},
+        "learned_stats": lambda: {k: v for k, v in smi_branches.learned_stats(
+            [(0.3, 0.9)], rule=(7, 8, 4, 0)).items() if k in ("value", "se", "bias")},
         "cross_block": lambda: smi.cross_block_montecarlo(samples=40, inner=200),
         "zout_mp": lambda: smi.zout_mp((0.7, -0.4), (0.3, -0.2, 0.5, 0.1), (0.8, 0.6),
                                        [(a, b, 1 / 9) for a in (-1.0, 0.0, 1.0)
@@ -124,11 +125,11 @@ def cases():
             orders=smi_general.Orders(inner_gh=16)),
         "general_mc": lambda: smi_general.stability_monte_carlo(cc, samples=200, seed=3,
                                                                 n_grid=31),
-        "solve_branch": lambda: {k: v for k, v in smi_learned.solve_branch(
-            alpha=0.85, init=(0.4, 0.98), rule=dict(m=6, replicates=4, dz=0.3)).items()
+        "solve_branch": lambda: {k: v for k, v in smi_branches.solve_branch(
+            alpha=0.85, init=(0.4, 0.98), rule=(8, 9, 4, 0)).items()
             if k not in ("cpu_seconds", "rule", "method")},
         "learned_point": lambda: smi_branches.learned_point(
-            alpha=0.85, init=(0.4, 0.98), rule=dict(m=6, replicates=4, dz=0.3)),
+            alpha=0.85, init=(0.4, 0.98), rule=(8, 9, 4, 0)),
         "recovery_point": lambda: smi.fixed_point(alpha=1.5),
         "layer2_point_default": lambda: smi.layer2_point(alpha=0.6, workers=1),
         "run_checks": lambda: smi.run_checks(),

@@ -1,9 +1,10 @@
 """Both-learned SE branch of deep tied attention (L = 2, M = 2, c = 1, beta = 1) with
-numerics.smi_learned (fibre lattice x scrambled Sobol' teacher outer), by continuation in alpha.
+numerics.smi_branches.solve_branch (joint-branch kernel of numerics.smi_branch_qmc: scrambled Sobol'
+teachers x scrambled Sobol' fibre nodes), by continuation in alpha.
 
 Usage: python benchmarks/smi_learned_branch.py --out branch.json [--alphas 0.85,0.8,0.75]
        [--init 0.375,0.9906] [--previous earlier.json ...]
-Each point: Q with its error parts, eigenvalues of dT/dQ, K12 and Nishimori checks, CPU time.
+Each point: Q with its error parts, eigenvalues of dT/dQ, Nishimori checks, CPU time.
 The file is rewritten after every point.  Finally the onset: the root of the parabola
 q1(alpha) through the three smallest alphas (line through two: extrapolation error), to be
 compared with the sequential threshold of numerics.smi_sequential (0.71963566 +- 1.4e-7,
@@ -18,7 +19,7 @@ import os
 import time
 
 import numpy as np
-from aim_sym.numerics import smi_learned
+from aim_sym.numerics import smi_branches
 from aim_sym.numerics.records import atomic_write
 
 
@@ -29,7 +30,7 @@ def onset(points: list[dict]) -> dict:
     pts = sorted(points, key=lambda p: p["alpha"])[:3]
     a = np.array([p["alpha"] for p in pts])
     q = np.array([p["Q"][0] for p in pts])
-    se = np.array([p["se"][0] + p["lattice"][0] + p["residual"][0] for p in pts])
+    se = np.array([p["se"][0] + _bias(p) + p["residual"][0] for p in pts])
 
     def line(qq):
         return a[0] - qq[0] * (a[1] - a[0]) / (qq[1] - qq[0])
@@ -49,7 +50,7 @@ def onset(points: list[dict]) -> dict:
             qr = np.array([[r[0] for r in p["q_replicates"]] for p in pts])      # (3, R)
             roots = np.array([parab(qr[:, j]) for j in range(qr.shape[1])])
             stat = float(roots.std(ddof=1) / np.sqrt(roots.size))
-            lat = sum(abs(parab(q + (p["lattice"][0] + p["residual"][0]) * np.eye(3)[i]) - v)
+            lat = sum(abs(parab(q + (_bias(p) + p["residual"][0]) * np.eye(3)[i]) - v)
                       for i, p in enumerate(pts))
             out.update(replicate_roots=roots.tolist(), lattice=float(lat))
         else:
@@ -60,15 +61,10 @@ def onset(points: list[dict]) -> dict:
     return out
 
 
-def refresh(p: dict) -> dict:
-    """Add ``jacobian`` and ``q_replicates`` to a point computed without them (three
-    evaluations at its Q, same rule)."""
-    x = np.log(1 - np.array(p["Q"]))
-    F, Fr, _, _ = smi_learned._residual(x, p["alpha"], 1.0, 1.0, p["rule"])
-    J = smi_learned._fd_jacobian(x, F, p["alpha"], 1.0, 1.0, p["rule"])
-    p["jacobian"] = J.tolist()
-    p["q_replicates"] = (1 - np.exp(x[None, :] - (Fr - F[None, :]) @ np.linalg.inv(J).T)).tolist()
-    return p
+def _bias(p: dict) -> float:
+    """Deterministic error part of q1: the ratio bias (the lattice part of points from the former
+    fibre-lattice engine)."""
+    return p["ratio_bias"][0] if "ratio_bias" in p else p["lattice"][0]
 
 
 def main() -> None:
@@ -85,9 +81,6 @@ def main() -> None:
     for f in args.previous:
         with open(f) as fh:
             done += json.load(fh)["points"]
-    for p in done:                     # the onset uses the three smallest alphas
-        if "q_replicates" not in p and p["alpha"] <= sorted(a["alpha"] for a in done)[2]:
-            refresh(p)
     with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as fh:
         load = fh.read().split()[:3]
     for al in alphas:
@@ -103,7 +96,7 @@ def main() -> None:
         elif done:
             init = tuple(done[-1]["Q"])
         t = time.perf_counter()
-        r = smi_learned.solve_branch(alpha=al, init=init)
+        r = smi_branches.solve_branch(alpha=al, init=init)
         r["wall_seconds"] = time.perf_counter() - t
         r["eigenvalues"] = [str(z) if isinstance(z, complex) else z for z in r["eigenvalues"]]
         done.append(r)

@@ -34,7 +34,7 @@ the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
 
 Imports (a DAG): :mod:`~aim_sym.numerics.smi_fibre` (checks, rules, compiled pieces, fibre
 geometry) and :mod:`~aim_sym.numerics.smi_route_a` (route A sums) are the base; the engines
-(:mod:`~aim_sym.numerics.smi_sequential`, ``smi_learned``, ``smi_branches``) build on it; this
+(:mod:`~aim_sym.numerics.smi_sequential`, ``smi_branch_qmc``, ``smi_branches``) build on it; this
 module is the entry on top of them (and :mod:`~aim_sym.numerics.smi_amp`, whose GAMP runs report
 :func:`fixed_point`, sits above it).
 """

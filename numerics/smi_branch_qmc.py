@@ -185,7 +185,8 @@ def teacher(u: np.ndarray, *, layers: int, tokens: int, skip: float, beta: float
     return dict(z=z, xi=xi, h=scores(z, skip=skip, beta=beta))
 
 
-def posterior_sums(h: np.ndarray, omegas: list, vs: list, inner: dict, splits: tuple) -> list:
+def posterior_sums(h: np.ndarray, omegas: list, vs: list, inner: dict, splits: tuple,
+                   shift_out: np.ndarray | None = None) -> list:
     """Inner-rule sums at outer points ``(h, omega_l)`` (one ``omega_l``, ``V_l`` per learned
     layer, the last one L's): for each slice of inner nodes in ``splits``, ``(sum S FS, sum D
     FD)`` with ``S, D = e+ +- e-``, ``e+- = exp(logw + sum_l [omega_l . z_l / V_l - |z_l|^2 (1 /
@@ -200,16 +201,17 @@ def posterior_sums(h: np.ndarray, omegas: list, vs: list, inner: dict, splits: t
     Pout = np.hstack([-0.5 / vs[-1] * hh, *(om / v for om, v in zip(omegas[:-1], vs, strict=False)),
                       np.ones((len(h), 1))])
     Pin = np.vstack([inner["B"].T, *(z.T for z in inner["zs"]), logw[None, :]])
-    return signed_sums(Pout, Pin, oh / vs[-1], inner, splits)
+    return signed_sums(Pout, Pin, oh / vs[-1], inner, splits, shift_out)
 
 
 def signed_sums(Pout: np.ndarray, Pin: np.ndarray, X_out: np.ndarray, inner: dict,
-                splits: tuple) -> list:
+                splits: tuple, shift_out: np.ndarray | None = None) -> list:
     """The block kernel of :func:`posterior_sums` (and of the cascade's): the sign-even exponent
     of outer row i and inner node j is ``(Pout @ Pin)_ij``, the sign-odd one ``(X_out @ Y^T)_ij``
     (``Y = inner["Y"]``); per slice of inner nodes in ``splits`` it returns
     ``(sum_j S_ij FS_j, sum_j D_ij FD_j)`` with ``S, D = e+ +- e-``, ``e+- = exp(even +- odd -
-    shift_i)``, one row shift for all slices (float32 exponentials, :func:`exp32`)."""
+    shift_i)``, one row shift for all slices (float32 exponentials, :func:`exp32`), written to
+    ``shift_out`` (n,) when given."""
     n = len(Pout)
     out = [[np.empty((n, inner["FS"].shape[1])), np.empty((n, inner["FD"].shape[1]))]
            for _ in splits]
@@ -228,6 +230,8 @@ def signed_sums(Pout: np.ndarray, Pin: np.ndarray, X_out: np.ndarray, inner: dic
         if need.any():
             Em = P[need] - X[need]
             shift[need] = np.maximum(mp[need], Em.max(1))
+        if shift_out is not None:
+            shift_out[sl] = shift
         S = exp32(Ep, shift)
         D = S.copy()
         if need.any():
@@ -268,25 +272,28 @@ def _moments(sums, h: np.ndarray, *, layers: int, seen: int):
     return C, [*means, np.einsum("nab,nb->na", Mi, h)], n2
 
 
-def sample_columns(layers: int, tokens: int, learned=None) -> tuple:
+def sample_columns(layers: int, tokens: int, learned=None, psi: bool = False) -> tuple:
     """Names of the per-outer-sample columns of :func:`branch_samples`: ``mu_k`` and ``r_k = mu_k
     - (1 - q_L) K_L / q_L`` per unlearned layer k, ``K_l``, the Nishimori form and ``E g_l`` per
-    learned layer l, ``E tr C_l`` per free row, and the two-halves partners ``u_``."""
+    learned layer l, ``E tr C_l`` per free row, the two-halves partners ``u_`` and (``psi``)
+    ``log Z_out`` (THEORY 2.1)."""
     learned = tuple(learned or (layers,))
     unl = [k for k in range(1, layers) if k not in learned]
     return (*(f"mu{k}" for k in unl), *(f"K{l}" for l in learned), *(f"r{k}" for k in unl),
             *(f"trace{l}" for l in range(1, layers)), *(f"nishimori{l}" for l in learned),
             *(f"g{l}_{a}" for l in learned for a in range(tokens)),
-            *(f"u_mu{k}" for k in unl), *(f"u_K{l}" for l in learned), *(f"u_r{k}" for k in unl))
+            *(f"u_mu{k}" for k in unl), *(f"u_K{l}" for l in learned), *(f"u_r{k}" for k in unl),
+            *(("psi",) if psi else ()))
 
 
 def branch_samples(points, *, layers: int, tokens: int, skip: float, beta: float, outer_pts,
-                   inner_pts, learned=None) -> dict:
+                   inner_pts, learned=None, psi: bool = False) -> dict:
     """Per-outer-sample values at every point of ``points`` (a ``q_L``, or a tuple of the learned
     layers' overlaps) for one replicate (teacher points ``outer_pts``, inner points ``inner_pts``
     (n, M (L-1)), common to every point): for the full inner set (``full``) and the mean of its
     two halves (``half``), arrays (n_pts, n_outer, columns of :func:`sample_columns`), and the
-    control variates ``cv`` (n_pts, n_outer, k) (known mean 0)."""
+    control variates ``cv`` (n_pts, n_outer, k) (known mean 0).  ``psi``: a last column ``log
+    Z_out`` (the density of ``h`` given the ``omega_l``, both signs, every Gaussian normalised)."""
     m, L = tokens, layers
     learned = tuple(learned or (L,))
     unl = [k for k in range(1, L) if k not in learned]
@@ -306,7 +313,11 @@ def branch_samples(points, *, layers: int, tokens: int, skip: float, beta: float
         oms = [q * z[:, l - 1] + math.sqrt(q * v) * xi[:, i]
                for i, (l, q, v) in enumerate(zip(learned, qs, vs, strict=True))]
         gts = [(z[:, l - 1] - om) / v for l, om, v in zip(learned, oms, vs, strict=True)]
-        sa, sb = posterior_sums(h, oms, vs, inner, splits)
+        shift = np.empty(len(h))
+        sa, sb = posterior_sums(h, oms, vs, inner, splits, shift)
+        # log of the dropped normalisations: (2 pi V_L)^(-M/2), V_l^(-M/2) exp(-|omega_l|^2 / 2 V_l)
+        const = shift - 0.5 * m * (math.log(2 * math.pi * vs[-1]) + sum(math.log(v) for v in vs[:-1]))
+        const -= sum((om**2).sum(1) / (2 * v) for om, v in zip(oms, vs, strict=True))
         whole = [sa[0] + sb[0], sa[1] + sb[1]]
         mo = {k: _moments(s, h, layers=L, seen=len(learned) - 1)
               for k, s in (("f", whole), ("a", sa), ("b", sb))}
@@ -317,7 +328,8 @@ def branch_samples(points, *, layers: int, tokens: int, skip: float, beta: float
                in zip(mo["a"][1], mo["b"][1], oms, vs, strict=True)]
         u_r = [u - aL * u_K[-1] for u in u_mu]
         est = []
-        for key in ("f", "a", "b"):
+        for key, S0 in (("f", whole[0][:, 0] / n), ("a", sa[0][:, 0] * 2 / n),
+                        ("b", sb[0][:, 0] * 2 / n)):
             C, means, n2 = mo[key]
             gs = [(mz - om) / v for mz, om, v in zip(means, oms, vs, strict=True)]
             mu = [((T[k] - eye) * (C[:, k - 1] - eye) * fro).sum(1) for k in unl]
@@ -328,7 +340,8 @@ def branch_samples(points, *, layers: int, tokens: int, skip: float, beta: float
             cov.append(n2 - (means[-1] ** 2).sum(1))
             nis = [k - (m - c / v) / v for k, c, v in zip(K, cov, vs, strict=True)]
             est.append(np.column_stack([*mu, *K, *(x - aL * K[-1] for x in mu),
-                                        *(C * eye).sum(2).T, *nis, *gs, *u_mu, *u_K, *u_r]))
+                                        *(C * eye).sum(2).T, *nis, *gs, *u_mu, *u_K, *u_r,
+                                        *((np.log(S0) + const,) if psi else ())]))
         full.append(est[0])
         half.append(0.5 * (est[1] + est[2]))
         cvs.append(np.column_stack([r2[:, :-1] - m,
@@ -341,7 +354,7 @@ def branch_samples(points, *, layers: int, tokens: int, skip: float, beta: float
 
 
 def replicate_samples(points, *, layers, tokens, skip, beta, log2_outer, log2_inner, replicates,
-                      seed, learned=None):
+                      seed, learned=None, psi: bool = False):
     """:func:`branch_samples` over independent scrambles (seeded): arrays (R, n_pts, n, k)."""
     k = len(learned or (layers,))
     dims_o, dims_i = tokens * (layers + k), tokens * (layers - 1)
@@ -351,7 +364,8 @@ def replicate_samples(points, *, layers, tokens, skip, beta, log2_outer, log2_in
         ro, ri = (np.random.default_rng(x) for x in s.spawn(2))
         r = branch_samples(points, layers=layers, tokens=tokens, skip=skip, beta=beta,
                            outer_pts=gauss_sobol(log2_outer, dims_o, ro),
-                           inner_pts=gauss_sobol(log2_inner, dims_i, ri), learned=learned)
+                           inner_pts=gauss_sobol(log2_inner, dims_i, ri), learned=learned,
+                           psi=psi)
         full.append(r["full"])
         half.append(r["half"])
         cv.append(r["cv"])

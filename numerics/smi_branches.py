@@ -1,12 +1,13 @@
 """Deep tied attention (L = 2, M = 2): the SE branches above the sequential threshold
 (THEORY 2.1, 2.2).
 
-* Both layers learned (``q1 > 0``, alpha in ``(alpha_seq, 1)``): :func:`learned_point` wraps
-  :func:`aim_sym.numerics.smi_learned.solve_branch` (fibre trapezoid lattice in the layer-1 prior's
-  coordinates x scrambled Sobol' teacher outer with common random numbers; Newton on the 2x2 SE
-  map ``T_l(Q) = alpha K_l / (1 + alpha K_l)``) and adds ``phi`` and ``e_gen``.  An earlier rule
-  here (Gauss-Hermite in omega_2, Laplace-mixture fibre) overestimated K2 by ~5% and was
-  removed; benchmarks/RESULTS.md has the comparison.
+* Both layers learned (``q1 > 0``, alpha in ``(alpha_seq, 1)``): :func:`solve_branch`, Newton on
+  the 2x2 SE map ``T_l(Q) = alpha K_l / (1 + alpha K_l)`` with ``K_l`` from the joint-branch
+  kernel of every depth (:func:`aim_sym.numerics.smi_branch_qmc.branch_samples`, ``learned = (1,
+  2)``: scrambled Sobol' teacher x scrambled Sobol' fibre nodes, common random numbers in Q);
+  :func:`learned_point` adds ``phi`` and ``e_gen``.  It replaced a fibre-lattice engine
+  (``smi_learned``, the same K within the combined bars at ~1/5 of the time); an earlier rule
+  (Gauss-Hermite in omega_2, Laplace-mixture fibre) overestimated K2 by ~5% and was removed.
 * ``montecarlo_stats`` (tests/smi_mc_oracles.py): plain Monte Carlo of ``K1, K2, K12`` (outer
   and inner sampled, no quadrature, no symmetry reduction): the route the tests compare with.
 
@@ -21,12 +22,13 @@ stable iff ``alpha > 1`` (at the ratio ``r*`` with ``kappa_1 = kappa_2 = 1``).
 from __future__ import annotations
 
 import math
+import time
 from functools import lru_cache
 
 import numpy as np
 
-from . import smi_learned
-from .records import require, standard_error
+from . import smi_branch_qmc as bq
+from .records import ConvergenceError, require, standard_error
 from .smi_fibre import (
     attention_image,
     check,
@@ -136,13 +138,13 @@ def _egen_replicates(q1: float, q2: float, g: np.ndarray, *, skip: float, beta: 
 def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.0),
                   rule: dict | None = None):
     """e_gen (THEORY 2.4, plug-in estimator) by independently scrambled Sobol' replicates
-    (:func:`aim_sym.numerics.smi_learned.normals`, :data:`EGEN_RULE`): value = their mean, error = 2
+    (:func:`normals`, :data:`EGEN_RULE`): value = their mean, error = 2
     standard errors + ``|de/dq| dq`` (central differences on the same points).  The integrand
     is bounded but has sharp softmax saturation fronts, so the former 8D Gauss-Hermite rule
     (5 vs 6 nodes) had errors of 0.01-0.03 that its order difference did not always bound
     (0.1049 +- 0.011 against 0.0923 +- 0.0004 at Q = diag(0, 0.9237))."""
     require(0 <= q1 <= 1 and 0 <= q2 <= 1, "q", "overlaps in [0, 1]", (q1, q2))
-    g = smi_learned.normals(**(rule or EGEN_RULE))
+    g = normals(**(rule or EGEN_RULE))
     reps = _egen_replicates(q1, q2, g, skip=skip, beta=beta)
     val = float(reps.mean())
     err = 2.0 * standard_error(reps)
@@ -158,24 +160,157 @@ def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.
     return val, float(err)
 
 
+@lru_cache(maxsize=4)
+def normals(m: int, replicates: int, seed: int) -> np.ndarray:
+    """Normals (replicates, 2^m, 8): independently scrambled Sobol' points (one seeded scramble
+    per replicate) mapped by the normal quantile; fixed per ``(m, replicates, seed)``."""
+    from scipy.special import ndtri
+    from scipy.stats import qmc
+
+    require(isinstance(m, int) and 1 <= m <= 20, "m", "an integer in [1, 20] (2^m samples)", m)
+    require(isinstance(replicates, int) and replicates >= 2, "replicates", "an integer >= 2",
+            replicates)
+    tiny = 2.0**-53
+    out = np.empty((replicates, 2**m, 8))
+    for r in range(replicates):
+        u = qmc.Sobol(8, scramble=True, seed=np.random.default_rng([seed, r])).random_base2(m)
+        out[r] = ndtri(np.clip(u, tiny, 1 - tiny))
+    out.setflags(write=False)
+    return out
+
+
+# (log2 outer, log2 inner, replicates, seed) of the joint-branch kernel on the both-learned branch
+LEARNED_RULE = (12, 13, 16, 0)
+_NAMES = bq.sample_columns(2, 2, (1, 2), psi=True)
+
+
+def learned_stats(points, *, skip: float = 1.0, beta: float = 1.0, rule=LEARNED_RULE) -> dict:
+    """``K1, K2`` (and ``psi = E log Z_out``, the Nishimori forms, ``E tr C_1``) at the points
+    ``(q1, q2)`` of ``points`` on the branch ``Q = diag(q1, q2)`` from one set of scrambles
+    (common random numbers; :func:`aim_sym.numerics.smi_branch_qmc.estimates`): ``value``,
+    ``per`` (R, n_pts, k) per replicate, ``t``, ``se``, ``bias`` (ratio bias), ``names``."""
+    lo, li, R, seed = rule
+    bq.check(layers=2, tokens=2, skip=skip, beta=beta, learned=(1, 2))
+    bq.check_rule(lo, li, R)
+    for q1, q2 in points:
+        require(0 < q1 < 1 and 0 < q2 < 1, "q", "overlaps in (0, 1)", (q1, q2))
+    full, half, cv = bq.replicate_samples([tuple(p) for p in points], layers=2, tokens=2,
+                                          skip=skip, beta=beta, log2_outer=lo, log2_inner=li,
+                                          replicates=R, seed=seed, learned=(1, 2), psi=True)
+    return dict(bq.estimates(full, half, cv, _NAMES), names=_NAMES)
+
+
+def solve_branch(*, alpha: float, init=(0.3, 0.98), skip: float = 1.0, beta: float = 1.0,
+                 rule=LEARNED_RULE, tol: float = 1e-5, max_iter: int = 12,
+                 progress=None) -> dict:
+    """SE fixed point with both layers learned (THEORY 2.1): root of ``F(x) = x + log(1 + alpha
+    K(q))``, ``x = log(1 - q)``, by Newton in ``y = (q1, x_2)`` on ``(F_1 / q1, F_2)`` (no root
+    at ``q1 = 0``; finite-difference Jacobian from the same scrambles, Broyden updates, capped
+    steps, backtracking) to ``max|G| < tol``.  Errors per entry of Q through ``(dF/dx)^-1``:
+    Student-t 99% x replicate standard error + ratio bias + unsolved residual.
+    ``eigenvalues`` of ``dT/dQ`` (``I - dF/dx``), ``stable``: all |.| < 1.  Raises
+    :class:`ConvergenceError` if Newton fails or lands on ``q1 = 0``."""
+    require(np.isfinite(alpha) and 0 < alpha < 1, "alpha", "in (0, 1)", alpha)
+    require(len(init) == 2 and all(0 < float(q) < 1 for q in init), "init",
+            "a pair of overlaps in (0, 1)", init)
+    t0 = time.process_time()
+    iK = [_NAMES.index("K1"), _NAMES.index("K2")]
+
+    def F(xs):
+        """``F`` at the points ``xs`` (n, 2) of ``x``, per replicate, and the statistics."""
+        st = learned_stats([tuple(1 - np.exp(x)) for x in xs], skip=skip, beta=beta, rule=rule)
+        per = st["per"][:, :, iK]                                   # (R, n, 2)
+        return xs + np.log1p(alpha * st["value"][:, iK]), xs + np.log1p(alpha * per), st
+
+    def G(ys):
+        xs = np.column_stack([np.log1p(-ys[:, 0]), ys[:, 1]])
+        f = F(xs)[0]
+        return np.column_stack([f[:, 0] / ys[:, 0], f[:, 1]])
+
+    y = np.array([float(init[0]), math.log1p(-float(init[1]))])
+    hs = (0.05 * y[0], 0.01)
+    g3 = G(np.array([y, y + (hs[0], 0), y + (0, hs[1])]))
+    Gy, J = g3[0], np.column_stack([(g3[1] - g3[0]) / hs[0], (g3[2] - g3[0]) / hs[1]])
+    evals, hist, lam = 1, [float(np.abs(Gy).max())], 1.0
+    for it in range(max_iter):
+        if hist[-1] < tol:
+            break
+        dy = -np.linalg.solve(J, Gy) * lam
+        dy[0] = float(np.clip(dy[0], -0.7 * y[0], 0.5))    # q1 stays positive
+        dy[1] = float(np.clip(dy[1], -0.5, 0.5))
+        yn = y + dy
+        yn[0], yn[1] = min(yn[0], 0.999), min(yn[1], -1e-6)
+        Gn = G(yn[None])[0]
+        evals += 1
+        s = yn - y
+        J = J + np.outer(Gn - Gy - J @ s, s) / (s @ s)                # Broyden
+        if np.abs(Gn).max() < np.abs(Gy).max():
+            y, Gy, lam = yn, Gn, 1.0
+        else:
+            lam /= 3
+        hist.append(float(np.abs(Gn).max()))
+        if progress:
+            progress(it + 1, max_iter, f"Newton alpha = {alpha:g}: max|G| = {hist[-1]:.1e}")
+    x = np.array([math.log1p(-y[0]), y[1]])
+    q = 1.0 - np.exp(x)
+    if np.abs(Gy).max() >= max(tol, 1e-3):
+        raise ConvergenceError(f"both-learned Newton did not converge at alpha = {alpha}",
+                               last_iterate=q.tolist(), residual=Gy.tolist())
+    if q[0] < 1e-3:
+        raise ConvergenceError("Newton reached the layer-2 branch q1 = 0", last_iterate=q.tolist(),
+                               residual=Gy.tolist())
+    # at the root: F, its replicates and a one-sided Jacobian (negative steps: q up) together
+    Fs, Fr, st = F(np.array([x, x + (-0.01, 0), x + (0, -0.01)]))
+    evals += 1
+    J = np.column_stack([(Fs[1] - Fs[0]) / -0.01, (Fs[2] - Fs[0]) / -0.01])
+    Ji = np.linalg.inv(J)
+    Fr0 = Fr[:, 0]
+    R = Fr0.shape[0]
+    V = np.exp(x)
+    se_q = V * np.sqrt(np.diag(Ji @ np.cov(Fr0.T) @ Ji.T / R))
+    dF = alpha * st["bias"][0, iK] / (1 + alpha * st["value"][0, iK])   # ratio bias of F
+    bias_q = V * (np.abs(Ji) @ dF)
+    res_q = V * np.abs(Ji @ Fs[0])
+    eig = np.linalg.eigvals(np.eye(2) - J)
+    K = st["value"][0, iK]
+    rec = {k: dict(value=float(st["value"][0, i]), error=float(st["t"] * st["se"][0, i]
+                                                              + st["bias"][0, i]))
+           for i, k in enumerate(_NAMES)}
+    lo, li, Rr, seed = rule
+    return dict(alpha=float(alpha), Q=q.tolist(), Q_hat=(alpha * K).tolist(),
+                error=(st["t"] * se_q + bias_q + res_q).tolist(), se=se_q.tolist(),
+                ratio_bias=bias_q.tolist(), residual=res_q.tolist(), K=K.tolist(),
+                K_error=[rec["K1"]["error"], rec["K2"]["error"]],
+                eigenvalues=[complex(e) if abs(e.imag) > 0 else float(e.real) for e in eig],
+                stable=bool(np.all(np.abs(eig) < 1)), psi=rec["psi"]["value"],
+                psi_error=rec["psi"]["error"], nishimori=[rec["nishimori1"], rec["nishimori2"]],
+                trace1=rec["trace1"], newton_history=hist, evaluations=evals,
+                jacobian=J.tolist(),
+                q_replicates=(1.0 - np.exp(x[None, :] - (Fr0 - Fs[0]) @ Ji.T)).tolist(),
+                cpu_seconds=time.process_time() - t0, rule=rule,
+                method=(f"Newton in log(1 - q) on K from the joint-branch kernel ({Rr} x 2^{lo} "
+                        f"scrambled Sobol' teachers x 2^{li} fibre nodes, seed {seed}); error = "
+                        "Student-t 99% x SE + ratio bias + residual, through (dF/dx)^-1"))
+
+
 def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0.3, 0.98),
-                  rule: dict | None = None, progress=None) -> dict:
-    """Record of the both-learned fixed point (:func:`aim_sym.numerics.smi_learned.solve_branch`) in
+                  rule: tuple | None = None, progress=None) -> dict:
+    """Record of the both-learned fixed point (:func:`solve_branch`) in
     the format of :func:`aim_sym.numerics.smi.fixed_point`: alpha, Q, Q_hat, error (per entry), e_gen,
     e_gen_error, phi (relative to Q = 0), phi_error, branch, stable, eigenvalue (largest |.| of
     dT/dQ), note, detail (the solver's report).  Raises :class:`ConvergenceError` if Newton
     fails or reaches ``q1 = 0``."""
     check(2, 2, skip, beta, alpha)
     check_skip_floor(skip, "sequential")
-    r = smi_learned.solve_branch(alpha=alpha, init=init, c=skip, beta=beta, rule=rule,
-                                 progress=progress)
+    r = solve_branch(alpha=alpha, init=init, skip=skip, beta=beta, rule=rule or LEARNED_RULE,
+                     progress=progress)
     p0, p0e = psi_zero(float(skip), float(beta))
     phi = free_entropy(r["Q"], r["Q_hat"], alpha, r["psi"], p0)
     eg, ege = egen_estimate(*r["Q"], skip=skip, beta=beta, dq=r["error"])
     V = 1.0 - np.asarray(r["Q"])
     note = ("" if np.all(np.asarray(r["error"]) < 0.5 * V) else
             "the error bars exceed half of 1 - q: the posterior is sharper than the fibre "
-            "lattice or the outer sample resolves. ")
+            "nodes or the outer sample resolve. ")
     return dict(alpha=float(alpha), Q=r["Q"], Q_hat=r["Q_hat"], error=r["error"], e_gen=eg,
                 e_gen_error=ege, phi=phi, phi_error=float(alpha * (r["psi_error"] + p0e)),
                 branch="both learned", stable=r["stable"],

@@ -41,7 +41,7 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False):
     Returns a dict with ``K1 = E sum_m g_1m^2``, ``K2 = E sum_m g_2m^2``,
     ``K12 = E sum_m g_1m g_2m`` (only meaningful at q1 = 0: its integrand is odd under
     ``omega_2 -> -omega_2``, which the halved omega_2 and h grids assume even; the exact K12 is 0,
-    see :func:`aim_sym.numerics.smi_learned.learned_stats`),
+    see :func:`aim_sym.numerics.smi_branches.learned_stats`),
     ``mu1 = E ||Cov[z_1 | y, omega] - I||_F^2`` (meaningful at q1 = 0: the sequential stability
     coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
     """

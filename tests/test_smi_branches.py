@@ -7,6 +7,7 @@ import pytest
 import smi_mc_oracles
 from aim_sym.numerics import smi, smi_fibre
 from aim_sym.numerics import smi_branches as sb
+from aim_sym.numerics import smi_sequential as ss
 from aim_sym.numerics.records import ConvergenceError, InputError
 
 Q_TEST = (0.3, 0.983)            # near the both-learned fixed point at alpha ~ 0.85
@@ -85,7 +86,7 @@ def test_learned_point_on_layer2_branch_raises():
     # at alpha = 0.6 < alpha_seq the only fixed point with q2 > 0 has q1 = 0
     with pytest.raises(ConvergenceError):
         sb.learned_point(alpha=0.6, init=(0.05, 0.95),
-                         rule=dict(m=6, replicates=2, dz=0.3))
+                         rule=(7, 8, 4, 0))
 
 
 def test_egen_quasi_monte_carlo_against_plain_monte_carlo():
@@ -99,3 +100,70 @@ def test_egen_quasi_monte_carlo_against_plain_monte_carlo():
     assert err < 1e-3                                   # the 8D Gauss-Hermite rule gave +-0.03
     assert abs(val - mc) < 4 * np.hypot(se, err / 2)
     assert sb.egen_estimate(1.0, 1.0, skip=1.0, beta=1.0)[0] == 0.0   # omega = z
+
+
+# ----------------------------------------------------------------------------- joint-branch kernel
+# (the former tests of numerics.smi_learned, pointed at the joint-branch kernel that replaced it)
+def _stat(st, k, j=0):
+    i = st["names"].index(k)
+    return st["value"][j, i], st["t"] * st["se"][j, i] + st["bias"][j, i]
+
+
+def test_nishimori_identities_small_sample():
+    # Nishimori: E tr C_1 = M = 2 (C_1 = E[z_1 z_1^T | .]) and K_l = (M - E tr Cov_l / V_l) / V_l
+    st = sb.learned_stats([Q_TEST], rule=(8, 9, 6, 2))
+    for k, target in (("trace1", 2.0), ("nishimori1", 0.0), ("nishimori2", 0.0)):
+        v, e = _stat(st, k)
+        assert abs(v - target) < e
+
+
+def test_against_plain_montecarlo_small():
+    st = sb.learned_stats([Q_TEST], rule=(9, 10, 6, 1))
+    mc = smi_mc_oracles.montecarlo_stats(*Q_TEST, samples=1000, inner=400, seed=3)
+    for k in ("K1", "K2"):
+        v, e = _stat(st, k)
+        assert abs(mc[k].value - v) < 4 * mc[k].error + e
+
+
+def test_common_random_numbers():
+    # the same rule gives the same K at the same Q, whichever other points share the call
+    a = sb.learned_stats([Q_TEST], rule=(7, 8, 4, 0))
+    b = sb.learned_stats([(0.25, 0.98), Q_TEST], rule=(7, 8, 4, 0))
+    assert np.allclose(a["per"][:, 0], b["per"][:, 1], rtol=1e-9, atol=0)
+    g = sb.normals(6, 3, 0)
+    assert g.shape == (3, 64, 8) and np.array_equal(g, sb.normals(6, 3, 0))
+    assert not np.allclose(g[0], g[1])
+
+
+def test_stats_bad_input():
+    with pytest.raises(InputError, match="q"):
+        sb.learned_stats([(1.0, 0.5)], rule=(6, 6, 4, 0))
+    with pytest.raises(InputError, match="replicates"):
+        sb.learned_stats([(0.3, 0.5)], rule=(6, 6, 1, 0))
+    with pytest.raises(InputError, match="alpha"):
+        sb.solve_branch(alpha=1.2)
+
+
+@pytest.mark.slow
+def test_layer2_limit_matches_lattice_engine():
+    # q1 -> 0 (1e-4), q2 = 0.92: the deterministic lattice engine (h lattice x sinh rule in
+    # omega_2) gives K2 = 19.313; the joint kernel must agree within its bar (+ dK2/dq1 q1)
+    ref = ss.branch_stats(0.92, n_w=0.3, dh=1.9, dz=0.2)
+    st = sb.learned_stats([(1e-4, 0.92)], rule=(13, 13, 16, 1))
+    v, e = _stat(st, "K2")
+    assert abs(v - ref["K2"]) < e + 1e-3 * ref["K2"]
+
+
+@pytest.mark.slow
+def test_branch_point_is_a_fixed_point_of_the_montecarlo_map():
+    # alpha = 0.85: the SE map evaluated at the solver's Q by plain Monte Carlo (an independent
+    # sampler, pseudo-random, mixture proposal) returns Q within the combined errors
+    r = sb.solve_branch(alpha=0.85, init=(0.375, 0.9906))
+    q = np.array(r["Q"])
+    assert r["stable"] and q[0] > 0.2
+    mc = smi_mc_oracles.montecarlo_stats(*q, samples=40000, inner=1000, seed=8)
+    for ll, k in enumerate(("K1", "K2")):
+        qh = 0.85 * mc[k].value
+        t = qh / (1 + qh)
+        dt = 4 * 0.85 * mc[k].error / (1 + qh) ** 2
+        assert abs(t - q[ll]) < dt + r["error"][ll]
