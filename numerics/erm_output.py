@@ -93,7 +93,11 @@ def _newton(v1, v2, w1, w2, y1, y2, sigma, beta, tol, max_iter=200):
     v1, v2 = v1.copy(), v2.copy()
     f = _objective(v1, v2, w1, w2, y1, y2, sigma, beta)
     active = np.ones(v1.shape, dtype=bool)
-    scale = 1.0 / sigma + beta
+    # gradient tolerance: tol (1/Sigma + beta) bounds the error of v by ~tol, which is the whole
+    # displacement p - z ~ Sigma |grad| once Sigma < ~tol (next to alpha0); below Sigma = 1 it
+    # is tightened to relative accuracy, floored at the rounding of (v - w)/Sigma
+    rnd = 1e-3 * (np.abs(w1) + np.abs(w2)) / sigma
+    scale = np.minimum(1.0 / sigma, 1.0 + rnd) + beta
     for _ in range(max_iter):
         idx = np.nonzero(active)[0]
         if idx.size == 0:
@@ -104,7 +108,7 @@ def _newton(v1, v2, w1, w2, y1, y2, sigma, beta, tol, max_iter=200):
         d1, d2 = a1 - w1[idx], a2 - w2[idx]
         g1 = k11 * d1 + k12 * d2 + g1l
         g2 = k12 * d1 + k22 * d2 + g2l
-        done = np.hypot(g1, g2) <= tol * scale
+        done = np.hypot(g1, g2) <= tol * scale[idx]
         h11, h12, h22 = k11 + h1l, k12 * np.ones_like(a1), k22 + h2l
         # a Hessian that is not safely positive definite is shifted (negative curvature mirrored)
         tr, det = h11 + h22, h11 * h22 - h12 * h12

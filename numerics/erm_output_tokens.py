@@ -182,7 +182,9 @@ def _newton(d, omega, y, geo, sigma, beta, tol, max_iter=200):
     d = d.copy()
     f = _objective(d, omega, y, geo, sigma, beta)
     active = np.ones(d.shape[0], dtype=bool)
-    scale = 1.0 / sigma + beta
+    # gradient tolerance: tol (1/Sigma + beta) bounds the error of d by ~tol, the whole
+    # displacement d ~ Sigma |grad| once Sigma < ~tol (next to alpha0); relative below Sigma = 1
+    scale = min(1.0 / sigma, 1.0) + beta
     floor = 1e-3 / sigma
     eye = np.eye(d.shape[1]) / sigma
     for _ in range(max_iter):

@@ -63,7 +63,7 @@ from .wishart import support
 __all__ = ["ERMParams", "FixedPoint", "hats_from_overlaps", "overlaps_from_hats",
            "potential", "fixed_point", "solve", "solve_tokens", "DEFAULT_INITS", "DEFAULT_INITS_TOKENS",
            "InterpolatorLimit", "interpolator_limit", "map_jacobian", "zero_estimator",
-           "spectral_fixed_point", "ChordFixedPoint",
+           "spectral_fixed_point", "spectral_fixed_point_tokens", "ChordFixedPoint",
            "chord_iterate", "chord_fixed_point"]
 
 # (q/Q0, m/Q0, Sigma) starting points: a weak, a middle and a strong overlap
@@ -338,8 +338,12 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
         zero = zero_estimator(p)
         try:
             fps = solve_tokens(p, inits=inits, label=label)
-        except ConvergenceError:
-            if zero is None:
+        except ConvergenceError as e:
+            if zero is None and p.lam > 0:
+                # small alpha: the root in the prior side's coordinates, as at T = 2
+                fps = flag_global_minimum([spectral_fixed_point_tokens(p, label=label,
+                                                                      failure=e)])
+            elif zero is None:
                 raise
         if zero is None:
             return fps
@@ -405,7 +409,10 @@ def solve(p: ERMParams, *, inits: tuple | None = None, order: int | None = None,
     if zero is not None:
         found.append(zero)
     if not found:
-        raise ConvergenceError(f"no {label} start converged", last_iterate=[
+        hint = (" (the spectral-coordinate root did not converge either: next to alpha0, "
+                "where q -> 0 continuously, try a slightly larger alpha)"
+                if p.lam > 0 and prior is None else "")
+        raise ConvergenceError(f"no {label} start converged{hint}", last_iterate=[
             f.last_iterate for f in failures], residual=[f.residual for f in failures])
     return flag_global_minimum(found)
 
@@ -417,25 +424,59 @@ def flag_global_minimum(found: list) -> list:
 
 
 def _zero_hats(p: ERMParams) -> tuple[float, float, float]:
-    r = zero_estimator_rates(Q0n=p.Q0n, beta=p.beta, beta0=p.beta0)
+    """The hats at S_hat = 0: alpha times the q -> 0 rates (T = 2: trapezoidal, 1e-11; T >= 3:
+    randomised QMC, :func:`.erm_output_tokens.zero_estimator_rates`)."""
+    if p.tokens == 2:
+        r = zero_estimator_rates(Q0n=p.Q0n, beta=p.beta, beta0=p.beta0)
+    else:
+        r = qmc_route.zero_estimator_rates(Q0n=p.Q0n, tokens=p.tokens, beta=p.beta,
+                                           beta0=p.beta0)
     return p.alpha * r.q_hat_rate, p.alpha * r.m_hat_rate, p.alpha * r.sigma_hat_rate
 
 
+ZERO_PROBE = 1e-12  # (q, Sigma) at which the output side is taken at its q -> 0 limit
+ZERO_BLEND = 3e-3  # J scale over which the T = 2 zero-limit offset fades (exp(-J / ZERO_BLEND);
+# J = q / eta^2 is invariant under the beta-lambda symmetry, q is not)
+
+
+def _zero_limit(p: ERMParams, *, order: int, rule: str = "gh", replicate: int | None = None,
+                points: int | None = None) -> np.ndarray:
+    """The output side's own hats at q = Sigma = ZERO_PROBE, m = 0: its q -> 0 limit (the
+    O(Sigma) corrections are ~1e-12 relative there)."""
+    return np.array(hats_from_overlaps(ZERO_PROBE, 0.0, ZERO_PROBE, p, order=order,
+                                       replicate=replicate, points=points, rule=rule)[:3])
+
+
 def spectral_fixed_point(p: ERMParams, *, hats: tuple, order: int = _ORDER, tol: float = 1e-9,
-                         rule: str = "gh") -> tuple[tuple, int, float]:
+                         rule: str = "gh", replicate: int | None = None,
+                         zero_offset: bool = True) -> tuple[tuple, int, float]:
     """The fixed point as a root in the prior side's coordinates y = log(delta, eps, eta)
-    (delta = sqrt(q_hat)/m_hat, eps = 2 lambda/m_hat, eta = m_hat/Sigma_hat), T = 2, lambda > 0,
+    (delta = sqrt(q_hat)/m_hat, eps = 2 lambda/m_hat, eta = m_hat/Sigma_hat), lambda > 0,
     factorised, started from ``hats``.
 
-    Where S_hat = 0 (eps beyond the edge of mu_delta) the output side takes its q -> 0 limit
-    (:func:`.erm_output.zero_estimator_rates`), so the map is defined everywhere; the damped
-    iteration in (log q, m, log Sigma) is not (it leaves its domain at small alpha, where a
-    step in eps crosses the edge).  Powell's hybrid method (MINPACK hybrd) on G(y) - y.
-    ``rule``: the output rule (:data:`RULES`).  Returns what :func:`fixed_point` returns;
-    raises :class:`ConvergenceError`."""
-    require(p.tokens == 2 and p.lam > 0, "tokens, lam", "2 and > 0 for the spectral-coordinate "
-            "solver", (p.tokens, p.lam))
-    zero = _zero_hats(p)
+    Where S_hat = 0 (eps beyond the edge of mu_delta) the output side takes its q -> 0 limit,
+    so the map is defined everywhere; the damped iteration in (log q, m, log Sigma) is not (it
+    leaves its domain at small alpha, where a step in eps crosses the edge).  Powell's hybrid
+    method (MINPACK hybrd) on G(y) - y.
+
+    T = 2 (``rule``: the output rule, :data:`RULES`): with ``zero_offset`` the quadrature's own
+    error at q -> 0 is replaced by the exact rates (:func:`.erm_output.zero_estimator_rates`,
+    1e-11): the hats get alpha x rates - (the rule's q -> 0 limit), faded as exp(-J / ZERO_BLEND).
+    Next to alpha0 (alpha / alpha0 - 1 ~ 1e-3) that error (1e-4 relative in q_hat at order 24)
+    is comparable with the distance of eps from the edge and would shift alpha0 itself; further
+    up it is inside the bar of the orders.  T >= 3: the QMC output side of ``replicate`` (None:
+    pooled); beyond the edge the QMC rates of :func:`_zero_hats` (docs/erm.md "Next to
+    alpha0").
+    Returns what :func:`fixed_point` returns; raises :class:`ConvergenceError`."""
+    require(p.lam > 0, "lam", "> 0 for the spectral-coordinate solver", p.lam)
+    if p.tokens == 2:
+        own = _zero_limit(p, order=order, rule=rule)
+        exact = np.array(_zero_hats(p))
+        zero = tuple(exact)
+        offset = exact - own if zero_offset else np.zeros(3)
+    else:
+        zero = _zero_hats(p)
+        offset = np.zeros(3)
 
     def coords(h: tuple) -> np.ndarray:
         return np.log([math.sqrt(h[0]) / h[1], 2 * p.lam / h[1], h[1] / h[2]])
@@ -446,19 +487,20 @@ def spectral_fixed_point(p: ERMParams, *, hats: tuple, order: int = _ORDER, tol:
         return (delta * m_hat) ** 2, m_hat, m_hat / eta
 
     def step(y: np.ndarray) -> np.ndarray:
-        q, m, sigma = overlaps_from_hats(*hats_of(y), p)[:3]
+        q, m, sigma, s = overlaps_from_hats(*hats_of(y), p)
         if not (q > 0 and sigma > 0):
             return coords(zero)
         lim = 0.999 * math.sqrt(p.Q0n * q)
-        return coords(hats_from_overlaps(q, max(min(m, lim), -lim), sigma, p, order=order,
-                                         rule=rule)[:3])
+        h = np.array(hats_from_overlaps(q, max(min(m, lim), -lim), sigma, p, order=order,
+                                        rule=rule, replicate=replicate)[:3])
+        return coords(tuple(h + offset * math.exp(-s.J / ZERO_BLEND)))
 
     def residual(y: np.ndarray) -> np.ndarray:
         try:
-            out = step(y) - y
-        except (ValueError, FloatingPointError):
+            r = step(y) - y
+        except (ValueError, FloatingPointError, ConvergenceError):
             return np.full(3, 1e3)
-        return out if np.all(np.isfinite(out)) else np.full(3, 1e3)
+        return r if np.all(np.isfinite(r)) else np.full(3, 1e3)
 
     sol = root(residual, coords(hats), method="hybr", options={"xtol": 1e-13})
     y = sol.x
@@ -469,6 +511,39 @@ def spectral_fixed_point(p: ERMParams, *, hats: tuple, order: int = _ORDER, tol:
     h = hats_of(y)
     q, m, sigma = overlaps_from_hats(*h, p)[:3]
     return (q, m, sigma, *h), int(sol.nfev), res
+
+
+def spectral_fixed_point_tokens(p: ERMParams, *, label: str = "ERM SE",
+                                failure: ConvergenceError | None = None) -> FixedPoint:
+    """T >= 3, lambda > 0: the fixed point as the root of :func:`spectral_fixed_point` on the
+    pooled QMC map, started from the hats at S_hat = 0, with the bar rule of
+    :func:`solve_tokens`: COVER x the standard error of the R single-replicate roots, each
+    started from the pooled one.  ``failure``: the damped iteration's error, chained into
+    the one raised here when the root does not converge either."""
+    names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
+    try:
+        params, its, res = spectral_fixed_point(p, hats=_zero_hats(p), order=0)
+        reps = [spectral_fixed_point(p, hats=params[3:], order=0, replicate=r)[0]
+                for r in range(p.qmc_replicates)]
+    except ConvergenceError as e:
+        raise ConvergenceError(
+            f"no {label} start converged (T = {p.tokens}; the spectral-coordinate root neither: "
+            "next to alpha0, where q -> 0 continuously, try a slightly larger alpha)",
+            last_iterate=e.last_iterate, residual=e.residual) from (failure or e)
+    vals = {**dict(zip(names, params, strict=True)), **_derived_tokens(p, params, None)}
+    rep_vals = [{**dict(zip(names, c, strict=True)), **_derived_tokens(p, c, r)}
+                for r, c in enumerate(reps)]
+    errors: dict = {}
+    R = p.qmc_replicates
+    for k in vals:
+        arr = np.array([rv[k] for rv in rep_vals])
+        se = float(arr.std(ddof=1) / math.sqrt(R))
+        errors[k] = qmc_route.COVER * se
+        errors[f"{k}_stderr"] = se
+        errors[f"{k}_bias"] = float(arr.mean() - vals[k])
+    errors["switching_replicates"] = 0
+    errors["switching_pooled"] = 0
+    return FixedPoint(**vals, iterations=its, residual=res, errors=errors)
 
 
 def zero_estimator(p: ERMParams) -> FixedPoint | None:

@@ -181,3 +181,95 @@ def test_beta_lambda_symmetry():
     assert b.m * 10 == pytest.approx(a.m, rel=1e-6)
     assert b.test == pytest.approx(a.test, rel=1e-8)
     assert b.rank == pytest.approx(a.rank, rel=1e-6)
+
+
+# ---- next to alpha0 (docs/erm.md "Next to alpha0"; issue 16) ------------------------------
+# Before: alpha = 1.002 alpha0 (lambda = 1) exited 3: the prox's Newton tolerance bounded the
+# error of p by ~1e-12, the whole displacement p - z ~ Sigma there, and the Gauss-Hermite error
+# of the q -> 0 hats (1e-4 relative at order 24) was as large as eps's distance from the edge.
+
+
+def _asymptote(p: ERMParams) -> float:
+    """Leading order next to alpha0: the prior side at the hats of S_hat = 0 (alpha x the exact
+    rates); the output side's O(Sigma) corrections move q by O((alpha / alpha0 - 1)^(3/2))."""
+    return erm_se.overlaps_from_hats(*erm_se._zero_hats(p), p)[0]
+
+
+def test_root_next_to_alpha0_against_the_asymptote():
+    """lambda = 1: the spectral root (order 8) at 1.002 and 1.01 alpha0 converges, q > 0 rises
+    with alpha, and its distance from the asymptote falls as (alpha / alpha0 - 1)^(3/2) (the
+    ratio 5^1.5 = 11.2 between the two, within 25 %)."""
+    a0 = _alpha0(1.0)
+    qs, devs = [], []
+    for f in (1.002, 1.01):
+        p = ERMParams(alpha=f * a0, kappa0=0.5, Delta=0.5, lam=1.0)
+        params, _, res = erm_se.spectral_fixed_point(p, hats=erm_se._zero_hats(p), order=8)
+        assert res < 1e-9
+        qa = _asymptote(p)
+        qs.append(params[0])
+        devs.append(abs(params[0] / qa - 1))
+    assert 0 < qs[0] < qs[1]
+    assert devs[0] < 1e-3
+    assert devs[1] / devs[0] == pytest.approx(5**1.5, rel=0.25)
+
+
+@pytest.mark.slow
+def test_cli_next_to_alpha0(run_cli):
+    """The former failure: 1.002 alpha0 at lambda = 1 exits 0 with q > 0 and a bar that covers
+    the asymptote plus its O((alpha / alpha0 - 1)^(3/2)) distance (below 1e-3 relative)."""
+    a0 = _alpha0(1.0)
+    alpha = 1.002 * a0
+    code, out, err = run_cli(["se", "--model", "erm", "--tokens", "2", "--kappa0", "0.5",
+                              "--delta", "0.5", "--lam", "1", "--alpha", repr(alpha), "--json"])
+    assert code == 0, err
+    o = json.loads(out)
+    pts = o["fixed_points"] if "fixed_points" in o else o["rows"]
+    nz = [f for f in pts if f["q"] > 0]
+    assert len(nz) == 1 and nz[0]["global_minimum"]
+    qa = _asymptote(ERMParams(alpha=alpha, kappa0=0.5, Delta=0.5, lam=1.0))
+    assert abs(nz[0]["q"] - qa) < nz[0]["q_error"] + 1e-3 * qa
+    assert nz[0]["q_error"] < 0.1 * nz[0]["q"]
+
+
+def _alpha0_tokens(lam: float, tokens: int) -> float:
+    """alpha0 at T >= 3 from the QMC zero rates (the same edge condition)."""
+    r = qmc_zero_rates(Q0n=1.75, tokens=tokens)
+
+    def gap(a: float) -> float:
+        d = math.sqrt(a * r.q_hat_rate) / (a * r.m_hat_rate)
+        return 2 * lam / (a * r.m_hat_rate) - support(0.5, d * d)[-1][1]
+    return brentq(gap, 1e-6, 10.0, xtol=1e-15, rtol=1e-14)
+
+
+def test_tokens_3_root_small_alpha_cheap():
+    """T = 3 (few QMC points for speed): the spectral-coordinate root on the QMC map converges
+    above alpha0, q > 0 rises with alpha, and at a point where the damped iteration also
+    converges (from a start 2x off in q) both land on the same fixed point."""
+    a0 = _alpha0_tokens(1.0, 3)
+    qs = []
+    for f in (1.3, 1.6):
+        p = ERMParams(alpha=f * a0, kappa0=0.5, Delta=0.5, lam=1.0, tokens=3, qmc_points=128,
+                      qmc_replicates=4)
+        params, _, res = erm_se.spectral_fixed_point(p, hats=erm_se._zero_hats(p), order=0)
+        assert res < 1e-9
+        qs.append(params)
+    assert 0 < qs[0][0] < qs[1][0]
+    damped, _, _ = erm_se.fixed_point(p, q=2 * qs[1][0], m=1.5 * qs[1][1], sigma=qs[1][2],
+                                      tol=1e-10, max_iter=200)
+    for a, b in zip(damped, qs[1], strict=True):
+        assert a == pytest.approx(b, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_cli_tokens_3_small_alpha(run_cli):
+    """The former failure at T = 3: lambda = 1, 1.1 alpha0 (default 16 x 2048 QMC points; 2-4
+    minutes) exits 0 with q > 0, the replicate bar (3 standard errors) below q, flagged."""
+    alpha = 1.1 * _alpha0_tokens(1.0, 3)
+    code, out, err = run_cli(["se", "--model", "erm", "--tokens", "3", "--kappa0", "0.5",
+                              "--delta", "0.5", "--lam", "1", "--alpha", repr(alpha), "--json"])
+    assert code == 0, err
+    o = json.loads(out)
+    pts = o["fixed_points"] if "fixed_points" in o else o["rows"]
+    assert len(pts) == 1 and pts[0]["global_minimum"]
+    assert pts[0]["q"] > 0 and 0 < pts[0]["q_error"] < pts[0]["q"]
+    assert 0 < pts[0]["rank"] < 0.05
