@@ -188,7 +188,9 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     2.4), e_gen_error, phi (relative to Q = 0), phi_error, branch ("Q = 0", "layer 2 (q1 = 0)",
     "both learned", "perfect recovery"), stable, eigenvalue (the critical eigenvalue of the SE
     map's Jacobian: layer-1 direction on the layer-2 branch, largest |.| otherwise), note (why
-    a value is NaN: phi at alpha = 1 exactly)."""
+    a value is NaN: phi at alpha = 1 exactly).  Where the layer-2 point is unstable and (skip,
+    beta) lies outside the both-learned branch's range
+    (:func:`aim_sym.numerics.smi_branches.check_learned_range`), InputError naming the option."""
     check(layers, tokens, skip, beta, alpha)
     check_skip_floor(skip, "sequential")
     if init is not None:

@@ -88,6 +88,11 @@ SKIP_RANGE = (0.5, 4.0)
 # plain Monte Carlo at the layer-1 root at c = 1 (docs/smi_depth.md, "L = 5 on its branch")
 SKIP_RANGE_BY_CASE = {(5, 2): (1.0, 4.0)}
 BETA_RANGE = (0.25, 2.0)
+# (skip, beta) ranges of one joint branch ``(L, M, learned)`` where they differ from the above:
+# the L = 2 both-learned branch (numerics.smi_branches.learned_stats), K1, K2 checked against
+# plain Monte Carlo at c = 8, 20 and beta = 0.1, 4, 10 (docs/smi_depth.md, "The L = 2 both-learned
+# branch: its (skip, beta) range")
+BRANCH_RANGES = {(2, 2, (1, 2)): dict(skip=(0.5, 20.0), beta=(0.1, 10.0))}
 COVERAGE = 0.995             # two-sided 99% Student-t factor over the replicates
 EXP_FLOOR = -80.0            # exponents below (row max + floor) are clipped (no subnormals)
 _BLOCK = 1 << 17             # (outer x inner) entries per block
@@ -111,11 +116,15 @@ def check(*, layers: int, tokens: int, skip: float, beta: float, learned=None) -
             f"with tokens one of {SUPPORTED} (layers, tokens) for the branch kernel",
             (layers, tokens))
     lo, hi = SKIP_RANGE_BY_CASE.get((int(layers), int(tokens)), SKIP_RANGE)
+    blo, bhi = BETA_RANGE
+    if isinstance(learned, (tuple, list)) and all(isinstance(x, (int, np.integer)) for x in learned):
+        ranges = BRANCH_RANGES.get((int(layers), int(tokens), tuple(int(x) for x in learned)))
+        if ranges:
+            (lo, hi), (blo, bhi) = ranges["skip"], ranges["beta"]
     require(isinstance(skip, (int, float)) and np.isfinite(skip) and lo <= skip <= hi, "skip",
             f"in [{lo:g}, {hi:g}] for the branch kernel at layers = {layers}", skip)
-    require(isinstance(beta, (int, float)) and np.isfinite(beta)
-            and BETA_RANGE[0] <= beta <= BETA_RANGE[1], "beta",
-            f"in [{BETA_RANGE[0]:g}, {BETA_RANGE[1]:g}] for the branch kernel", beta)
+    require(isinstance(beta, (int, float)) and np.isfinite(beta) and blo <= beta <= bhi, "beta",
+            f"in [{blo:g}, {bhi:g}] for the branch kernel", beta)
     require(learned is None or (isinstance(learned, (tuple, list)) and len(learned) > 0
                                 and all(isinstance(x, (int, np.integer)) for x in learned)
                                 and list(learned) == sorted(set(learned)) and learned[0] >= 1

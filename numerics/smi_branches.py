@@ -184,12 +184,26 @@ LEARNED_RULE = (12, 13, 16, 0)
 _NAMES = bq.sample_columns(2, 2, (1, 2), psi=True)
 
 
+def check_learned_range(skip: float, beta: float) -> None:
+    """InputError (one line naming ``skip`` or ``beta``) outside the (skip, beta) range where the
+    joint-branch kernel serves the L = 2 both-learned branch (THEORY 2.1;
+    :data:`aim_sym.numerics.smi_branch_qmc.BRANCH_RANGES`, checked against plain Monte Carlo at
+    its corners; docs/smi_depth.md)."""
+    r = bq.BRANCH_RANGES[(2, 2, (1, 2))]
+    for name, v in (("skip", skip), ("beta", beta)):
+        lo, hi = r[name]
+        require(isinstance(v, (int, float)) and np.isfinite(v) and lo <= v <= hi, name,
+                f"in [{lo:g}, {hi:g}] on the L = 2 both-learned branch (alpha in (alpha_seq, 1), "
+                "the range its kernel is checked on)", v)
+
+
 def learned_stats(points, *, skip: float = 1.0, beta: float = 1.0, rule=LEARNED_RULE) -> dict:
     """``K1, K2`` (and ``psi = E log Z_out``, the Nishimori forms, ``E tr C_1``) at the points
     ``(q1, q2)`` of ``points`` on the branch ``Q = diag(q1, q2)`` from one set of scrambles
     (common random numbers; :func:`aim_sym.numerics.smi_branch_qmc.estimates`): ``value``,
     ``per`` (R, n_pts, k) per replicate, ``t``, ``se``, ``bias`` (ratio bias), ``names``."""
     lo, li, R, seed = rule
+    check_learned_range(skip, beta)
     bq.check(layers=2, tokens=2, skip=skip, beta=beta, learned=(1, 2))
     bq.check_rule(lo, li, R)
     for q1, q2 in points:
@@ -299,9 +313,10 @@ def learned_point(*, alpha: float, skip: float = 1.0, beta: float = 1.0, init=(0
     the format of :func:`aim_sym.numerics.smi.fixed_point`: alpha, Q, Q_hat, error (per entry), e_gen,
     e_gen_error, phi (relative to Q = 0), phi_error, branch, stable, eigenvalue (largest |.| of
     dT/dQ), note, detail (the solver's report).  Raises :class:`ConvergenceError` if Newton
-    fails or reaches ``q1 = 0``."""
+    fails or reaches ``q1 = 0``, InputError outside :func:`check_learned_range`."""
     check(2, 2, skip, beta, alpha)
     check_skip_floor(skip, "sequential")
+    check_learned_range(skip, beta)
     r = solve_branch(alpha=alpha, init=init, skip=skip, beta=beta, rule=rule or LEARNED_RULE,
                      progress=progress)
     p0, p0e = psi_zero(float(skip), float(beta))

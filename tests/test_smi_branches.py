@@ -167,3 +167,37 @@ def test_branch_point_is_a_fixed_point_of_the_montecarlo_map():
         t = qh / (1 + qh)
         dt = 4 * 0.85 * mc[k].error / (1 + qh) ** 2
         assert abs(t - q[ll]) < dt + r["error"][ll]
+
+
+# ----------------------------------------------------------------------------- its (skip, beta) range
+Q_BETA10 = (0.3, 0.98)           # q2 near the layer-2 point at alpha_seq(c = 1, beta = 10) ~ 0.762
+
+
+def test_range_refusal_names_the_branch():
+    # outside BRANCH_RANGES the both-learned branch is refused in one line naming the option
+    with pytest.raises(InputError, match="skip must be in .* both-learned branch"):
+        sb.learned_stats([Q_TEST], skip=25.0, rule=(6, 6, 2, 0))
+    with pytest.raises(InputError, match="beta must be in .* both-learned branch"):
+        sb.learned_point(alpha=0.9, beta=0.05, rule=(6, 6, 2, 0))
+    with pytest.raises(InputError, match="beta"):
+        sb.learned_stats([Q_TEST], beta=10.5, rule=(6, 6, 2, 0))
+
+
+def test_nishimori_identities_at_beta_10():
+    # the widened corner beta = 10 (sharp softmax): E tr C_1 = M and both Nishimori forms vanish
+    st = sb.learned_stats([Q_BETA10], beta=10.0, rule=(8, 9, 6, 2))
+    for k, target in (("trace1", 2.0), ("nishimori1", 0.0), ("nishimori2", 0.0)):
+        v, e = _stat(st, k)
+        assert abs(v - target) < e
+
+
+@pytest.mark.slow
+def test_beta_10_against_plain_montecarlo():
+    # the widened corner beta = 10 (BRANCH_RANGES) against the plain Monte Carlo oracle (measured
+    # at full size: K1 0.4013 +- 0.0028 against 0.3979 +- 0.0038 (1 SE), K2 63.82 +- 0.40
+    # against 63.44 +- 0.40; docs/smi_depth.md)
+    st = sb.learned_stats([Q_BETA10], beta=10.0, rule=(11, 12, 8, 1))
+    mc = smi_mc_oracles.montecarlo_stats(*Q_BETA10, beta=10.0, samples=6000, inner=600, seed=5)
+    for k in ("K1", "K2"):
+        v, e = _stat(st, k)
+        assert abs(mc[k].value - v) < 4 * mc[k].error + e
