@@ -463,6 +463,10 @@ def deep_aim_se_model(kw: dict, *, noise_ok: bool = False, design_ok: bool = Fal
 
 #: D for the two-layer GAMP-RIE on the command line (every sample's g_out is a quadrature)
 DEEP_AMP_DIM = (10, 400)
+#: skips served by ``amp --model aim --layers 2``: c >= 1 and, with the SE's line inner rule,
+#: c in [0.5, 1) (AMP compared with the SE at c = 0.5: docs/deep_aim.md section 6, "c = 0.5";
+#: numerics.deep_aim_amp.SKIP_MIN)
+DEEP_AIM_AMP_SKIP = (0.5, 1e3)
 
 
 def deep_aim_amp(kw: dict, *, alpha: float, damping, out_path: str | None, dim: int, seeds: int,
@@ -477,7 +481,12 @@ def deep_aim_amp(kw: dict, *, alpha: float, damping, out_path: str | None, dim: 
     from .numerics.records import atomic_write
 
     alpha = _alpha(alpha)
-    model = deep_aim_se_model(kw)
+    skip = 1.0 if kw.get("skip") is None else kw["skip"]
+    lo, hi = DEEP_AIM_AMP_SKIP
+    if not (lo <= skip <= hi):
+        fail("--skip", f"in [{lo:g}, {hi:g}] for amp --model aim --layers 2 (below 1 the line "
+             f"inner rule; AMP is compared with the SE at c = {lo:g} and c >= 1 only)", skip)
+    model = deep_aim_se_model(kw, small_skip_ok=True)
     lo, hi = DEEP_AMP_DIM
     if not (lo <= dim <= hi):
         fail("--dim", f"in [{lo}, {hi}] for --model aim --layers 2", dim)

@@ -19,7 +19,8 @@ index with a joint output function:
     S_hat_l, V_l <- amp.rie_step(R_l, delta = 1 / A_l, rho = rho_l)                    (-> mmse_l)
 
 The posterior is the SE's own quadrature (:func:`.deep_aim_se.posterior`: the inner trapezoid over
-H^1's seen part, H^2's fixed by the fibre), in the whitened coordinates of
+H^1's seen part, H^2's fixed by the fibre; at skip < 1 the model's inner rule, the line rule by
+default, which follows a narrow posterior), in the whitened coordinates of
 :func:`.deep_aim_se.whiten`. The Onsager/variance term A_l comes from the **posterior covariance**,
 not from the Nishimori identity: in whitened coordinates d g^l / d omega^l = (Cov_l[. | z] - V_l I)
 / V_l^2, and since C = diag(1 + delta_ab) is diagonal and whitening satisfies L C L^T = I,
@@ -47,6 +48,11 @@ from .records import mean_stderr, require
 
 #: samples per chunk of the posterior quadrature (rows x ~3e3-2e4 inner nodes)
 CHUNK = 256
+#: smallest skip c served: c >= 1 (the trapezoid) and c in [0.5, 1) with the SE's line inner rule
+#: (``DeepAimSE(inner="line")``, the default), whose g_out and Onsager identity were checked at
+#: c = 0.5 and 0 and whose AMP was compared with the SE at c = 0.5 (docs/deep_aim.md section 6,
+#: "c = 0.5"); below 0.5 AMP is not measured
+SKIP_MIN = 0.5
 #: a run whose error exceeds this (the prior's mmse is 1) is 'diverged' (as :data:`.amp.BLOWUP`)
 BLOWUP = amp.BLOWUP
 
@@ -285,8 +291,8 @@ def run_deep_amp(*, alpha: float, rho1: float, rho2: float, skip: float, dim: in
             "damping", "'auto' or in [0, 1)", damping)
     require(isinstance(tail, (int, np.integer)) and 1 <= tail <= max_iter, "tail",
             "an integer in [1, max_iter]", tail)
-    require(model.skip >= 1, "skip", ">= 1 (the posterior quadrature of the SE for skip < 1 does "
-            "not follow a narrow posterior)", skip)
+    require(model.skip >= SKIP_MIN, "skip", f">= {SKIP_MIN:g} (below 1 the SE's line inner rule; "
+            f"AMP is compared with the SE at c = {SKIP_MIN:g} and c >= 1 only)", skip)
     seed_list = amp.seeds_of(seeds)
     t0 = time.perf_counter()
     runs = []
@@ -338,5 +344,5 @@ def run_deep_amp(*, alpha: float, rho1: float, rho2: float, skip: float, dim: in
     return res
 
 
-__all__ = ["run_deep_amp", "prior_error_mean", "amp_iterations", "damped_run", "g_out", "generate",
-           "se_trajectory"]
+__all__ = ["SKIP_MIN", "run_deep_amp", "prior_error_mean", "amp_iterations", "damped_run", "g_out",
+           "generate", "se_trajectory"]

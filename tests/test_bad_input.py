@@ -274,6 +274,11 @@ CASES = [
                           "nan"], "--skip"),
     ("deep-noisy-skip-small", ["se", "--model", "aim", "--layers", "2", "--alpha", "0.3",
                                "--noise", "0.1", "--skip", "0.5"], "--skip"),
+    # amp --model aim --layers 2 serves c in [0.5, 1000] (line inner rule below 1)
+    ("deep-amp-skip-small", ["amp", "--model", "aim", "--layers", "2", "--alpha", "0.1",
+                             "--skip", "0.25"], "--skip"),
+    ("deep-amp-skip-negative", ["amp", "--model", "aim", "--layers", "2", "--alpha", "0.1",
+                                "--skip", "-1"], "--skip"),
     ("deep-starts-bogus", ["se", "--model", "aim", "--layers", "2", "--alpha", "0.3", "--skip",
                            "0.5", "--starts", "uninformed,bogus"], "--starts"),
     ("deep-starts-twice", ["se", "--model", "aim", "--layers", "2", "--alpha", "0.3",

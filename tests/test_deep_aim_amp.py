@@ -99,13 +99,53 @@ def test_iteration_is_deterministic_per_seed():
     assert r1["iterations"] == [3, 3] and r1["N"] == 115
 
 
-@pytest.mark.parametrize("kw", [dict(damping=1.0), dict(skip=0.5), dict(dim=1), dict(alpha=0.0),
+@pytest.mark.parametrize("kw", [dict(damping=1.0), dict(skip=0.25), dict(dim=1), dict(alpha=0.0),
                                 dict(seeds=[]), dict(tail=0), dict(rho1=-1.0),
                                 dict(beta=1000.0)])
 def test_bad_input(kw):
     base = dict(alpha=0.1, rho1=0.5, rho2=0.5, skip=1.0, dim=10, seeds=1, max_iter=2, tail=1)
     with pytest.raises(InputError):
         deep_aim_amp.run_deep_amp(**{**base, **kw})
+
+
+def test_small_skip_uses_the_line_rule_and_its_identities_hold():
+    """c = 0.5 (line inner rule, the default): g^l and the Onsager term are derivatives of
+    log Z_out (central differences, as at c = 1), and a tiny run completes; c = 0.25 is refused."""
+    model = DeepAimSE(skip=0.5, rho1=0.5, rho2=0.5)
+    assert model.inner == "line" and deep_aim_amp.SKIP_MIN == 0.5
+    d = deep_aim_amp.generate(model, alpha=0.1, dim=20, rng=np.random.default_rng(3))
+    rng = np.random.default_rng(5)
+    n = 4
+    z1, z2 = d["z1"][:n], d["z2"][:n]
+    om = [0.8 * d[f"h{i}"][:n] + 0.4 * np.sqrt(W) * rng.standard_normal((n, 3)) for i in (1, 2)]
+
+    def call(o1, o2):
+        return deep_aim_amp.g_out(model, z1=z1, z2=z2, omega1=o1, omega2=o2, v1=0.7, v2=0.5,
+                                  h_in=0.1)
+
+    base, eps = call(*om), 1e-5
+    for layer in (0, 1):
+        div_fd = np.zeros(n)
+        for k in range(3):
+            e = np.zeros(3)
+            e[k] = eps
+            up = [o.copy() for o in om]
+            dn = [o.copy() for o in om]
+            up[layer] += e
+            dn[layer] -= e
+            ru, rd = call(*up), call(*dn)
+            fd = (ru["log_z_out"] - rd["log_z_out"]) / (2 * eps)
+            assert np.max(np.abs(base[f"g{layer + 1}"][:, k] - fd)) < 1e-6
+            div_fd += W[k] * (ru[f"g{layer + 1}"][:, k] - rd[f"g{layer + 1}"][:, k]) / (2 * eps)
+        assert np.max(np.abs(base[f"div{layer + 1}"] - div_fd)) < 1e-5
+    r = deep_aim_amp.run_deep_amp(alpha=0.1, rho1=0.5, rho2=0.5, skip=0.5, dim=12, seeds=2,
+                                  max_iter=3, damping=0.5, tail=2)
+    assert r["iterations"] == [3, 3] and r["skip"] == 0.5
+    # (at D = 12 a few iterates are far from the SE at c = 1 too: this only checks the run)
+    assert np.all(np.isfinite(r["per_seed1"] + r["per_seed2"])), r
+    with pytest.raises(InputError, match="skip"):
+        deep_aim_amp.run_deep_amp(alpha=0.1, rho1=0.5, rho2=0.5, skip=0.25, dim=12, seeds=1,
+                                  max_iter=1, tail=1)
 
 
 # SE fixed point at alpha = 0.1, c = 1, rho = (0.5, 0.5) (numerics.deep_aim_se.fixed_point, variance
@@ -128,6 +168,26 @@ def test_amp_lands_on_the_se_at_d50():
     for i, (mmse, bar) in enumerate(SE_MMSE, start=1):
         m, se = r[f"cv_mean{i}"], r[f"cv_stderr{i}"]
         assert -4 * se - bar < m - mmse < 4 * se + bar + FINITE_SIZE_D50[i - 1], (i, m, se)
+
+
+# SE at alpha = 0.1, c = 0.5, rho = (0.5, 0.5), shared tokens (docs/deep_aim.md section 5, "The
+# branch at c = 0.5", docs/data/deep_aim_shared_c05_rho55.csv): mmse_l with its bar
+SE_MMSE_C05 = ((0.8267, 0.0029), (0.6410, 0.0029))
+# finite-size allowance at D = 50, c = 0.5: the bias AMP - SE measured on seeds 0-7 (control-variate
+# tail means 0.8901 +- 0.0066 and 0.7124 +- 0.0154, docs/deep_aim.md section 6, "c = 0.5", minus
+# SE_MMSE_C05: 0.0634 and 0.0714) plus two of its standard errors
+FINITE_SIZE_D50_C05 = (0.0634 + 2 * 0.0066, 0.0714 + 2 * 0.0154)
+
+
+@pytest.mark.slow
+def test_amp_at_skip_half_lands_on_the_se_at_d50():
+    # seeds 16-23: independent of the seeds that measured the allowance
+    r = deep_aim_amp.run_deep_amp(alpha=0.1, rho1=0.5, rho2=0.5, skip=0.5, dim=50,
+                                  seeds=list(range(16, 24)), max_iter=30, damping="auto", tail=10)
+    assert len(r["failed_seeds"]) <= 1, r["failed_seeds"]
+    for i, (mmse, bar) in enumerate(SE_MMSE_C05, start=1):
+        m, se = r[f"cv_mean{i}"], r[f"cv_stderr{i}"]
+        assert -4 * se - bar < m - mmse < 4 * se + bar + FINITE_SIZE_D50_C05[i - 1], (i, m, se)
 
 
 @pytest.mark.parametrize("dim", [12, 15])
@@ -181,3 +241,10 @@ def test_cli_amp_layers_2():
     assert len(o["failed_seeds"]) == 2 or (o["mean1"] > 0 and o["mean2"] > 0)
     p = subprocess.run(base + ["--dim", "5"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "--dim" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    small = base[:-1] + ["0.5", "--dim", "10", "--seeds", "1", "--max-iter", "2", "--json"]
+    p = subprocess.run(small, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["skip"] == 0.5
+    p = subprocess.run(base[:-1] + ["0.25", "--dim", "10"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2 and "--skip" in p.stderr and len(p.stderr.strip().splitlines()) == 1
