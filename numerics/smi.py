@@ -374,6 +374,8 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
         q_root = q2
         if skip < LAYER2_LADDER_BELOW and tuple(orders[1]) in smi_sequential.SEQ_LADDER:
             q2, err, ref, note = _layer2_ladder(q2, la2, la_ref, slope, alpha, orders[1], stats)
+            if q2 <= LAYER2_SCAN[0]:   # the refined rungs moved the root below the lattice's
+                return _layer2_point_small(alpha=alpha, skip=skip, beta=beta)  # range
         mu1, K2 = ref["mu1"], ref["K2"]
         if abs(ref["mass"] - 1) > 1e-4:
             note = "; ".join(x for x in (note, f"outer mass {ref['mass']:.6f}") if x)

@@ -114,3 +114,16 @@ def test_layer2_point_below_q2_01_at_skip_half_against_a_converged_h_rule():
     slope = (T(q2 + d, (10, 64, 40)) - T(q2 - d, (10, 64, 40))) / (2 * d)
     step = (T(q2, (12, 128, 64)) - q2) / (1 - slope)
     assert 0 < q2 < 0.1 and abs(step) <= err, (q2, err, step)
+
+
+@pytest.mark.slow
+def test_layer2_point_public_path_takes_the_small_q2_route_at_skip_half():
+    """alpha = 0.246, c = 0.5 through the public ``layer2_point``: the coarse scan put the root
+    above q2 = 0.1 and the refined ladder rungs moved it below, where the lattice's Newton step
+    was clamped: q2 = 0.1 +- 0.052 (measured 2026-11-26). It now goes to the small-q2 route.
+    Reference: q2 = 0.05827 from two routes (the converged h rule of the test above; the lattice
+    with a prior-scaled omega rule, rungs 7 and 8: 0.0582632), 8e-6 apart."""
+    r = smi.layer2_point(alpha=0.246, skip=0.5)
+    q2, err = r["Q"][1], r["error"][1]
+    assert 0 < q2 < 0.1 and err < 5e-3, (q2, err)
+    assert abs(q2 - 0.05827) <= err + 1e-5, (q2, err)
