@@ -46,18 +46,19 @@ def test_skip_at_least_one_ignores_the_inner_rule():
 
 
 @pytest.mark.parametrize("command", [
-    ["se", "--model", "aim", "--layers", "2", "--rho", "0.5,0.5", "--skip", "0.5", "--alpha",
+    ["se", "--model", "aim", "--layers", "2", "--rho", "0.5,0.5", "--skip", "-0.5", "--alpha",
      "0.3", "--json"],
-    ["curve", "--model", "aim", "--layers", "2", "--rho", "0.5,0.5", "--skip", "0.5", "--alphas",
+    ["curve", "--model", "aim", "--layers", "2", "--rho", "0.5,0.5", "--skip", "-0.5", "--alphas",
      "0.1:0.3:3"],
 ])
-def test_command_line_refuses_small_skip_and_names_the_api(run_cli, command):
-    """se/curve --model aim --layers 2 at c = 0.5: exit 2, one line naming --skip, its range and
-    the API route (one fixed point at the command line's 2^9 x 8 points took over 5 minutes)."""
+def test_command_line_refuses_a_negative_skip(run_cli, command):
+    """se/curve --model aim --layers 2 serve c < 1 since 2026-11-26 (line rule, minutes per fixed
+    point: tests/test_deep_aim_cli_resume.py runs one); below 0: exit 2, one line naming --skip
+    and its range [0, 1000]."""
     rc, out, err = run_cli(command)
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
-    assert "--skip" in err and "[1, 1000]" in err and "DeepAimSE(skip=c)" in err
+    assert "--skip" in err and "[0, 1000]" in err
 
 
 def test_other_two_layer_commands_do_not_point_to_the_api(run_cli):
