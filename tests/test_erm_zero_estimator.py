@@ -113,6 +113,7 @@ def test_spectral_root_agrees_with_the_damped_iteration():
         assert a == pytest.approx(b, rel=1e-7)
 
 
+@pytest.mark.slow
 def test_small_alpha_tends_continuously_to_the_zero_estimator():
     """Above alpha0 the nonzero fixed point's q falls to 0 as alpha -> alpha0+ (order 12)."""
     a0 = _alpha0(0.01)

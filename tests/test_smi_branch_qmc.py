@@ -295,6 +295,7 @@ def test_plain_monte_carlo_confirms_the_l3_m3_layer1_root():
     assert (r1["value"] + r1["error"]) * (mc[:, 1].mean() + 3.5 * se(mc[:, 1])) < 1
 
 
+@pytest.mark.slow
 def test_branch_fixed_point_l2_against_the_lattice_se():
     """The last layer's branch point at L = 2, alpha = 0.5 by the kernel (a cheap rule, ~6 s)
     against the deterministic L = 2 SE of numerics/smi.py (Q2 = 0.77213 +- 0.0011 there, and

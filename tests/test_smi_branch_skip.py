@@ -114,6 +114,7 @@ def test_l3_sequential_thresholds_at_skip_half_against_monte_carlo():
         assert math.isfinite(r["value"]) and r["error"] < 0.05 * r["value"]
 
 
+@pytest.mark.slow
 def test_layer2_point_below_unit_skip_climbs_the_ladder():
     """smi.layer2_point at c = 0.5, alpha = 0.5 (before the ladder: 0.71586 +- 0.025, 1.7 of its
     bars off): its bar covers q2 = 0.67256 +- 1.6e-4, the lattice at rungs (0.28, 0.85, 0.17) ->
