@@ -148,8 +148,12 @@ def _log_integrand(z10, z11, h0, h1, o, r, vc, skip, beta):
     return lp, lm, u0, u1
 
 
-def _reduce(L, Za, Zb, z20, z21, out, sl):
-    """Posterior moments from log weights L (b, K) at nodes (z_1 = (Za, Zb), z_2 = (z20, z21))."""
+def _reduce(lw, lp, lm, Za, Zb, u0, u1, out, sl):
+    """Posterior moments at the nodes z_1 = (Za, Zb) (b, K) of rule log weights lw, each with
+    both fibre points z_2 = +-(u0, u1) of log integrands lp, lm (:func:`_log_integrand`)."""
+    L = np.concatenate([lw + lp, lw + lm], 1)
+    Za, Zb = np.concatenate([Za, Za], 1), np.concatenate([Zb, Zb], 1)
+    z20, z21 = np.concatenate([u0, -u0], 1), np.concatenate([u1, -u1], 1)
     mx = L.max(1, keepdims=True)
     w = np.exp(L - mx)
     Zs = w.sum(1)
@@ -255,9 +259,7 @@ def output_moments(h, omega, V, *, skip=1.0, beta=1.0, order=24, adaptive="auto"
         z10 = o[:, 0, 0, None] + sd1 * x0[None]            # (b, K) prior nodes
         z11 = o[:, 0, 1, None] + sd1 * x1[None]
         lp, lm, u0, u1 = _log_integrand(z10, z11, hh0, hh1, o, r, vc, skip, beta)
-        L = np.concatenate([lw[None] + lp, lw[None] + lm], 1)
-        _reduce(L, np.concatenate([z10, z10], 1), np.concatenate([z11, z11], 1),
-                np.concatenate([u0, -u0], 1), np.concatenate([u1, -u1], 1), out, sl)
+        _reduce(lw[None], lp, lm, z10, z11, u0, u1, out, sl)
         if adaptive is False:
             continue
         idx = np.arange(sl.start, sl.stop)
@@ -271,9 +273,7 @@ def output_moments(h, omega, V, *, skip=1.0, beta=1.0, order=24, adaptive="auto"
         Z10, Z11, lwt = _mixture_nodes(z10[sel], z11[sel], lp[sel], lm[sel], lw, hh0, hh1, o, v11,
                                        r, vc, skip, beta, lap_order, inflate, gn_iters, pi_prior)
         lp2, lm2, u0, u1 = _log_integrand(Z10, Z11, hh0, hh1, o, r, vc, skip, beta)
-        L = np.concatenate([lwt + lp2, lwt + lm2], 1)
-        _reduce(L, np.concatenate([Z10, Z10], 1), np.concatenate([Z11, Z11], 1),
-                np.concatenate([u0, -u0], 1), np.concatenate([u1, -u1], 1), out, idx)
+        _reduce(lwt, lp2, lm2, Z10, Z11, u0, u1, out, idx)
         out["mixture"][idx] = True
     return out
 

@@ -32,12 +32,22 @@ SIGMA_H = 2.7
 CHUNK = 3_000_000  # elements per (outer x inner) block
 
 
+def _omega_rule(n, q):
+    """Rule (w0, w1, w) for omega_l ~ N(0, q I), half plane w0 > 0: the node 0 at q = 0, else
+    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule` (n a pair) or Gauss-Hermite order n."""
+    if not q > 0:
+        return np.zeros(1), np.zeros(1), np.ones(1)
+    if isinstance(n, tuple):
+        return graded_omega_rule(n, q)
+    return grid2(n, math.sqrt(q), True)
+
+
 def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False):
     """Outer expectations at Q = diag(q1, q2) by quadrature (module docstring of
     :mod:`aim_sym.numerics.smi`).
 
-    ``n_w2`` may be a pair, selecting the graded rule
-    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule` for omega_2.
+    ``n_w1``, ``n_w2`` may be pairs, selecting the graded rule
+    :func:`aim_sym.numerics.smi_fibre.graded_omega_rule` for omega_1, omega_2.
     Returns a dict with ``K1 = E sum_m g_1m^2``, ``K2 = E sum_m g_2m^2``,
     ``K12 = E sum_m g_1m g_2m`` (only meaningful at q1 = 0: its integrand is odd under
     ``omega_2 -> -omega_2``, which the halved omega_2 and h grids assume even; the exact K12 is 0,
@@ -47,16 +57,8 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False):
     """
     v1, v2 = 1.0 - q1, 1.0 - q2
     *xz, wz = grid2(n_z, 1.0, False)
-    if q1 > 0:
-        o10, o11, ow1 = grid2(n_w1, math.sqrt(q1), True)
-    else:
-        o10, o11, ow1 = np.zeros(1), np.zeros(1), np.ones(1)
-    if q2 > 0 and isinstance(n_w2, tuple):
-        o20, o21, ow2 = graded_omega_rule(n_w2, q2)
-    elif q2 > 0:
-        o20, o21, ow2 = grid2(n_w2, math.sqrt(q2), True)
-    else:
-        o20, o21, ow2 = np.zeros(1), np.zeros(1), np.ones(1)
+    o10, o11, ow1 = _omega_rule(n_w1, q1)
+    o20, o21, ow2 = _omega_rule(n_w2, q2)
     h0, h1, wh = ratio_grid2(n_h, SIGMA_H)
     # outer (omega_2, h) points
     O0 = np.repeat(o20, h0.size)

@@ -438,24 +438,37 @@ def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, ou
 
 
 def lambdas_qmc(*, layers: int, tokens: int, skip: float, beta: float, log2n: int,
-                replicates: int, seed: int, outer, spread: float = 1.0) -> dict:
+                replicates: int, seed: int, outer, spread: float = 1.0,
+                per_ray: bool = False) -> dict:
     """``replicates`` scrambled Sobol inner rules: per-replicate values at the fine outer rule,
     the pooled value (moments summed over replicates before the ratios) and the change between
-    the two outer rules on the first inner set."""
+    the two outer rules on one shared set.  Each replicate is one shared set of 2^log2n points
+    (the change measured on the first) or, with ``per_ray`` (rule "ray"), an independent set
+    per outer direction group (:func:`ray_moments`; the change measured on one more shared set,
+    since independent sets would add their inner noise to it)."""
     rules, h, sigma = _outer_pair(layers, tokens, skip, outer)
     n0 = rules[0][0].shape[0]
-    dims = tokens * (layers - 1)
-    seeds = np.random.SeedSequence(seed).spawn(replicates)
+    kw = dict(layers=layers, tokens=tokens, skip=skip, beta=beta)
+    seeds = np.random.SeedSequence(seed).spawn(replicates + int(per_ray))
+
+    def shared(s, hs):     # outer-node moments at hs of one shared set seeded by s
+        nodes, w = sobol_inner(log2n, dims=tokens * (layers - 1),
+                               seed=np.random.default_rng(s), spread=spread)
+        return outer_moments(*inner_moments(nodes, w, **kw), hs)
+
     per, pooled, change = [], None, None
-    for i, s in enumerate(seeds):
-        nodes, w = sobol_inner(log2n, dims=dims, seed=np.random.default_rng(s), spread=spread)
-        B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
-        mom = outer_moments(B, Mz, h if i == 0 else h[n0:])
-        if i == 0:   # the outer-rule change, measured on the first inner set
-            change = _outer_change(mom, rules, layers)
-            mom = mom[n0:]
+    for i, s in enumerate(seeds[:replicates]):
+        if per_ray:
+            mom = ray_moments(outer[1][1], rules[1][0], seed=s, log2n=log2n, **kw)
+        else:
+            mom = shared(s, h if i == 0 else h[n0:])
+            if i == 0:
+                change = _outer_change(mom, rules, layers)
+                mom = mom[n0:]
         pooled = mom if pooled is None else pooled + mom
         per.append(reduce_lambdas(mom, *rules[1], layers=layers))
+    if per_ray:
+        change = _outer_change(shared(seeds[-1], h), rules, layers)
     return dict(per=np.array(per), pooled=reduce_lambdas(pooled / replicates, *rules[1], layers=layers),
                 outer_change=change, sigma=sigma)
 
@@ -505,28 +518,6 @@ def ray_moments(n_angle, h: np.ndarray, *, log2n: int, seed, layers: int, tokens
                 E *= -0.5
                 out[rows[r0:r0 + step]] = np.exp(E, out=E) @ Mz[k]
     return out
-
-
-def lambdas_ray(*, layers: int, tokens: int, skip: float, beta: float, log2n: int,
-                replicates: int, seed: int, outer) -> dict:
-    """As :func:`lambdas_qmc`, each replicate an independent scrambled Sobol set of 2^log2n
-    points per outer direction group (:func:`ray_moments`).  The outer-rule change is measured
-    as in :func:`lambdas_qmc`, both outer rules on one shared set (independent sets would add
-    their inner noise to it)."""
-    rules, h, sigma = _outer_pair(layers, tokens, skip, outer)
-    seeds = np.random.SeedSequence(seed).spawn(replicates + 1)
-    kw = dict(log2n=log2n, layers=layers, tokens=tokens, skip=skip, beta=beta)
-    per, pooled = [], None
-    for s in seeds[:replicates]:
-        mom = ray_moments(outer[1][1], rules[1][0], seed=s, **kw)
-        pooled = mom if pooled is None else pooled + mom
-        per.append(reduce_lambdas(mom, *rules[1], layers=layers))
-    nodes, w = sobol_inner(log2n, dims=tokens * (layers - 1),
-                           seed=np.random.default_rng(seeds[-1]))
-    B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
-    change = _outer_change(outer_moments(B, Mz, h), rules, layers)
-    return dict(per=np.array(per), pooled=reduce_lambdas(pooled / replicates, *rules[1], layers=layers),
-                outer_change=change, sigma=sigma)
 
 
 def one_layer(*, tokens: int) -> dict:
@@ -600,9 +591,8 @@ def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 
             f"in [6, {top}] for rule {rule}", log2n)
     require(isinstance(replicates, (int, np.integer)) and 4 <= replicates <= 64, "replicates",
             "in [4, 64]", replicates)
-    run = lambdas_ray if rule == "ray" else lambdas_qmc
-    r = run(layers=layers, tokens=tokens, skip=skip, beta=beta, log2n=log2n,
-            replicates=replicates, seed=seed, outer=outer)
+    r = lambdas_qmc(layers=layers, tokens=tokens, skip=skip, beta=beta, log2n=log2n,
+                    replicates=replicates, seed=seed, outer=outer, per_ray=rule == "ray")
     if not (np.all(np.isfinite(r["per"])) and np.all(np.isfinite(r["pooled"]))):
         raise ConvergenceError("non-finite inner moments in the weak-threshold kernel",
                                last_iterate=r["pooled"].tolist())
