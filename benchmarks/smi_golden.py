@@ -3,7 +3,9 @@ numerics/smi.py and the modules under it, printed as JSON, so that a refactoring
 to keep every number (bit-identical or within 1e-12 relative, compared by ``--compare``).
 
 Run: python benchmarks/smi_golden.py > before.json; (edit); python benchmarks/smi_golden.py
---compare before.json.  docs/data/smi_golden.json is the output before the 2026-11-25 merges of
+--compare before.json.  The script imports the checkout it sits in (its parent folder goes first
+on the import path), not whichever aim_sym is installed: run from another clone, it tests that
+clone's code.  docs/data/smi_golden.json is the output before the 2026-11-25 merges of
 the L = 2 modules (smi_oracles into smi, the rotated rules, the Q = 0 sums into smi_route_a);
 after them every case agreed to 1e-10 relative (the differences are rounding: a cross term of
 3e-17 and a Newton residual of 5e-8 move in their last digits).  learned_stats, solve_branch and
@@ -16,9 +18,12 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from aim_sym.numerics import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's aim_sym
+from aim_sym.numerics import (  # noqa: E402
     smi,
     smi_amp,
     smi_branches,
@@ -26,10 +31,11 @@ from aim_sym.numerics import (
     smi_general,
     smi_route_a,
     smi_sequential,
+    smi_weak,
 )
 
-from aim_sym import smi_channels as sc
-from aim_sym import smi_general_api as api
+from aim_sym import smi_channels as sc  # noqa: E402
+from aim_sym import smi_general_api as api  # noqa: E402
 
 
 def _plain(x):
@@ -136,6 +142,14 @@ def cases():
         "run_smi_amp": lambda: {k: v for k, v in smi_amp.run_smi_amp(
             alpha=0.5, dim=40, seeds=2, max_iter=3, order=10, se=False).items()
             if k not in ("per_seed",)},
+        "weak_depth_qmc": lambda: smi_weak.stability(layers=3, tokens=2, rule="qmc", log2n=10,
+                                                     replicates=4, seed=1),
+        "weak_depth_ray": lambda: smi_weak.stability(layers=3, tokens=2, rule="ray", log2n=8,
+                                                     replicates=4, seed=2),
+        "weak_depth_m3_ray": lambda: smi_weak.stability(layers=2, tokens=3, rule="ray", log2n=9,
+                                                        replicates=4, seed=3),
+        "weak_depth_l4_skip": lambda: smi_weak.stability(layers=4, tokens=2, rule="qmc", log2n=9,
+                                                         replicates=4, seed=5, skip=1.5, beta=0.7),
         "amp_run": lambda: [r["Q"] + r["Q_raw"] for r in smi_amp.amp_run(
             data, max_iter=3, order=10, rng=np.random.default_rng(1))["history"]],
     }
