@@ -80,6 +80,7 @@ from scipy import stats
 from scipy.stats import qmc
 
 from .records import ConvergenceError, require, standard_error
+from .smi_sequential import fit_root, replicate_se, sequential_driver
 from .smi_weak import fibre_gram, fibre_map, pair_list, pair_products, pair_weights, scores
 
 SUPPORTED = ((2, 2), (3, 2), (4, 2), (5, 2), (2, 3), (3, 3))
@@ -157,6 +158,13 @@ def point_records(e: dict, names: tuple, j: int = 0) -> dict:
                     error=float(e["t"] * e["se"][j, i] + e["bias"][j, i]),
                     se=float(e["se"][j, i]), ratio_bias=float(e["bias"][j, i]))
             for i, k in enumerate(names)}
+
+
+def identity_checks(e: dict, names: tuple, j: int) -> dict:
+    """``(value, error)`` of the identities (``E tr C_l = M``, the Nishimori form of ``K_l``,
+    ``E g_l = 0``) at point ``j`` of :func:`estimates` ``e``."""
+    return {k: (r["value"], r["error"]) for k, r in point_records(e, names, j).items()
+            if k.startswith(("trace", "nishimori", "g"))}
 
 
 def gauss_sobol(log2n: int, dims: int, rng) -> np.ndarray:
@@ -457,16 +465,6 @@ def _method(lo, li, R, layers, tokens) -> str:
 
 
 # ----------------------------------------------------------------------------- thresholds
-def _root(xs, r, deg: int):
-    """Root (nearest the points' centre) of the polynomial fit of degree ``deg`` in x."""
-    x0 = float(np.mean(xs))
-    c = np.polyfit(np.asarray(xs) - x0, r, deg)
-    roots = [z.real for z in np.roots(c) if abs(z.imag) < 1e-12]
-    if not roots:
-        return None
-    return x0 + min(roots, key=abs)
-
-
 def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0,
                               beta: float = 1.0, log2_outer: int | None = None,
                               log2_inner: int | None = None, replicates: int | None = None,
@@ -477,8 +475,9 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
     branch (THEORY 2.2): the root ``q*`` of ``r_l = mu_l - (1 - q) K_L / q``, ``alpha_seq,l =
     1 / mu_l(q*)``.
 
-    A cheap scan (``scan_rule`` = (log2 outer, log2 inner, replicates)) over ``scan`` (default
-    :data:`SCANS` for (L, M), else :data:`DEFAULT_SCAN`) brackets each sign change; ``points``
+    By :func:`.smi_sequential.sequential_driver`: a cheap scan (``scan_rule`` = (log2 outer,
+    log2 inner, replicates)) over ``scan`` (default :data:`SCANS` for (L, M), else
+    :data:`DEFAULT_SCAN`) brackets each sign change; ``points``
     values of ``q``, ``spacing`` apart in ``x = log(1 - q)`` and centred on the scan's linear
     root (moved by their span, at most twice, until ``r_l`` changes sign among them), are
     evaluated with the main rule and common random numbers.  ``r_l`` and
@@ -498,24 +497,25 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
             points)
     require(isinstance(spacing, (int, float)) and 0.02 <= spacing <= 1.0, "spacing",
             "in [0.02, 1] (step in log(1 - q))", spacing)
-    t0 = time.perf_counter()
     tick = progress or (lambda *a: None)
     names = sample_columns(layers, tokens)
     free = range(1, layers)
     kw = dict(layers=layers, tokens=tokens, skip=skip, beta=beta)
-    sf, sh, sc = replicate_samples(list(scan), **kw, log2_outer=scan_rule[0],
-                             log2_inner=scan_rule[1], replicates=scan_rule[2], seed=seed + 7919)
-    rs = estimates(sf, sh, sc, names)["value"]
-    tick(1, 1 + layers - 1, "sequential (branch QMC): scan")
-    out = []
-    for l in free:
-        r = rs[:, names.index(f"r{l}")]
-        idx = [i for i in range(len(scan) - 1) if r[i] < 0 <= r[i + 1]]
-        if not idx:
-            raise ConvergenceError(f"sequential threshold of layer {l} not bracketed in q",
-                                   last_iterate=list(scan), residual=[float(x) for x in r])
-        xa, xb = math.log1p(-scan[idx[0]]), math.log1p(-scan[idx[0] + 1])
-        ra, rb = r[idx[0]], r[idx[0] + 1]
+
+    def resid(qs):
+        sf, sh, sc = replicate_samples(qs, **kw, log2_outer=scan_rule[0],
+                                       log2_inner=scan_rule[1], replicates=scan_rule[2],
+                                       seed=seed + 7919)
+        rs = estimates(sf, sh, sc, names)["value"]
+        tick(1, 1 + layers - 1, "sequential (branch QMC): scan")
+        return rs[:, [names.index(f"r{l}") for l in free]]
+
+    def locate(l, table, bracket):
+        """Layer l: ``points`` values of q around the scan's linear root, the main rule with
+        common random numbers, quadratic fits in x = log(1 - q) (:func:`.fit_root`)."""
+        (qa, qb), col = bracket, l - 1
+        xa, xb = math.log1p(-qa), math.log1p(-qb)
+        ra, rb = table[qa][col], table[qb][col]
         xc = xa + (xb - xa) * ra / (ra - rb)            # linear interpolation in the bracket
         for _attempt in range(3):
             xs = [xc + spacing * (k - 0.5 * (points - 1)) for k in range(points)]
@@ -523,7 +523,7 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
             require(all(0 < x < 1 for x in qs), "scan", "brackets whose points stay in (0, 1)",
                     qs)
             full, half, cv = replicate_samples(qs, **kw, log2_outer=lo, log2_inner=li,
-                                         replicates=R, seed=seed)
+                                               replicates=R, seed=seed)
             e = estimates(full, half, cv, names)
             rv = e["value"][:, names.index(f"r{l}")]
             if min(rv) < 0 < max(rv):
@@ -531,39 +531,35 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
             # r_l rises with q (falls with x): all negative -> the root lies at smaller x
             xc += (-1.0 if max(rv) < 0 else 1.0) * spacing * (points - 1)
         ir, im = names.index(f"r{l}"), names.index(f"mu{l}")
+        x0 = float(np.mean(xs))
 
-        def alpha_at(rv, mv, deg=2, xs=xs):
-            xr = _root(xs, rv, deg)
-            if xr is None:
-                xr = _root(xs, rv, 1)
-            x0 = float(np.mean(xs))
-            return xr, 1.0 / float(np.polyval(np.polyfit(np.asarray(xs) - x0, mv, deg),
-                                               xr - x0))
+        def fit(v, deg=2):
+            """Root and mu_l there (the linear root where the quadratic has none)."""
+            return (fit_root(xs, v[:, ir], v[:, im], x0, deg=deg)
+                    or fit_root(xs, v[:, ir], v[:, im], x0, deg=deg, root_deg=1))
 
-        xr, a = alpha_at(e["value"][:, ir], e["value"][:, im])
+        f, lin = fit(e["value"]), fit(e["value"], 1)
+        xr, a, s_r, s_mu = f["t"], 1.0 / f["mu"], f["s_r"], f["s_mu"]
         if not min(xs) - 1e-12 <= xr <= max(xs) + 1e-12:
             raise ConvergenceError(f"layer-{l} root outside the refinement points",
                                    last_iterate=qs,
                                    residual=[float(x) for x in e["value"][:, ir]])
-        per = np.array([alpha_at(e["per"][k, :, ir], e["per"][k, :, im]) for k in range(R)])
-        xl, al = alpha_at(e["value"][:, ir], e["value"][:, im], deg=1)
-        x0 = float(np.mean(xs))
-        s_r, s_mu = (float(np.polyval(np.polyder(np.polyfit(np.asarray(xs) - x0,
-                                                            e["value"][:, i], 2)), xr - x0))
-                     for i in (ir, im))
+
+        def root_alpha(v):
+            g = fit(v)
+            return [g["t"], 1.0 / g["mu"]]
+
+        se_x, se_a = replicate_se(root_alpha, e["per"])
         # ratio bias: shifts mu_l by up to b_mu and the root by up to b_r / |s_r|
         b_r, b_mu = float(e["bias"][:, ir].max()), float(e["bias"][:, im].max())
         bias_a = a**2 * (b_mu + abs(s_mu / s_r) * b_r)
-        se_a, se_x = standard_error(per[:, 1]), standard_error(per[:, 0])
+        al = 1.0 / lin["mu"]
         err = e["t"] * se_a + bias_a + abs(a - al)
         q_star = -math.expm1(xr)
-        q_err = (e["t"] * se_x + b_r / abs(s_r) + abs(xr - xl)) * (1.0 - q_star)
+        q_err = (e["t"] * se_x + b_r / abs(s_r) + abs(xr - lin["t"])) * (1.0 - q_star)
         j = int(np.argmin([abs(x - xr) for x in xs]))
-        at_j = point_records(e, names, j)
-        checks = {k: (at_j[k]["value"], at_j[k]["error"])
-                  for k in (*(f"trace{k}" for k in free), f"nishimori{layers}",
-                            *(f"g{layers}_{b}" for b in range(tokens)))}
-        out.append({
+        tick(1 + l, 1 + layers - 1, f"sequential (branch QMC): layer {l}")
+        return {
             "layer": l, "kind": "sequential", "value": float(a), "error": float(err),
             f"q{layers}": float(q_star), f"q{layers}_error": float(q_err),
             "stat_error": float(e["t"] * se_a), "ratio_bias": float(bias_a),
@@ -573,18 +569,14 @@ def sequential_thresholds_qmc(*, layers: int, tokens: int = 2, skip: float = 1.0
             "residual_errors": [float(e["t"] * s + b) for s, b in
                                 zip(e["se"][:, ir], e["bias"][:, ir], strict=True)],
             f"K{layers}": float(e["value"][j, names.index(f"K{layers}")]),
-            "checks": checks, "seconds": 0.0,
+            "checks": identity_checks(e, names, j),
             "method": (f"root in q{layers} of mu_{l} - (1-q{layers}) K{layers}/q{layers} on the "
                        f"layer-{layers} SE branch, quadratic fit in log(1 - q) over {points} "
                        "points with common random numbers; " + _method(lo, li, R, layers, tokens)
-                       + " + |quadratic - linear fit|")})
-        tick(1 + l, 1 + layers - 1, f"sequential (branch QMC): layer {l}")
-    secs = time.perf_counter() - t0
-    first = min(out, key=lambda r: r["value"])
-    for r in out:
-        r["seconds"] = secs
-        r["first"] = r is first
-    return out
+                       + " + |quadratic - linear fit|")}
+
+    return sequential_driver(resid, locate, unlearned=free, scan=list(scan), rising=True,
+                             what="the scan")
 
 
 # ----------------------------------------------------------------------------- SE fixed point

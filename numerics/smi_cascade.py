@@ -20,7 +20,8 @@ The root is found on a ``3^d`` grid (``d = |learned|``) in ``(q_l (linear), log(
 fitted by quadratics; the ``3^(d-1)`` reference points with the newest learned layer at ``q =
 0`` give the threshold of the previous branch from the same points and the shift between the
 two (common random numbers).  Error = Student-t 99% x SE over the per-replicate roots (the
-jackknife over replicates where one replicate alone has no root) + the measured ratio bias
+jackknife over replicates where one replicate alone has no root; the sequential driver's
+:func:`.smi_sequential.replicate_se`) + the measured ratio bias
 (inner halves vs whole) + |quadratic - linear fit|.  Identities: ``E g_l = 0``, ``E tr C_l =
 M``, the Nishimori form of ``K_l``.  Measured values: docs/smi_cascade.md.  At M = 3
 (``tokens=3``, L = 3 only) the default (:data:`DEFAULTS_M3`, 16 x 2^12 x 2^14, seed 0, ~250 s on
@@ -37,8 +38,17 @@ import time
 import numpy as np
 from scipy import optimize
 
-from .records import ConvergenceError, require, standard_error
-from .smi_branch_qmc import check, estimates, point_records, replicate_samples, resolve_rule, sample_columns
+from .records import ConvergenceError, require
+from .smi_branch_qmc import (
+    check,
+    estimates,
+    identity_checks,
+    point_records,
+    replicate_samples,
+    resolve_rule,
+    sample_columns,
+)
+from .smi_sequential import replicate_se
 
 TOKENS = 2                           # the default M
 SUPPORTED = ((3, 2), (4, 2), (3, 3))  # (layers, tokens) of the cascade driver
@@ -274,16 +284,12 @@ def cascade_threshold(*, layers: int = 3, learned=None, tokens: int = TOKENS,
                                last_iterate=[*u, *center],
                                residual=[float(x) for x in vals.ravel()])
     t = e["t"]
-    per = np.array([_solve(_values(e["per"][k], pts, layers, learned, tokens), layout, 2, u)
-                    for k in range(R)])
-    se = standard_error(per, axis=0)
-    if not np.all(np.isfinite(per)):        # a replicate alone has no root: jackknife instead
-        per = np.array([_solve(_values(np.delete(e["per"], k, 0).mean(0), pts, layers,
-                                       learned, tokens), layout, 2, u) for k in range(R)])
-        se = math.sqrt(R - 1) * per.std(0)
+    # per-replicate roots (the jackknife where a replicate alone has no root)
+    se = replicate_se(lambda p: _solve(_values(p, pts, layers, learned, tokens), layout, 2, u),
+                      e["per"])
     if not np.all(np.isfinite(se)):
         raise ConvergenceError("a per-replicate cascade root was not found", last_iterate=None,
-                               residual=[float(x) for x in per.ravel()])
+                               residual=[float(x) for x in se.ravel()])
     # ratio bias, measured: one function at a time from the whole inner set to its halves
     raw_f = _values(e["full_raw"], pts, layers, learned, tokens)
     raw_h = _values(e["half_value"], pts, layers, learned, tokens)
@@ -303,8 +309,6 @@ def cascade_threshold(*, layers: int = 3, learned=None, tokens: int = TOKENS,
                                residual=[float(x) for x in bar])
     alpha = best[0]
     j0 = len(U) // 2                                    # grid centre
-    checks = {k: (r["value"], r["error"]) for k, r in point_records(e, names, j0).items()
-              if k.startswith(("trace", "nishimori", "g"))}
     branch = []
     for a in alpha + np.array([-0.02, -0.01, 0.0, 0.01, 0.02]):
         b = branch_point(vals[:len(U)], U, 2, float(a))
@@ -337,7 +341,8 @@ def cascade_threshold(*, layers: int = 3, learned=None, tokens: int = TOKENS,
         "points": pts, **{f"a{l}": vals[:, i].tolist() for i, l in enumerate(learned)},
         **{f"mu{j}": vals[:, d + i].tolist() for i, j in enumerate(unl)},
         "errors": _values(t * e["se"] + e["bias"], pts, layers, learned, tokens).tolist(),
-        "checks": checks, "branch": branch, "seconds": time.perf_counter() - t0,
+        "checks": identity_checks(e, names, j0), "branch": branch,
+        "seconds": time.perf_counter() - t0,
         "method": (f"root of a_l = a_{layers} = mu_{layer} (a_l = (1 - q_l) K_l / q_l) on the "
                    f"joint branch of layers {list(learned)}, quadratic fits over a 3^{d} grid "
                    "with common random numbers; " + _method(lo, li, R, layers, learned, tokens)

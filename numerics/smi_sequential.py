@@ -4,7 +4,9 @@ fibre), and the sequential thresholds on it (M = 2, P_l = 1): :func:`sequential_
 for every unlearned layer at a fixed (coarse, refined) pair of orders (L = 2, 3), and its L = 2
 ladder :func:`sequential_threshold` (``digits``).  One kernel for every depth
 (:func:`branch_stats`: lattice :func:`fibre_lattice` over the free rows, h rule
-:func:`h_lattice` on the box of the vertex maps, :func:`fibre_moments` in node chunks).
+:func:`h_lattice` on the box of the vertex maps, :func:`fibre_moments` in node chunks), and
+one threshold driver for every engine (:func:`sequential_driver`: this lattice, the branch
+kernel of :mod:`.smi_branch_qmc`, the replicate bar of :mod:`.smi_cascade`).
 
 On the branch ``Q = diag(0, .., 0, q)``, ``M = A_{L-1} .. A_1`` is invariant under each free
 row's sign flip, so ``E z_l = 0``, the cross blocks of the posterior covariance vanish and each
@@ -52,7 +54,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .records import ConvergenceError, require
+from .records import ConvergenceError, require, standard_error
 from .smi_fibre import (
     check_skip_floor,
     fibre_point,
@@ -465,6 +467,154 @@ def branch_stats(q: float, *, c: float = 1.0, beta: float = 1.0, n_w: float = 0.
             "pairs": npts * lat["n"], "cut": cut}
 
 
+# ----------------------------------------------------------------------------- the driver
+# One sequential-threshold driver for every engine (issue 14): :func:`sequential_driver` and its
+# parts, used by the lattice's two drivers below, the branch kernel's
+# (:func:`.smi_branch_qmc.sequential_thresholds_qmc`) and the cascade's replicate bar.
+
+
+def scan_brackets(resid, grid, unlearned, *, rising: bool = False, attempts: int = 1,
+                  lazy: bool = False, what: str = "the scan") -> tuple[dict, dict]:
+    """The first sign change of each unlearned layer's residual ``r_l`` (THEORY 2.2) over the
+    overlaps ``grid``. ``resid(qs)``: one residual vector (an entry per layer of ``unlearned``)
+    per point of ``qs``. A change is ``r_a r_b <= 0`` between neighbours, or with ``rising``
+    ``r_a < 0 <= r_b`` (r_l rises with q through its root). ``lazy``: the points are evaluated
+    one at a time in the order given, until the first change of the first layer. ``attempts >
+    1``: a layer without a change extends the grid by the scan's mean step in ``x = log(1 - q)``
+    outwards (to larger q when its residuals are all negative), ``attempts - 1`` times at most.
+    Returns ``{q: r}`` of the evaluated points and ``{l: (q_a, q_b)}``; raises
+    :class:`ConvergenceError` when a root is not bracketed."""
+    table: dict = {}
+
+    def evaluate(qs):
+        new = [q for q in qs if q not in table]
+        if new:
+            table.update(zip(new, resid(new), strict=True))
+
+    def change(k):
+        pts = sorted(table)
+        r = [table[q][k] for q in pts]
+        ok = [i for i in range(len(pts) - 1)
+              if ((r[i] < 0 <= r[i + 1]) if rising else r[i] * r[i + 1] <= 0)]
+        return pts, r, ((pts[ok[0]], pts[ok[0] + 1]) if ok else None)
+
+    for q in grid if lazy else ():
+        evaluate([q])
+        if change(0)[2]:
+            break
+    if not lazy:
+        evaluate(list(grid))
+    brackets = {}
+    for k, l in enumerate(unlearned):
+        for attempt in range(attempts):
+            pts, r, brackets[l] = change(k)
+            if brackets[l]:
+                break
+            if attempt == attempts - 1:
+                raise ConvergenceError(f"layer-{l} sequential root not bracketed by {what} in "
+                                       "q", last_iterate=pts, residual=r)
+            dx = float(np.mean(np.diff([math.log1p(-q) for q in grid])))   # < 0: q rises
+            x = math.log1p(-pts[-1]) + dx if r[-1] < 0 else math.log1p(-pts[0]) - dx
+            evaluate([-math.expm1(x)])
+    return table, brackets
+
+
+def fit_root(t, r, mu, t0: float, *, deg: int = 2, root_deg: int | None = None,
+             within=None, near: float = 0.0, imag: float = 1e-12) -> dict | None:
+    """Root of the residual ``r_l`` along a branch coordinate ``t`` (q or log(1 - q)): the
+    least-squares polynomials of degree ``deg`` in ``t - t0`` of ``r`` (degree ``root_deg`` for
+    the root itself, default ``deg``) and of ``mu``; their real root (imaginary part below
+    ``imag``) within ``within`` (absolute, if given) nearest ``t0 + near``.  Returns ``t`` (the
+    root), ``d`` (``t - t0`` there), ``mu`` and the slopes ``s_r``, ``s_mu`` there, the
+    coefficients ``cr``, ``cm``; None without a root."""
+    u = np.asarray(t, dtype=float) - t0
+    cr, cm = np.polyfit(u, r, deg), np.polyfit(u, mu, deg)
+    cs = cr if root_deg in (None, deg) else np.polyfit(u, r, root_deg)
+    lo, hi = sorted(within) if within is not None else (-math.inf, math.inf)
+    roots = [z.real for z in np.roots(cs)
+             if abs(z.imag) < imag and lo - 1e-12 <= z.real + t0 <= hi + 1e-12]
+    if not roots:
+        return None
+    d = min(roots, key=lambda z: abs(z - near))
+    return dict(t=d + t0, d=d, mu=float(np.polyval(cm, d)), cr=cr, cm=cm,
+                s_r=float(np.polyval(np.polyder(cr), d)),
+                s_mu=float(np.polyval(np.polyder(cm), d)))
+
+
+def shift_to_root(st: dict, r: float, mu: float, t_at: float, s_r: float, s_mu: float,
+                  K: float, **extra) -> dict:
+    """One order's statistics ``st`` (residual ``r``, ``mu_l``, ``K_L``) at ``t_at`` moved to
+    that order's own root to first order with the slopes ``s_r``, ``s_mu``: ``t = t_at - r /
+    s_r``, ``mu + s_mu (t - t_at)``, with the relative Nishimori residual ``nis``."""
+    t = t_at - r / s_r
+    return dict(extra, st=st, t=t, t_eval=t_at, mu=mu + s_mu * (t - t_at),
+                nis=abs(st["nishimori"]) / K)
+
+
+def lattice_bar(evs: list, *, q: float, curv: float, rel_slope: float, s_mu: float,
+                single: bool, root_interp: float = 0.0) -> dict:
+    """Bar of the refined value ``1 / evs[-1]["mu"]`` from a deterministic engine's orders
+    (:func:`shift_to_root` records, coarse to refined, the last at overlap ``q``): the moduli of
+    the steps between consecutive orders (their errors may cancel) + interpolation (the root
+    fit's own ``root_interp``, the second-order remainder ``curv dt^2`` of each shift and the
+    slope uncertainty ``rel_slope |s_mu dt|``, in mu, times alpha^2) + alpha x (relative
+    Nishimori residual + :data:`FLOAT32_REL` if ``single``) + the cut bounds (:func:`_cut_alpha`)."""
+    a_f = 1.0 / evs[-1]["mu"]
+    steps = [abs(1.0 / e1["mu"] - 1.0 / e0["mu"]) for e0, e1 in zip(evs[:-1], evs[1:],
+                                                                   strict=True)]
+    interp = (root_interp + sum(curv * (o["t"] - o["t_eval"]) ** 2
+                                + rel_slope * abs(s_mu * (o["t"] - o["t_eval"])) for o in evs)
+              ) * a_f**2
+    cut = _cut_alpha(evs[-1]["st"]["cut"], q, a_f)
+    f32 = a_f * FLOAT32_REL if single else 0.0
+    spread = sum(steps)
+    return dict(error=spread + interp + a_f * evs[-1]["nis"] + f32 + cut, spread=spread,
+                steps=steps, interpolation=interp, nishimori=evs[-1]["nis"], float32=f32, cut=cut)
+
+
+def _cut_alpha(cut: dict, q: float, a: float) -> float:
+    """The cut bounds of :func:`branch_stats` (dropped omega nodes, lattice ball) carried to
+    ``alpha = 1 / mu`` at ``q`` through ``r = mu - (1 - q) K / q``: times ``alpha^2``."""
+    return (cut["mu"] + cut["mu_tail"] + (1 - q) / q * (cut["K"] + cut["K_tail"])) * a**2
+
+
+def replicate_se(solve, per: np.ndarray) -> np.ndarray:
+    """Standard error of ``solve`` (a root and what comes with it, an array) over the replicates
+    ``per`` (R, ...) of a sampled engine's statistics; the jackknife over the replicates where
+    one replicate alone has no root (a non-finite solve)."""
+    R = len(per)
+    vals = np.array([solve(per[k]) for k in range(R)])
+    if np.all(np.isfinite(vals)):
+        return standard_error(vals, axis=0)
+    vals = np.array([solve(np.delete(per, k, 0).mean(0)) for k in range(R)])
+    return math.sqrt(R - 1) * vals.std(0)
+
+
+def sequential_driver(resid, locate, *, unlearned, scan, rising: bool = False,
+                      attempts: int = 1, what: str = "the scan") -> list[dict]:
+    """Sequential thresholds of the ``unlearned`` layers on one SE branch (THEORY 2.2) for any
+    engine, which gives its statistics as callables: :func:`scan_brackets` with the engine's
+    residuals ``resid`` over ``scan``, then ``locate(l, table, (q_a, q_b))`` per layer (the
+    engine's root, ``value = 1 / mu_l`` there and its bar, a record), built from
+    :func:`fit_root` (polynomial fits of r_l and mu_l in q or x = log(1 - q)) and, for a
+    deterministic engine, its orders shifted to their own roots (:func:`shift_to_root`,
+    :func:`lattice_bar`), for a sampled one its replicates (:func:`replicate_se`).  Where the
+    engines differ on purpose (the L = 2 ladder's lazy scan, regula falsi in q and 8-digit
+    parabola; the kernel's common-random-number points and Student-t bar) the difference is a
+    parameter or the engine's ``locate``.  Each record gets ``seconds`` (the whole run) and
+    ``first`` (the smallest value: the next transition; the others are upper bounds only)."""
+    t0 = time.perf_counter()
+    table, brackets = scan_brackets(resid, scan, unlearned, rising=rising, attempts=attempts,
+                                    what=what)
+    out = [locate(l, table, brackets[l]) for l in unlearned]
+    secs = time.perf_counter() - t0
+    first = min(out, key=lambda d: d["value"])
+    for d in out:
+        d["seconds"] = secs
+        d["first"] = d is first
+    return out
+
+
 # ----------------------------------------------------------------------------- threshold
 # (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V) at the near omega_2 nodes (the far
 # ones get far_spacing(dh)), fibre lattice spacing.  Measured at q2 = 0.97365 (contributions to
@@ -514,37 +664,27 @@ def _resid(q2, c, beta, order, workers):
 
 def _bracket(skip, beta, scan_order, workers):
     """Lazy scan of :data:`SEQ_SCAN` (upwards from :data:`SEQ_SCAN_START`, then downwards) to
-    the first sign change of ``r``, then Illinois regula falsi in ``log(1 - q2)`` at
-    ``scan_order`` until the step is below 1% of ``1 - q2``.  Returns the estimate and every
-    evaluated ``(q2, r, mu1)``."""
+    the first sign change of ``r`` (:func:`scan_brackets`), then Illinois regula falsi in
+    ``log(1 - q2)`` at ``scan_order`` until the step is below 1% of ``1 - q2``.  Returns the
+    estimate and every evaluated ``(q2, r, mu1)``."""
+    seen = []
+
+    def resid(qs):
+        r, st = _resid(qs[0], skip, beta, scan_order, workers)
+        seen.append((qs[0], r, st["mu1"]))
+        return [(r,)]
+
     up = [q for q in SEQ_SCAN if q >= SEQ_SCAN_START]
     down = [q for q in reversed(SEQ_SCAN) if q < SEQ_SCAN_START]
-    scan, pair, seen = [], None, []
-
-    def resid(q):
-        r, st = _resid(q, skip, beta, scan_order, workers)
-        seen.append((q, r, st["mu1"]))
-        return r
-
-    for qv in up + down:
-        scan.append((qv, resid(qv)))
-        pts = sorted(scan)
-        for (qa, ra), (qb, rb) in zip(pts[:-1], pts[1:], strict=True):
-            if ra * rb <= 0:
-                pair = ((qa, ra), (qb, rb))
-                break
-        if pair:
-            break
-    if pair is None:
-        raise ConvergenceError(f"sequential threshold not bracketed in q2 in {SEQ_SCAN}",
-                               last_iterate=[q for q, _ in scan], residual=[r for _, r in scan])
+    table, br = scan_brackets(resid, up + down, (1,), lazy=True, what=f"the scan {SEQ_SCAN}")
     # regula falsi in x = log(1 - q2), in which r is close to linear (measured at c = 1: the
     # secant slopes over the scan differ by 13% in x, by a factor 2.3 in q2)
-    (qa, ra), (qb, rb) = pair
+    (qa, qb), side = br[1], 0
+    ra, rb = table[qa][0], table[qb][0]
     xa, xb = math.log1p(-qa), math.log1p(-qb)
-    x0, side = xa - ra * (xb - xa) / (rb - ra), 0
+    x0 = xa - ra * (xb - xa) / (rb - ra)
     for _ in range(12):
-        rm = resid(-math.expm1(x0))
+        rm = resid([-math.expm1(x0)])[0][0]
         if rm == 0.0:
             return -math.expm1(x0), seen
         if ra * rm <= 0:
@@ -568,11 +708,12 @@ def _bracket(skip, beta, scan_order, workers):
 
 def _parabola_root(q0, skip, beta, order, workers, tick, known=()):
     """Root of ``r`` at one order: secant through ``q0, q0 + eps``, a third evaluation at the
-    secant root, the root of the parabola through the three (interpolation error: its distance
-    to the secant-type Newton step from the third point).  ``known``: points ``(q, r, mu1)``
-    already evaluated at this order (the bracket's, when it ran at this order); those within
-    ``0.05 (1 - q0)`` of ``q0`` replace the first two evaluations.  Returns the root, ``mu1``
-    there (from the parabola of ``mu1``), the slopes ``dr/dq``, ``dmu1/dq`` and the curvatures."""
+    secant root, the root of the parabola through the three (:func:`fit_root` in q; its
+    interpolation error: the distance to the secant-type Newton step from the third point).
+    ``known``: points ``(q, r, mu1)`` already evaluated at this order (the bracket's, when it ran
+    at this order); those within ``0.05 (1 - q0)`` of ``q0`` replace the first two evaluations.
+    Returns the root, ``mu1`` there (from the parabola of ``mu1``), the slopes ``dr/dq``,
+    ``dmu1/dq`` and the curvatures."""
     eps = 0.002 * (1 - q0)
     near = sorted({p[0]: p for p in known if abs(p[0] - q0) < 0.05 * (1 - q0)}.values(),
                   key=lambda p: abs(p[0] - q0))
@@ -589,19 +730,13 @@ def _parabola_root(q0, skip, beta, order, workers, tick, known=()):
     r, st = _resid(qs, skip, beta, order, workers)
     pts.append((qs, r, st["mu1"]))
     tick("sequential threshold: root order")
-    x = np.array([p[0] for p in pts]) - qs
-    cr = np.polyfit(x, [p[1] for p in pts], 2)
-    cm = np.polyfit(x, [p[2] for p in pts], 2)
-    roots = [z.real for z in np.roots(cr) if abs(z.imag) < 1e-14]
-    if not roots:
+    f = fit_root(*zip(*pts, strict=True), qs, imag=1e-14)
+    if f is None:
         raise ConvergenceError("no real root of the residual parabola",
                                last_iterate=[p[0] for p in pts], residual=[p[1] for p in pts])
-    dq = min(roots, key=abs)
-    return dict(q=qs + dq, mu1=float(np.polyval(cm, dq)),
-                interp_q=abs(dq - (-r / np.polyval(np.polyder(cr), 0.0))),
-                slope_r=float(np.polyval(np.polyder(cr), dq)),
-                slope_mu=float(np.polyval(np.polyder(cm), dq)), curv_r=float(cr[0]),
-                curv_mu=float(cm[0]), nishimori=abs(st["nishimori"]) / st["K2"],
+    return dict(q=f["t"], mu1=f["mu"], interp_q=abs(f["d"] - (-r / f["cr"][1])),
+                slope_r=f["s_r"], slope_mu=f["s_mu"], curv_r=float(f["cr"][0]),
+                curv_mu=float(f["cm"][0]), nishimori=abs(st["nishimori"]) / st["K2"],
                 mass=float(st["mass"]), pairs=int(st["pairs"]), cut=st["cut"])
 
 
@@ -642,31 +777,6 @@ def _root_and_slope_check(skip, beta, root_order, scan_order, explicit, workers,
                                             key=lambda p: abs(p[0] - q_c))[:2]
     ratio_scan = (mb - ma) / (rb - ra)
     return root, abs(ratio_scan - s_mu / s_r) / abs(s_mu / s_r)
-
-
-def _cut_alpha(cut: dict, q: float, a: float) -> float:
-    """The cut bounds of :func:`branch_stats` (dropped omega nodes, lattice ball) carried to
-    ``alpha = 1 / mu`` at ``q`` through ``r = mu - (1 - q) K / q``: times ``alpha^2``."""
-    return (cut["mu"] + cut["mu_tail"] + (1 - q) / q * (cut["K"] + cut["K_tail"])) * a**2
-
-
-def _bar(out, root, rel_slope):
-    """Error of the refined value ``1 / out[1]["mu"]``: spread + interpolation + Nishimori +
-    float32 bound + cut bounds; returns ``(error, interpolation, cut)``."""
-    q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
-    a_f = 1.0 / out[1]["mu"]
-    # the root parabola's error counts while an order leans on the root-order position
-    interp = (abs(s_mu) * root["interp_q"] * a_f**2
-              if any(o["q_eval"] == q_c for o in out) else 0.0)
-    for o in out:
-        dq = o["q"] - o["q_eval"]
-        # second-order remainder of the first-order shift, and the slope uncertainty
-        interp += ((abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)) * dq**2
-                   + rel_slope * abs(s_mu * dq)) * a_f**2
-    cut_alpha = _cut_alpha(out[1]["st"]["cut"], out[1]["q"], a_f)
-    spread = abs(a_f - 1.0 / out[0]["mu"])
-    f32 = 0.0 if _float64(out[1]["order"]) else FLOAT32_REL
-    return spread + interp + a_f * (out[1]["nis"] + f32) + cut_alpha, interp, cut_alpha
 
 
 # processes over the omega_2 nodes when ``workers`` is not given: None means min(2, cpu_count).
@@ -736,25 +846,31 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     root, rel_slope = _root_and_slope_check(skip, beta, root_order, scan_order,
                                             explicit, workers, tick)
     q_c, s_r, s_mu = root["q"], root["slope_r"], root["slope_mu"]
+    curv = abs(root["curv_mu"]) + abs(s_mu * root["curv_r"] / s_r)
 
     def at(order, q_at=None):
         """One order evaluated at ``q_at`` (default the root q_c) and shifted to its own root
-        with the root-order slopes."""
+        with the root-order slopes (:func:`shift_to_root`)."""
         q_at = q_c if q_at is None else q_at
         if order == root_order and q_at == q_c:
-            return dict(order=order, q=q_c, q_eval=q_c, mu=root["mu1"],
+            return dict(order=order, t=q_c, t_eval=q_c, mu=root["mu1"],
                         nis=root["nishimori"], st=root)
         r, st = _resid(q_at, skip, beta, order, workers)
         tick("sequential threshold: order " + str(list(order)))
-        q_o = q_at - r / s_r
-        return dict(order=order, q=q_o, q_eval=q_at, mu=st["mu1"] + s_mu * (q_o - q_at),
-                    nis=abs(st["nishimori"]) / st["K2"], st=st)
+        return shift_to_root(st, r, st["mu1"], q_at, s_r, s_mu, st["K2"], order=order)
+
+    def bar(out):
+        # the root parabola's error counts while an order leans on the root-order position
+        lean = any(o["t_eval"] == q_c for o in out)
+        return lattice_bar(out, q=out[1]["t"], curv=curv, rel_slope=rel_slope, s_mu=s_mu,
+                           single=not _float64(out[1]["order"]),
+                           root_interp=abs(s_mu) * root["interp_q"] if lean else 0.0)
 
     # the refined order at the coarse order's shifted root: its own shift (the coarse-refined
     # root difference) and the interpolation terms that come with it are then tiny
     out = [at(orders[0])]
-    out.append(at(orders[1], out[0]["q"]))
-    err, interp, cut_alpha = _bar(out, root, rel_slope)
+    out.append(at(orders[1], out[0]["t"]))
+    b = bar(out)
     # the ladder is calibrated at c = 1, beta = 1; elsewhere the rules may converge more slowly,
     # so with ``digits`` the bar is brought below 5 x 10^-digits: where the shifts from q_c
     # dominate it (small c: the root order's root lies far from the others'), each order is
@@ -762,29 +878,30 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     # order evaluated at the refined root
     target = None if explicit else 5.0 * 10.0 ** (-digits)
     recentred: set = set()
-    while target is not None and err > target:
-        todo = [i for i, o in enumerate(out) if o["order"] not in recentred and o["q"] != o["q_eval"]]
-        if interp > 0.5 * err and todo:
+    while target is not None and b["error"] > target:
+        todo = [i for i, o in enumerate(out) if o["order"] not in recentred and o["t"] != o["t_eval"]]
+        if b["interpolation"] > 0.5 * b["error"] and todo:
             for i in todo:
                 nsteps += 1
                 recentred.add(out[i]["order"])
-                out[i] = at(out[i]["order"], out[i]["q"])
+                out[i] = at(out[i]["order"], out[i]["t"])
         elif tuple(orders[1]) in SEQ_LADDER[:-1]:
             nxt = SEQ_LADDER[SEQ_LADDER.index(tuple(orders[1])) + 1]
             nsteps += 1
-            orders, out = (orders[1], nxt), [out[1], at(nxt, out[1]["q"])]
+            orders, out = (orders[1], nxt), [out[1], at(nxt, out[1]["t"])]
         else:
             break
-        err, interp, cut_alpha = _bar(out, root, rel_slope)
+        b = bar(out)
+    err = b["error"]
     a_c, a_f = 1.0 / out[0]["mu"], 1.0 / out[1]["mu"]
-    q_f, st_f = out[1]["q"], out[1]["st"]
+    q_f, st_f = out[1]["t"], out[1]["st"]
     note = ("" if target is None or err <= target else
             f"bar {err:.1e} above the target 5e-{digits} at the top of the ladder")
     return dict(value=a_f, error=err, q2=q_f, note=note,
-                q2_error=abs(out[1]["q"] - out[0]["q"]) + root["interp_q"],
-                values=[a_c, a_f], q2_values=[out[0]["q"], q_f], nishimori=[out[1]["nis"]],
-                spread=abs(a_f - a_c), interpolation=interp, cut=cut_alpha,
-                float32=0.0 if _float64(orders[1]) else a_f * FLOAT32_REL,
+                q2_error=abs(out[1]["t"] - out[0]["t"]) + root["interp_q"],
+                values=[a_c, a_f], q2_values=[out[0]["t"], q_f], nishimori=[out[1]["nis"]],
+                spread=b["spread"], interpolation=b["interpolation"], cut=b["cut"],
+                float32=b["float32"],
                 mass=float(st_f["mass"]), slope_r=s_r, slope_mu=s_mu,
                 pairs=int(st_f["pairs"]), orders=[list(o) for o in orders],
                 root_order=list(root_order), root_value=1.0 / root["mu1"], root_q2=q_c,
@@ -851,25 +968,6 @@ def branch_point(q: float, order, *, layers: int = 3, skip: float = 1.0, beta: f
     return st | dict(q=q, order=(tau, dh, dz1, dz2, rad), seconds=time.perf_counter() - t0)
 
 
-def _quad_root(pts, l: int, lo: float, hi: float):
-    """Root in ``x = log(1 - q)`` of the parabola through three ``(q, stats)`` points for
-    ``r_l``, within ``[lo, hi]`` (x values), with the parabolas' coefficients of ``r_l`` and
-    ``mu_l``; the linear interpolation between the bracket ends is returned for comparison."""
-    x = np.array([math.log1p(-q) for q, _ in pts])
-    x0 = float(x.mean())
-    R = [st["r"][l - 1] for _, st in pts]
-    Mu = [st[f"mu{l}"] for _, st in pts]
-    cr, cm = np.polyfit(x - x0, R, 2), np.polyfit(x - x0, Mu, 2)
-    a, b = sorted((lo, hi))
-    roots = [z.real + x0 for z in np.roots(cr) if abs(z.imag) < 1e-12
-             and a - 1e-12 <= z.real + x0 <= b + 1e-12]
-    if not roots:
-        raise ConvergenceError(f"no root of the layer-{l} residual parabola in the bracket",
-                               last_iterate=[q for q, _ in pts], residual=R)
-    xr = min(roots, key=lambda z: abs(z - 0.5 * (a + b)))
-    return xr, x0, cr, cm
-
-
 def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1.0,
                            digits: int | None = None, orders=None, scan=LATTICE_SCAN,
                            single: bool = True, workers: int | None = None,
@@ -884,23 +982,24 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
     one (coarse, refined) pair ``orders`` of ``(tau, dh, dz1, dz2, radius)``, default
     :data:`LATTICE_ORDERS` at L = 3 (calibrated there), as follows.
 
-    Root search in ``x = log(1 - q)`` (``r_l`` is close to linear in it): the coarse order
-    ``orders[0]`` on ``scan`` (extended by one scan step outwards, at most twice, until both
-    residuals change sign); per layer the parabola through the bracket and its nearer neighbour
-    gives the root ``x_l``; the coarse order is evaluated at ``x_l`` and shifted to its own root
-    to first order with the parabola's slopes (``x_c``), the refined order ``orders[1]`` is
-    evaluated at ``x_c`` and shifted likewise.  ``value = 1 / mu_l`` of the refined order;
-    ``error = |alpha_refined - alpha_coarse|`` (split: the order with the refined outer rules
-    ``tau, dh`` and the coarse fibre lattice is evaluated too, and the moduli of the two steps are
-    added, since the rules' errors may cancel) + interpolation (second-order remainder of both
-    shifts from the parabolas' curvatures + the slope uncertainty: parabola slope ratio
-    ``dmu/dr`` vs the bracket's secant, times the shifts) + ``alpha`` x (relative Nishimori
-    residual of the refined order + FLOAT32_REL if ``single``) + the cut bounds (omega_3 nodes
-    dropped, prior mass outside the lattice ball) x ``alpha^2``.  ``workers``: processes over the
-    omega_3 nodes (default ``min(2, cpu_count)``).  Returns records ``layer, kind="sequential",
-    value, error, q3, q3_error, orders, method, seconds, first`` (and the parts of the bar); the
-    smaller value is the next transition after layer 3 (the other is an upper bound only, module
-    docstring).  Raises :class:`ConvergenceError` when a root is not bracketed."""
+    Root search by :func:`sequential_driver`, in ``x = log(1 - q)`` (``r_l`` is close to linear
+    in it): the coarse order ``orders[0]`` on ``scan`` (extended by one scan step outwards, at
+    most twice, until both residuals change sign); per layer the parabola through the bracket
+    and its nearer neighbour gives the root ``x_l``; the coarse order is evaluated at ``x_l``
+    and shifted to its own root to first order with the parabola's slopes (``x_c``), the refined
+    order ``orders[1]`` is evaluated at ``x_c`` and shifted likewise. ``value = 1 / mu_l`` of
+    the refined order; ``error = |alpha_refined - alpha_coarse|`` (split: the order with the
+    refined outer rules ``tau, dh`` and the coarse fibre lattice is evaluated too, and the
+    moduli of the two steps are added, since the rules' errors may cancel) + interpolation
+    (second-order remainder of both shifts from the parabolas' curvatures + the slope
+    uncertainty: parabola slope ratio ``dmu/dr`` vs the bracket's secant, times the shifts) +
+    ``alpha`` x (relative Nishimori residual of the refined order + FLOAT32_REL if ``single``) +
+    the cut bounds (omega_3 nodes dropped, prior mass outside the lattice ball) x ``alpha^2``.
+    ``workers``: processes over the omega_3 nodes (default ``min(2, cpu_count)``). Returns
+    records ``layer, kind="sequential", value, error, q3, q3_error, orders, method, seconds,
+    first`` (and the parts of the bar); the smaller value is the next transition after layer 3
+    (the other is an upper bound only, module docstring). Raises :class:`ConvergenceError` when
+    a root is not bracketed."""
     import os
 
     require(layers in (2, 3), "layers", "2 or 3 (fibre lattices of at most 4 dimensions)",
@@ -926,7 +1025,6 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
     require(isinstance(workers, int) and workers >= 1, "workers", "a positive integer", workers)
-    t0 = time.perf_counter()
     tick = progress or (lambda *a: None)
     coarse, fine = orders
     seen: dict = {}
@@ -943,77 +1041,53 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
                  + ", ".join(f"{r:+.4e}" for r in st["r"]) + f"), {st['seconds']:.0f} s")
         return seen[(q, order)]
 
-    xs = [math.log1p(-q) for q in scan]
-    dx = float(np.mean(np.diff(xs)))                     # negative: x falls as q3 rises
-    grid = list(scan)
-    for q in grid:
-        ev(q, coarse)
-    brackets = {}
-    for l in range(1, layers):
-        for attempt in range(3):
-            pts = sorted((q, ev(q, coarse)) for q in grid)
-            r = [st["r"][l - 1] for _, st in pts]
-            idx = [i for i in range(len(pts) - 1) if r[i] * r[i + 1] <= 0]
-            if idx:
-                brackets[l] = idx[0]
-                break
-            if attempt == 2:
-                raise ConvergenceError(f"layer-{l} sequential root not bracketed by the lattice "
-                                       "scan", last_iterate=[q for q, _ in pts], residual=r)
-            # both residuals rise with q3 near the roots: all negative -> go up in q3
-            xn = math.log1p(-pts[-1][0]) + dx if r[-1] < 0 else math.log1p(-pts[0][0]) - dx
-            grid.append(-math.expm1(xn))
-    out = []
-    for l in range(1, layers):
-        pts = sorted((q, ev(q, coarse)) for q in grid)
-        i = brackets[l]
-        # the bracket and its nearer neighbour in |r_l|
-        nb = [j for j in (i - 1, i + 2) if 0 <= j < len(pts)]
-        j = min(nb, key=lambda j: abs(pts[j][1]["r"][l - 1]))
+    def locate(l, table, bracket):
+        """Layer l: the parabola through the bracket and its nearer neighbour in |r_l| (in x =
+        log(1 - q)), then the orders shifted to their own roots."""
+        qs = sorted(table)
+        i = qs.index(bracket[0])
+        pts = [(q, ev(q, coarse)) for q in qs]
+        j = min([j for j in (i - 1, i + 2) if 0 <= j < len(pts)],
+                key=lambda j: abs(pts[j][1]["r"][l - 1]))
         trio = sorted([pts[i], pts[i + 1], pts[j]])
         xa, xb = math.log1p(-pts[i][0]), math.log1p(-pts[i + 1][0])
-        xr, x0, cr, cm = _quad_root(trio, l, xa, xb)
-        s_r = float(np.polyval(np.polyder(cr), xr - x0))
-        s_mu = float(np.polyval(np.polyder(cm), xr - x0))
+        x = [math.log1p(-q) for q, _ in trio]
+        x0 = float(np.mean(x))
+        fit = fit_root(x, [st["r"][l - 1] for _, st in trio], [st[f"mu{l}"] for _, st in trio],
+                       x0, within=(xa, xb), near=0.5 * (xa + xb) - x0)
+        if fit is None:
+            raise ConvergenceError(f"no root of the layer-{l} residual parabola in the bracket",
+                                   last_iterate=[q for q, _ in trio],
+                                   residual=[st["r"][l - 1] for _, st in trio])
+        s_r, s_mu, cr = fit["s_r"], fit["s_mu"], fit["cr"]
         ra, rb = pts[i][1]["r"][l - 1], pts[i + 1][1]["r"][l - 1]
         ma, mb = pts[i][1][f"mu{l}"], pts[i + 1][1][f"mu{l}"]
         rel_slope = abs((mb - ma) / (rb - ra) - s_mu / s_r) / abs(s_mu / s_r)
-        curv = abs(cm[0]) + abs(s_mu * cr[0] / s_r)
 
-        def shifted(order, x_at, l=l, s_r=s_r, s_mu=s_mu):
+        def shifted(order, x_at):
             st = ev(-math.expm1(x_at), order)
-            x_o = x_at - st["r"][l - 1] / s_r
-            return dict(st=st, x=x_o, x_eval=x_at, mu=st[f"mu{l}"] + s_mu * (x_o - x_at),
-                        nis=abs(st["nishimori"]) / st[f"K{layers}"])
+            return shift_to_root(st, st["r"][l - 1], st[f"mu{l}"], x_at, s_r, s_mu,
+                                 st[f"K{layers}"])
 
-        c = shifted(coarse, xr)
+        c = shifted(coarse, fit["t"])
         # split refinement: the outer rules (tau, dh) first, then the fibre lattice; the errors
         # of the two may have opposite signs, so the bar adds the two steps' moduli
-        evs = [c] + [shifted(o, c["x"]) for o in (fine[:2] + coarse[2:], fine)]
+        evs = [c] + [shifted(o, c["t"]) for o in (fine[:2] + coarse[2:], fine)]
         f = evs[-1]
-        a_f = 1.0 / f["mu"]
-        steps = [abs(1.0 / e1["mu"] - 1.0 / e0["mu"]) for e0, e1 in zip(evs[:-1], evs[1:])]
-        interp = sum((curv * (o["x"] - o["x_eval"]) ** 2
-                      + rel_slope * abs(s_mu * (o["x"] - o["x_eval"]))) for o in evs) * a_f**2
-        q_f = -math.expm1(f["x"])
-        cut_alpha = _cut_alpha(f["st"]["cut"], q_f, a_f)
-        f32 = a_f * FLOAT32_REL if single else 0.0
-        spread = sum(steps)
-        err = spread + interp + a_f * f["nis"] + f32 + cut_alpha
-        out.append(dict(
-            layer=l, kind="sequential", value=a_f, error=err, **{
+        q_f = -math.expm1(f["t"])
+        b = lattice_bar(evs, q=q_f, curv=abs(fit["cm"][0]) + abs(s_mu * cr[0] / s_r),
+                        rel_slope=rel_slope, s_mu=s_mu, single=single)
+        return dict(
+            layer=l, kind="sequential", value=1.0 / f["mu"], **b, **{
                 f"q{layers}": q_f,
-                f"q{layers}_error": sum(abs(math.expm1(e1["x"]) - math.expm1(e0["x"]))
-                                        for e0, e1 in zip(evs[:-1], evs[1:]))
-                + (1 - q_f) * abs(cr[0] / s_r) * sum((o["x"] - o["x_eval"]) ** 2 for o in evs),
-                f"q{layers}_values": [-math.expm1(e["x"]) for e in evs]},
+                f"q{layers}_error": sum(abs(math.expm1(e1["t"]) - math.expm1(e0["t"]))
+                                        for e0, e1 in zip(evs[:-1], evs[1:], strict=True))
+                + (1 - q_f) * abs(cr[0] / s_r) * sum((o["t"] - o["t_eval"]) ** 2 for o in evs),
+                f"q{layers}_values": [-math.expm1(e["t"]) for e in evs]},
             values=[1.0 / e["mu"] for e in evs],
-            spread=spread, steps=steps,
-            interpolation=interp, nishimori=f["nis"], float32=f32, cut=cut_alpha,
             slope_r=s_r, slope_mu=s_mu, mass=f["st"]["mass"], pairs=int(f["st"]["pairs"]),
             orders=[list(o) for o in orders],
             scan=[(q, *st["r"], *(st[f"mu{k}"] for k in range(1, layers))) for q, st in pts],
-            seconds=0.0,
             method=(f"root in q{layers} of mu_l - (1-q{layers}) K{layers}/q{layers} on the "
                     f"layer-{layers} SE branch; deterministic: omega_{layers} sinh-trapezoid x h "
                     f"lattice x {2 * layers - 2}D fibre trapezoid lattice (dz1 in z_1, dz2 in "
@@ -1023,11 +1097,11 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
                     + "; error = |alpha(refined) - alpha(coarse)|"
                     + " (outer rules and fibre lattice refined in turn, moduli added)"
                     + " + root interpolation + alpha x "
-                    "(relative Nishimori residual + float32 bound) + cut bounds")))
-    secs = time.perf_counter() - t0
-    first = min(out, key=lambda d: d["value"])
+                    "(relative Nishimori residual + float32 bound) + cut bounds"))
+
+    out = sequential_driver(lambda qs: [ev(q, coarse)["r"] for q in qs], locate,
+                            unlearned=range(1, layers), scan=list(scan), attempts=3,
+                            what="the lattice scan")
     for d in out:
-        d["seconds"] = secs
         d["evaluations"] = len(seen)
-        d["first"] = d is first
     return out
