@@ -434,8 +434,10 @@ def cli() -> None:
 
 @cli.command()
 @model_options
-@click.option("--alpha", type=float, required=True, help="sample ratio alpha >= 0 (alpha_bar "
-              "with --small-width)")
+@click.option("--alpha", type=float, default=None, help="sample ratio alpha >= 0 (alpha_bar "
+              "with --small-width); required unless --sigma")
+@click.option("--sigma", type=float, default=None, help="erm --lam 0 (T = 2): solve at this "
+              "Sigma in [25, 1e6] instead, alpha an output (between alpha_interp and ~0.25)")
 @click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
 @click.option("--digits", type=int, default=None, help="also solve the Bayes-optimal fixed "
               "point to this many digits (5..200; closed-form output maps only)")
@@ -454,8 +456,8 @@ def cli() -> None:
               "(same options)")
 @click.option("--points", type=int, default=None, help="aim --layers 2: log2 of the Sobol points "
               "per scramble, 5..12 (default 9; fewer: quicker, larger bars)")
-def se(alpha, small_width, digits, direct, output_rule, cross_validate, starts, out_path, resume,
-       points, **kw):
+def se(alpha, sigma, small_width, digits, direct, output_rule, cross_validate, starts, out_path,
+       resume, points, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     if not (model == "aim" and kw.get("layers") == 2):
@@ -464,6 +466,23 @@ def se(alpha, small_width, digits, direct, output_rule, cross_validate, starts, 
             if given(opt):
                 fail("--" + opt.replace("_path", ""), "used only with --model aim --layers 2",
                      value)
+    if sigma is not None:
+        if model != "erm":
+            fail("--sigma", "used only with --model erm --lam 0", sigma)
+        from . import cli_erm
+
+        cli_erm.check_sigma_options(sigma, alpha=alpha, direct=direct, output_rule=output_rule,
+                                    cross_validate=cross_validate, lam=kw.get("lam"),
+                                    tokens=kw.get("tokens"))
+        for opt, value in (("small_width", small_width), ("digits", digits)):
+            if given(opt):
+                fail("--" + opt.replace("_", "-"), "used only with --model aim", value)
+        emit(cli_erm.se_sigma_json(sigma=sigma, **erm_opts(kw)), kw["as_json"],
+             cli_erm.se_sigma_human)
+        return
+    if alpha is None:
+        fail("--alpha", "given (a sample ratio alpha >= 0; or --sigma with --model erm --lam 0)",
+             None)
     if output_rule is not None and model != "erm":
         fail("--output-rule", "used only with --model erm", output_rule)
     if cross_validate:

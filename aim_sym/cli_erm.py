@@ -4,7 +4,8 @@
 (``kappa0`` -> ``--kappa0``), so the command line prints one line and exits 2.
 
 Options (the issue's names): --kappa0, --delta (noise variance Delta), --lam, --tokens, --beta,
---beta0, --alpha / --alphas, --direct, --digits, --points.
+--beta0, --alpha / --alphas, --direct, --digits, --points, --sigma (``se --lam 0``: the fixed
+point at that Sigma, alpha an output).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from .cli_common import relabel
 from .domains import DomainError
 from .erm import ERM
 
-__all__ = ["ERM_OPTIONS", "erm_model", "se_json", "se_human", "threshold_json",
+__all__ = ["ERM_OPTIONS", "erm_model", "se_json", "se_human", "se_sigma_json", "se_sigma_human",
+           "check_sigma_options", "threshold_json",
            "threshold_human", "curve_rows", "CURVE_COLUMNS", "spectrum_json", "spectrum_plot"]
 
 #: the model options of --model erm and their defaults (None: required)
@@ -77,6 +79,63 @@ def se_human(o: dict) -> str:
              f"alpha={o['alpha']}{limit}:"]
     lines += [f"  {k:10s} = {o[k]:.10g} +- {o[k + '_error']:.1e}" for k in keys if k in o]
     lines.append(f"fixed points: {len(o['fixed_points'])}")
+    return "\n".join(lines)
+
+
+def check_sigma_options(sigma: float, *, alpha: float | None, direct: bool,
+                        output_rule: str | None, cross_validate: bool, lam: float | None,
+                        tokens: int | None) -> None:
+    """The options ``se --model erm --sigma`` refuses (exit 2, naming --sigma and what it needs):
+    --alpha (alpha is the output), --direct, --output-rule gh, --cross-validate, lam != 0 (the
+    default lam is 0.01, so --lam 0 must be given), tokens != 2; Sigma outside [25, 1e6] or not
+    finite (the model method's domain)."""
+    from .cli_common import fail
+    from .erm import SIGMA_ERM
+
+    need = "given with --lam 0 and without"
+    for opt, bad in (("--alpha", alpha is not None), ("--direct", direct),
+                     ("--cross-validate", cross_validate), ("--output-rule gh",
+                                                            output_rule == "gh")):
+        if bad:
+            fail("--sigma", f"{need} {opt} (alpha is an output at fixed Sigma; the piecewise rule "
+                 "on the factorised model)", sigma)
+    if lam is None or lam != 0:
+        fail("--sigma", f"used only with --lam 0 (the ridgeless SE; got --lam "
+             f"{0.01 if lam is None else lam:g})", sigma)
+    if tokens is not None and tokens != 2:
+        fail("--sigma", f"used only with --tokens 2 (the lambda = 0 SE is T = 2 only; got "
+             f"--tokens {tokens})", sigma)
+    if not SIGMA_ERM.contains(sigma):
+        fail("--sigma", SIGMA_ERM.allowed() + " (where the 16/12 bars of the fixed-Sigma points "
+             "were checked against outer order 20)", sigma)
+
+
+@_relabelled
+def se_sigma_json(*, sigma: float, **opts: Any) -> dict:
+    """``aim-sym se --model erm --lam 0 --sigma S``: the lambda = 0 SE fixed point at that
+    Sigma (T = 2), alpha an output with its bar (``alpha_error``), the six order parameters,
+    train, test, mse, rank, fitted (each with ``*_error``), the orders and the residual."""
+    m = erm_model(**opts)
+    table = m.state_evolution_at_sigma(sigma=sigma)
+    out: dict = dict(m.parameters())
+    for r in table:
+        out[r.quantity] = r.value
+        out[f"{r.quantity}_error"] = r.error
+    first = table[0]
+    out.update(method=first.method, precision=first.precision, **first.details)
+    return out
+
+
+def se_sigma_human(o: dict) -> str:
+    keys = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "train", "test", "mse", "rank",
+            "fitted")
+    lines = [f"ERM T={o['tokens']} kappa0={o['kappa0']} Delta={o['delta']} lambda={o['lam']} "
+             f"at fixed Sigma={o['sigma']:g} (alpha is an output; alpha_interp = "
+             f"{o['alpha_interp']:.10g}):",
+             f"  {'alpha':10s} = {o['alpha']:.10g} +- {o['alpha_error']:.1e}  (output)"]
+    lines += [f"  {k:10s} = {o[k]:.10g} +- {o[k + '_error']:.1e}" for k in keys if k in o]
+    lines.append(f"outer orders {o['orders'][0]}/{o['orders'][1]}, residual "
+                 f"{o['residual']:.1e}")
     return "\n".join(lines)
 
 

@@ -43,6 +43,10 @@ THRESHOLD_DIGITS_ERM = Domain(name="digits", option="--digits", kind="integer", 
                               description="working digits of an ERM threshold (mpmath)")
 SPECTRUM_POINTS = Domain(name="points", option="--points", kind="integer", low=10,
                          high=100_000, default=400, description="grid points of a spectrum")
+SIGMA_ERM = Domain(name="sigma", option="--sigma", low=25.0, high=1e6,
+                   description="Sigma of the lambda = 0 SE solved at fixed Sigma (alpha an "
+                   "output), in [25, 1e6]: where its 16/12 bars were checked against outer "
+                   "order 20 (docs/erm.md)")
 THRESHOLD_KINDS = ("interpolation", "perfect")
 #: smallest lambda of the SE: at 1e-3 a higher quadrature order stays inside the bar, at 1e-4
 #: (Sigma ~ 960) it moves the test error by 2.3 bars (docs/erm_peak.md)
@@ -227,6 +231,49 @@ class ERM:
                    precision=16, parameters=params,
                    details={"fixed_points": rows, "iterations": best["iterations"]})
             for k in _QUANTITIES), params)
+
+    def state_evolution_at_sigma(self, *, sigma: float, start: tuple | None = None,
+                                 orders: tuple | None = None) -> ResultTable:
+        """The lambda = 0 SE at a given Sigma, alpha an output (THEORY 3; docs/erm.md "Between
+        alpha_interp and 0.3"): :func:`~aim_sym.numerics.erm_ridgeless.ridgeless_at_sigma`, the
+        piecewise output rule at outer orders 16 and 12, values at 16, bars 3 x the 16/12
+        difference (alpha, train, test, mse, rank: their own; q, m and the hats: norm-wise over
+        the logs; Sigma exact).  One Result per quantity: alpha first, then q, m, sigma, the
+        hats, train, test, mse, rank, fitted.  Needs lam = 0, T = 2, delta > 0; Sigma in
+        [25, 1e6] (where the bars were checked against order 20).  ``start``: (q, m, alpha);
+        ``orders``: (order, order_lo), default (16, 12)."""
+        from .numerics import erm_ridgeless
+
+        sigma = SIGMA_ERM.check(sigma)
+        if self.lam != 0:
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=f"used only with lam = 0 (the "
+                              f"ridgeless SE; got lam = {self.lam:g})")
+        if self.tokens != 2:
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed="used only with tokens = 2 "
+                              f"(the lambda = 0 SE is T = 2 only; got tokens = {self.tokens})")
+        if self.delta <= 0:
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed="used only with delta > 0 "
+                              "(alpha_interp is defined by the label noise)")
+        order, order_lo = _orders(orders, "orders") if orders is not None else (16, 12)
+        pt = erm_ridgeless.ridgeless_at_sigma(sigma=sigma, kappa0=self.kappa0, Delta=self.delta,
+                                              beta=self.beta, beta0=self.beta0, start=start,
+                                              order=order, order_lo=order_lo)
+        fp = pt.fixed_point
+        params = self.parameters(sigma=sigma)
+        method = ("ERM SE at lambda = 0 solved at fixed Sigma, alpha the unknown (THEORY 3; PSD "
+                  "projection prior, eps = 0): T = 2 proximal step followed along lines across "
+                  "its jumps (piecewise rule, Broyden solve); error = difference of outer orders "
+                  f"{order} and {order_lo} x {erm_ridgeless.erm_se.split_factor(order, order_lo):g} "
+                  "(Sigma exact; checked against order 20 for Sigma = 26 ... 1e6)")
+        details = {"alpha_interp": pt.alpha_interp, "rule": pt.rule, "given": "sigma",
+                   "orders": list(pt.orders), "iterations": fp.iterations,
+                   "residual": fp.residual, "delta_spec": pt.delta}
+        values = {"alpha": (pt.alpha, pt.alpha_error),
+                  **{k: (getattr(fp, k), fp.errors[k]) for k in _QUANTITIES},
+                  "fitted": (pt.fitted, fp.errors["fitted"])}
+        return ResultTable(tuple(
+            Result(quantity=k, value=v, error=e, method=method, precision=16,
+                   parameters=params, details=details) for k, (v, e) in values.items()), params)
 
     def curve(self, *, alphas, direct: bool = False) -> ResultTable:
         """The global-minimum branch over ``alphas``, each point started from the previous one

@@ -103,7 +103,8 @@ order 20 by a wide margin and the lambda = 0 fixed point is the lambda -> 0+ lim
 12 on both routes, lambda = 5e-7, 1.5e-6, 5e-6: q, m, Sigma, test within 0.06 of the
 extrapolation's bar).  Points at larger Sigma (benchmarks/erm_ridgeless_near.py, fixed Sigma =
 400 ... 1e6) carry 16/12 bars checked against order 20 as above but no lambda -> 0 check; they
-are not served by :func:`ridgeless_se`.
+are not served by :func:`ridgeless_se` but by :func:`ridgeless_at_sigma` (Sigma given, alpha an
+output with its bar; :data:`SIGMA_AT_RANGE`).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ from .records import ConvergenceError, require
 
 __all__ = ["RidgelessPoint", "ridgeless_se", "alpha_interp", "lambda_extrapolation",
            "SIGMA_RELIABLE", "SIGMA_SPLIT", "RIDGELESS_INITS", "RULES", "solve_split",
-           "solve_at_sigma"]
+           "solve_at_sigma", "ridgeless_at_sigma", "SIGMA_AT_RANGE"]
 
 SIGMA_RELIABLE = 5.0  # Gauss-Hermite 24/17: bars verified up to Sigma = 3.2, not at Sigma ~ 20-30
 SIGMA_SPLIT = 90.0  # the piecewise rule (outer orders 16/12): bars checked against order 20 at
@@ -129,6 +130,16 @@ SIGMA_SPLIT = 90.0  # the piecewise rule (outer orders 16/12): bars checked agai
 # (q/Q0, m/Q0, Sigma) starts: erm_se's three and a large-Sigma one (near alpha_interp)
 RIDGELESS_INITS = (*erm_se.DEFAULT_INITS, (2.0, 1.2, 200.0))
 RULES = ("auto", "gh", "split")
+#: the Sigma range of :func:`ridgeless_at_sigma`: from the alpha = 0.3 point (Sigma = 25.9) to
+#: Sigma = 1e6, where its 16/12 bars were checked against outer order 20 (docs/erm.md "Points")
+SIGMA_AT_RANGE = (25.0, 1e6)
+# starts of :func:`ridgeless_at_sigma`, interpolated in log Sigma: (Sigma, q/Q0, m/Q0,
+# alpha/alpha_interp) of the order-16 fixed points at kappa0 = Delta = 0.5 (docs/erm.md "Points";
+# Q0 = 1.5, alpha_interp = 0.1534821); elsewhere only a guess
+_AT_SIGMA_STARTS = ((25.9, 3.03, 1.406, 1.955), (86.28, 4.475, 1.5714, 1.6289),
+                    (400.0, 4.184, 1.4117, 1.2784), (2000.0, 3.727, 1.2832, 1.1183),
+                    (1e4, 3.4996, 1.2194, 1.0499), (1e5, 3.3729, 1.1826, 1.01372),
+                    (1e6, 3.3325, 1.1708, 1.00329))
 _CHEAP_ORDER = 12  # Gauss-Hermite order of the first pass (which rule, which starts)
 _JACOBIAN_ORDER = 17  # Gauss-Hermite order of the starting Jacobian of the split solve
 
@@ -144,7 +155,9 @@ class RidgelessPoint:
     """The lambda = 0 SE fixed point (the global minimum of the training loss among those
     found) with the degrees-of-freedom diagnostics of the module docstring: ``fitted`` =
     D(delta) / (2 alpha fac) = f / fac (< 1 above alpha_interp), ``delta`` = sqrt(q_hat)/m_hat,
-    ``alpha_interp``; ``errors`` as in :class:`erm_se.FixedPoint` (plus ``fitted``)."""
+    ``alpha_interp``; ``errors`` as in :class:`erm_se.FixedPoint` (plus ``fitted``).  ``given``:
+    which of alpha and Sigma was fixed ("sigma": :func:`ridgeless_at_sigma`, alpha an output with
+    its bar ``alpha_error``); ``orders``: (order, order_lo) of the piecewise rule there."""
 
     alpha: float
     alpha_interp: float
@@ -154,10 +167,15 @@ class RidgelessPoint:
     reliable: bool
     all_fixed_points: tuple
     rule: str = "gh"
+    given: str = "alpha"
+    alpha_error: float = 0.0
+    orders: tuple = ()
 
     def as_dict(self) -> dict:
-        out = {"alpha": self.alpha, "alpha_interp": self.alpha_interp, "delta": self.delta,
-               "fitted": self.fitted, "reliable": self.reliable, "rule": self.rule}
+        out = {"alpha": self.alpha, "alpha_error": self.alpha_error,
+               "alpha_interp": self.alpha_interp, "delta": self.delta, "fitted": self.fitted,
+               "reliable": self.reliable, "rule": self.rule, "given": self.given,
+               "orders": list(self.orders)}
         out.update(self.fixed_point.as_dict())
         out["fitted_error"] = self.fixed_point.errors.get("fitted", float("nan"))
         return out
@@ -325,14 +343,7 @@ def _solve_split_all(p: erm_se.ERMParams, starts: list, order: int, order_lo: in
         if any(_close(hi, (f.q, f.m, f.sigma)) for f in found):
             continue
         d_hi, d_lo = _split_point(p, hi, order), _split_point(p, lo, order_lo)
-        # norm-wise bar on (log q, m, log Sigma) and the log hats: the slow mode moves them
-        # together, and one component's difference can cross zero between two orders (alpha =
-        # 0.3: Sigma moved 0.011 from outer order 12 to 16 but 0.10 from 16 to 20)
-        dx = max(abs(math.log(hi[0] / lo[0])), abs(hi[1] - lo[1]), abs(math.log(hi[2] / lo[2])),
-                 *(abs(math.log(hi[k] / lo[k])) for k in (3, 4, 5)))
-        errors = {k: grow * max(abs(a - b), dx * (1.0 if k == "m" else abs(a)))
-                  for k, a, b in zip(names, hi, lo, strict=True)}
-        errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
+        errors = _split_errors(names, hi, lo, d_hi, d_lo, grow)
         found.append(erm_se.FixedPoint(*hi, **d_hi, iterations=its, residual=res,
                                        errors=errors))
     if not found:
@@ -340,6 +351,86 @@ def _solve_split_all(p: erm_se.ERMParams, starts: list, order: int, order_lo: in
                                last_iterate=[f.last_iterate for f in failures],
                                residual=[f.residual for f in failures])
     return erm_se.flag_global_minimum(found)
+
+
+def _split_errors(names: tuple, hi: tuple, lo: tuple, d_hi: dict, d_lo: dict,
+                  grow: float) -> dict:
+    """Bars of a two-order pair of the piecewise rule (module docstring): ``grow`` x the largest
+    difference over (log q, m, and the logs of the other four ``names``: Sigma or alpha, the
+    hats) times each value (m: times 1), or its own difference if larger; ``d_hi``/``d_lo``
+    (train, test, mse, rank, ...): ``grow`` x their own difference.  Norm-wise: the slow mode moves
+    the parameters together, and one component's difference can cross zero between two orders
+    (alpha = 0.3: Sigma moved 0.011 from outer order 12 to 16 but 0.10 from 16 to 20)."""
+    dx = max(abs(hi[1] - lo[1]), *(abs(math.log(hi[k] / lo[k])) for k in (0, 2, 3, 4, 5)))
+    errors = {k: grow * max(abs(a - b), dx * (1.0 if k == "m" else abs(a)))
+              for k, a, b in zip(names, hi, lo, strict=True)}
+    errors.update({k: grow * abs(d_hi[k] - d_lo[k]) for k in d_hi})
+    return errors
+
+
+def _at_sigma_start(sigma: float, p: erm_se.ERMParams, a_i: float) -> tuple[float, float, float]:
+    """(q, m, alpha) to start :func:`solve_at_sigma` from: :data:`_AT_SIGMA_STARTS`
+    interpolated linearly in log Sigma (held constant beyond its ends)."""
+    ls = [math.log(r[0]) for r in _AT_SIGMA_STARTS]
+    x = min(max(math.log(sigma), ls[0]), ls[-1])
+    q, m, a = (float(np.interp(x, ls, [r[k] for r in _AT_SIGMA_STARTS])) for k in (1, 2, 3))
+    return q * p.Q0, m * p.Q0, a * a_i
+
+
+def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float = 1.0,
+                       beta0: float = 1.0, tokens: int = 2, start: tuple | None = None,
+                       order: int = SPLIT_ORDER, order_lo: int = SPLIT_ORDER_LO,
+                       tol: float = 1e-8, max_iter: int = 30,
+                       jacobian_order: int = _JACOBIAN_ORDER,
+                       validated_only: bool = True) -> RidgelessPoint:
+    """The lambda = 0 SE fixed point at a given Sigma, alpha an output (T = 2; THEORY 3, module
+    docstring "Near alpha_interp"; docs/erm.md "Between alpha_interp and 0.3"): the piecewise
+    output rule solved at outer orders ``order_lo`` then ``order`` by :func:`solve_at_sigma` (the
+    second from the first with its Broyden Jacobian), values at ``order``, bars
+    :func:`erm_se.split_factor` x the difference (:func:`_split_errors`: alpha, train, test, mse,
+    rank their own difference, the other parameters norm-wise over the logs; Sigma exact), as
+    the table of docs/erm.md ("Points", benchmarks/erm_ridgeless_near.py).  ``start``: (q, m,
+    alpha), default interpolated from that table in log Sigma.  ``validated_only``: Sigma
+    outside :data:`SIGMA_AT_RANGE` (where the bars were checked against order 20) is refused.
+    Returns a :class:`RidgelessPoint` with ``given="sigma"``, ``alpha_error``, the orders and the
+    residual (max|F| at ``order``); :class:`ConvergenceError` with the last (q, m, alpha)."""
+    lo_s, hi_s = SIGMA_AT_RANGE if validated_only else (0.0, math.inf)
+    require(isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0
+            and lo_s <= sigma <= hi_s, "sigma",
+            f"a finite real in [{lo_s:g}, {hi_s:g}] (where the 16/12 bars of the fixed-Sigma "
+            "points were checked against outer order 20)" if validated_only
+            else "a finite real > 0", sigma)
+    require(tokens == 2, "tokens", "2 for the lambda = 0 SE at fixed Sigma", tokens)
+    require(isinstance(order, int) and isinstance(order_lo, int) and 2 <= order_lo < order,
+            "order", "an integer > order_lo >= 2", (order, order_lo))
+    a_i = alpha_interp(kappa0=kappa0, Delta=Delta)
+    p = erm_se.ERMParams(alpha=a_i, kappa0=kappa0, Delta=Delta, lam=0.0, beta=beta,
+                         beta0=beta0)
+    q0, m0, al0 = _at_sigma_start(float(sigma), p, a_i) if start is None else start
+    lo, _, _, B = solve_at_sigma(p, sigma=float(sigma), q=q0, m=m0, alpha=al0, order=order_lo,
+                                 tol=tol, max_iter=max_iter, jacobian_order=jacobian_order)
+    hi, its, res, _ = solve_at_sigma(p, sigma=float(sigma), q=lo[0], m=lo[1], alpha=lo[2],
+                                     order=order, tol=tol, max_iter=max_iter, jacobian=B)
+    p_hi, p_lo = replace(p, alpha=hi[2]), replace(p, alpha=lo[2])
+
+    def as_fp(x: tuple) -> tuple:  # (q, m, alpha, hats) -> (q, m, Sigma, hats)
+        return (x[0], x[1], float(sigma), *x[3:])
+
+    d_hi, d_lo = _split_point(p_hi, as_fp(hi), order), _split_point(p_lo, as_fp(lo), order_lo)
+    errors = _split_errors(("q", "m", "alpha", "q_hat", "m_hat", "sigma_hat"), hi, lo, d_hi,
+                           d_lo, erm_se.split_factor(order, order_lo))
+    errors.pop("alpha")  # alpha, like test, carries its own difference (docs/erm.md "Points")
+    alpha_error = erm_se.split_factor(order, order_lo) * abs(hi[2] - lo[2])
+    errors["sigma"] = 0.0  # given
+    fp = erm_se.FixedPoint(*as_fp(hi), **d_hi, iterations=its, residual=res, errors=errors,
+                           global_minimum=True)
+    fitted, fitted_err = _fitted(fp, p_hi)
+    # alpha's own bar enters fitted = Sigma Sigma_hat / (2 alpha fac) too
+    fp = replace(fp, errors={**errors, "fitted": fitted_err + fitted * alpha_error / hi[2]})
+    return RidgelessPoint(alpha=hi[2], alpha_interp=a_i, fixed_point=fp,
+                          delta=math.sqrt(fp.q_hat) / fp.m_hat, fitted=fitted, reliable=True,
+                          all_fixed_points=(fp,), rule="split", given="sigma",
+                          alpha_error=alpha_error, orders=(order, order_lo))
 
 
 def _close(a: tuple, b: tuple, rel: float = 1e-4) -> bool:
