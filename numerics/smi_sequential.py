@@ -370,6 +370,10 @@ def near_weight(rho):
 OMEGA_KAPPA = 1.0    # sinh-map scale in units of sqrt(V) (the width of the omega features)
 OMEGA_DMAX = 8.5     # range in units of sqrt(q2): cut Gaussian mass < 1e-16
 OMEGA_WCUT = 1e-14   # omega_2 nodes of smaller weight are dropped (bound: branch_stats ``cut``)
+#: below this q2 the prior N(0, q2 I) is narrower than the sinh scale kappa sqrt(V): the scale
+#: is multiplied by sqrt(q2 / OMEGA_Q2_SCALED) (else the trapezoid's total weight is 2.65 at
+#: q2 = 0.02 and 9.94 at 1e-3 instead of 1; docs/smi_small_skip.md, layer-2 point below 0.1)
+OMEGA_Q2_SCALED = 0.1
 
 
 @lru_cache(maxsize=32)
@@ -380,9 +384,15 @@ def omega_rule(tau: float, q2: float, kappa: float = OMEGA_KAPPA):
     ``d = 0`` (layer-1 information ~ d^2/V) and at ``omega = 0`` (the sign of ``h`` is resolved
     only for ``|omega| >> sqrt(V)``).  Quadrant ``s, d >= 0`` (weights x4), each axis a
     trapezoid in ``t`` with ``x = kappa sqrt(V) sinh t``: the nearby complex singularities move
-    to ``|Im t| >= pi/4``, so the error falls like ``exp(-pi^2 / (2 tau))``."""
+    to ``|Im t| >= pi/4``, so the error falls like ``exp(-pi^2 / (2 tau))``.  Below ``q2 =``
+    :data:`OMEGA_Q2_SCALED` the default scale (``kappa = OMEGA_KAPPA``) is ``kappa sqrt(V)
+    sqrt(q2 / OMEGA_Q2_SCALED)`` (the prior, sqrt(q2) wide, sets the resolution there); at and
+    above it, and for a caller that sets its own ``kappa`` (the L-layer driver's
+    ``min(1, sqrt(q / V))``), the rule is unchanged."""
     require(0.01 <= tau <= 1.0, "tau", "in [0.01, 1]", tau)
     k = kappa * math.sqrt(1.0 - q2)
+    if q2 < OMEGA_Q2_SCALED and kappa == OMEGA_KAPPA:
+        k *= math.sqrt(q2 / OMEGA_Q2_SCALED)
     # each axis: trapezoid (step tau) in t, x = k sinh t, t >= 0, for 2 N(x; 0, q2) dx on x >= 0
     x, w = sinh_nodes(k, OMEGA_DMAX * math.sqrt(q2), tau, half=True)
     w = w * np.exp(-0.5 * x**2 / q2) / math.sqrt(2 * math.pi * q2)
