@@ -122,7 +122,7 @@ def test_layer2_point_public_path_takes_the_small_q2_route_at_skip_half():
     above q2 = 0.1 and the refined ladder rungs moved it below, where the lattice's Newton step
     was clamped: q2 = 0.1 +- 0.052 (measured 2026-11-26). It now goes to the small-q2 route.
     Reference: q2 = 0.05827 from two routes (route A on a converged h rule; the lattice with the
-    prior-scaled omega rule, rungs 7 and 8: 0.05826896 +- 8.5e-9), 1e-8 apart in q2 at route A's
+    prior-scaled omega rule, rungs 7 and 8: 0.05826896 +- 8.5e-9), 1-2e-8 apart in q2 at route A's
     h scale 2.0 (docs/smi_small_skip.md)."""
     r = smi.layer2_point(alpha=0.246, skip=0.5)
     q2, err = r["Q"][1], r["error"][1]
