@@ -160,10 +160,10 @@ def _check20(path: str) -> dict:
 
 def _pairs() -> list[dict]:
     """The lambda = 0 rows of MEASURED paired by label (outer orders 16 and 12): the order-16
-    values with bars 3 x the 16/12 difference, norm-wise over (log q, m, log Sigma, log alpha,
-    log hats) for q, m, Sigma and the hats (as ``ridgeless_se``), own difference for alpha and
-    the test error (order 20 moved them by 1/6 to 1/30 of these bars at Sigma = 86 and 400);
-    Sigma exact where it was given."""
+    values with the bars of ``erm_ridgeless._split_errors`` (3 x the 16/12 difference,
+    norm-wise over (log q, m, log Sigma or log alpha, log hats) for q, m, Sigma and the hats, as
+    ``ridgeless_se``), own difference for alpha and the test error (order 20 moved them by 1/6 to
+    1/30 of these bars at Sigma = 86 and 400); Sigma exact where it was given."""
     rows = _rows()
     out = []
     for label in dict.fromkeys(r["label"] for r in rows):
@@ -172,14 +172,15 @@ def _pairs() -> list[dict]:
             continue
         hi, lo = pair[16], pair[12]
         grow = split_factor(16, 12)
+        at_sigma = hi["sigma"] == lo["sigma"]  # solved at this Sigma: exact, alpha carries the bar
+        x = "alpha" if at_sigma else "sigma"
+        names = ("q", "m", x, "q_hat", "m_hat", "sigma_hat")
+        err = R._split_errors(names, tuple(hi[k] for k in names), tuple(lo[k] for k in names),
+                              {"test": hi["test"]}, {"test": lo["test"]}, grow)
         dx = max(abs(hi["m"] - lo["m"]),
-                 *(abs(math.log(hi[k] / lo[k]))
-                   for k in ("q", "sigma", "alpha", "q_hat", "m_hat", "sigma_hat")))
-        err = {k: grow * max(abs(hi[k] - lo[k]), dx * (1.0 if k == "m" else abs(hi[k])))
-               for k in ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")}
-        err.update(alpha=grow * abs(hi["alpha"] - lo["alpha"]),
-                   test=grow * abs(hi["test"] - lo["test"]))
-        if hi["sigma"] == lo["sigma"]:  # solved at this Sigma: exact, alpha carries the bar
+                 *(abs(math.log(hi[k] / lo[k])) for k in names if k != "m"))
+        err.update(alpha=grow * abs(hi["alpha"] - lo["alpha"]))
+        if at_sigma:
             err["sigma"] = 0.0
         out.append({**hi, "errors": err, "dx": dx})
     return out
