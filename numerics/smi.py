@@ -13,10 +13,8 @@ Coordinates (all integrals are Gaussian-weighted and smooth in them):
   not depend on ``omega`` or ``Q``: ``g_out`` and ``Q_hat`` are unchanged and ``Psi_out`` moves by
   a ``Q``-independent constant (we report ``phi`` relative to ``Q = 0``, which is convention-free).
 * weak thresholds (Q = 0, :func:`stability_matrix`): the rotated rules of
-  :mod:`aim_sym.numerics.smi_fibre` (Gauss-Hermite in the sums, sinh-mapped trapezoids in the
-  differences of z_1 and h) resolve ``det A(z_1) -> c (1 + c)`` at every skip; the earlier
-  tensor Gauss-Hermite rules (:func:`aim_sym.numerics.smi_route_a.q0_gauss_hermite`) never see
-  it and are right for c >= 0.5 only.  Errors: the change over three refinements.
+  :mod:`aim_sym.numerics.smi_fibre` resolve ``det A(z_1) -> c (1 + c)`` at every skip (tensor
+  Gauss-Hermite rules are right for c >= 0.5 only).  Errors: the change over three refinements.
 * ``omega_l``: tensor Gauss-Hermite for ``N(0, Q_ll)``.
 
 The sign symmetries ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer
@@ -67,10 +65,6 @@ WEAK_SKIP_MIN = 1e-4     # validated against Monte Carlo (benchmarks/smi_small_s
 WEAK_SKIP_MAX = 100.0
 
 
-def _rotated_order(n: int) -> tuple:
-    return (n, 12.0 / n, n, 12.0 / n)
-
-
 def check_weak_skip(skip: float) -> None:
     """InputError unless ``WEAK_SKIP_MIN <= skip <= WEAK_SKIP_MAX`` (the validated range)."""
     require(WEAK_SKIP_MIN <= skip <= WEAK_SKIP_MAX, "skip",
@@ -95,7 +89,7 @@ def stability_matrix(*, layers=2, tokens=2, skip=1.0, beta=1.0, order=None) -> d
     require(order is None or (isinstance(order, (int, np.integer)) and 8 <= order <= 320
                               and order % 2 == 0), "order", "an even integer in [8, 320]", order)
     orders = (WEAK_ROTATED_ORDERS if order is None
-              else tuple(_rotated_order(order + k) for k in (0, 16, 48)))
+              else tuple((n, 12.0 / n, n, 12.0 / n) for n in (order, order + 16, order + 48)))
     runs = [q0_rotated(o, c=skip, beta=beta) for o in orders]
     meth = ("rotated rules (Gauss-Hermite in the sums, sinh-mapped trapezoid in the differences "
             f"of z_1 and h), orders {orders[0]}, {orders[1]}, {orders[2]}")
@@ -157,15 +151,10 @@ ROUTE_A_ORDERS = ((8, 24, 32), (10, 32, 40), (12, 40, 48))
 ROUTE_A_ORDERS_SMALL_SKIP = ((8, 48, 32), (10, 64, 40), (12, 80, 48))
 
 
-def _route_a_orders(skip: float) -> tuple:
-    return ROUTE_A_ORDERS if skip >= 1.0 else ROUTE_A_ORDERS_SMALL_SKIP
-
-
 def _psi_rel(q2, c, beta, order=ROUTE_A_ORDERS[1]):
     """E log Z_out(Q = diag(0, q2)) - E log Z_out(Q = 0) (convention-free) and the route-A
-    statistics (K2, mu1, ...).  Accurate while the posterior is broad (3.5e-7 from the lattice
-    rule at q2 = 0.1, 7e-5 at 0.3) but biased at large q2 (1.799 against 1.659 at q2 = 0.92),
-    like the K2 of the same rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
+    statistics (K2, mu1, ...).  Accurate while the posterior is broad, biased at large q2 like
+    the K2 of the same rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
     s = layer2_stats(q2, order, c=c, beta=beta, want_psi=True)
     s0 = layer2_stats(0.0, (2, *order[1:]), c=c, beta=beta, want_psi=True)
     return s["psi"] - s0["psi"], s
@@ -222,7 +211,7 @@ def _layer2_point_small(*, alpha, skip, beta) -> dict:
     correction ``(T(q2) - q2) / (1 - T'(q2))`` of the root at each refined order (``T(q) =
     (1 - q) alpha K2(q)``, slope from the root order); value: the last one; error: the change
     between the two corrections."""
-    orders = _route_a_orders(skip)
+    orders = ROUTE_A_ORDERS if skip >= 1.0 else ROUTE_A_ORDERS_SMALL_SKIP
 
     def T(q, o):
         return (1 - q) * alpha * layer2_stats(q, o, c=skip, beta=beta)["K2"]

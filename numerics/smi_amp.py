@@ -42,27 +42,12 @@ Initialisation: Q = 0 is a fixed point (sign symmetries W_l -> -W_l), so W_hat^0
 q0 W + sqrt(q0 (1 - q0)) G (G iid N(0, 1)), C^0 = (1 - q0) I, g^{-1} = 0: the Bayes-consistent
 estimate at overlap Q = q0 I (``init_overlap`` = q0, default 0.02, reported in the result).
 
-Measured (skip c = 1, beta = 1; benchmarks/smi_amp_finite_size.py, smi_branch_k2_routes.py, tables
-in benchmarks/RESULTS.md): below the sequential threshold (alpha = 0.4, 0.6) layer 1 stays at Q_11 =
-0 and Q_22 agrees with the SE on the branch Q = diag(0, q2) when the SE's K2(q2) = E sum_m g_2m^2 is
-computed by Monte Carlo with this module's g_out (now by the lattice
-:func:`aim_sym.numerics.smi.layer2_point`, checked against ``montecarlo_branch``): alpha = 0.6, SE
-0.9235 +- 0.0007, AMP 0.9186 +- 0.0032 (D = 1000, 16 seeds) ... 0.9221 +- 0.0011 (D = 8000, 6
-seeds); alpha = 0.4, SE 0.489 +- 0.005, AMP 0.497 +- 0.009 (D = 4000) ... 0.499 +- 0.009 (D =
-16000). The former Gauss-Hermite branch rule of numerics.smi.fixed_point (0.540 and 0.9417)
-overestimated K2 by 4-6%, which the SE map's slope (0.78 at alpha = 0.4, 0.84 at 0.6) turned into
-0.05 and 0.018 in q2; fixed_point now uses the lattice rule (0.92371 +- 0.00017 at alpha = 0.6). Per
-instance the final Q_22 does not depend on the damping (0, 0.3, 0.6), on the Onsager form
-(``a_update``), on the initial overlap (0.02, 0.3) or on the quadrature order (24, 40): the
-seed-to-seed scatter (sd 0.05 at D = 1000, 0.02 at D = 16000, alpha = 0.4) is the instance's own
-finite-size fixed point, amplified by 1/(1 - slope). Per iteration AMP follows the equally damped SE
-trajectory from the same initial overlap. :func:`converged` is the convergence rule used in the
-tables (every Q_ll within 0.01 over the last 10 iterations; tol-based stopping is not reached at
-finite D). At alpha = 1 (the parameter-counting point: 2 numbers per sample, 2 D unknowns) both
-layers are learned and the SE map is close to the identity along a curve in (Q_11, Q_22): the SE
-creeps towards Q = 1 (Q_11 = 0.829 after 150 iterations from Q = 0.02 I) and GAMP at D = 500 is
-further along the same curve (Q_11 = 0.950 +- 0.010, Q_22 = 0.9996 after 150 iterations), so final
-values at alpha = 1 measure the speed along a marginal direction, not a fixed point.
+Measured (tables in benchmarks/RESULTS.md; benchmarks/smi_amp_finite_size.py,
+smi_branch_k2_routes.py): below the sequential threshold GAMP agrees with the SE on the branch
+Q = diag(0, q2).  :func:`converged` is the convergence rule used in the tables (every Q_ll within
+0.01 over the last 10 iterations; tol-based stopping is not reached at finite D).  At alpha = 1
+the SE map is close to the identity along a curve in (Q_11, Q_22): final values there measure
+the speed along a marginal direction, not a fixed point.
 
 Overlaps: ``Q`` = |(W_hat W^T)_ll| / ||W_l||^2 (the teacher's own norm ||W_l||^2 / D = 1 +
 O(D^{-1/2}) divided out, so a perfectly learned layer reads 1 and seeds scatter less; the

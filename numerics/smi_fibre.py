@@ -3,18 +3,9 @@ and omega_2 rules, the compiled channel pieces and the fibre geometry (THEORY 2.
 
 Every ``numerics/smi*.py`` module builds on this one; it imports no other SMI module.  The
 compiled pieces come from :func:`aim_sym.numerics.compiled_functions.smi_functions` (the factory
-the package root registers).
-
-* ``A(z_1)`` is the layer-1 attention map (:func:`attention_matrix`, ``h = A z_2``:
-  :func:`attention_image`), ``z_2 = A(z_1)^{-1} h`` the fibre through ``h``
-  (:func:`attention_inverse`, at depth L :func:`inverse_columns`); every fibre point is
-  :func:`fibre_point` and its quadratic forms in ``h`` :func:`fibre_quadratics`;
-  ``J = dz_2/dz_1`` along it (:func:`fibre_jacobian`), the Gauss-Newton precision
-  ``I/V1 + J^T J/V2`` :func:`gauss_newton_precision`;
-* Gauss-Hermite rules: :func:`gh` (the one provider), :func:`gh_tensor`, :func:`grid2`,
-  :func:`ratio_grid2`; tensor rules in rotated coordinates (sum, difference): :func:`rotated`;
-* :func:`graded_omega_rule`: the graded rule for ``omega_2`` that resolves the width-``sqrt(V)``
-  feature at ``d = w0 - w1 = 0``.
+the package root registers).  ``A(z_1)`` is the layer-1 attention map, ``h = A z_2``, and
+``z_2 = A(z_1)^{-1} h`` the fibre through ``h`` (:func:`fibre_point`; at depth L
+:func:`inverse_columns`); :func:`gh` is the one Gauss-Hermite provider.
 """
 
 from __future__ import annotations

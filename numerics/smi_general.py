@@ -430,19 +430,18 @@ def weak_thresholds(ch, *, orders: Orders = Orders(), seed: int = 0) -> dict:
 
 # ----------------------------------------------------------------------------- SE at any Q
 def _g_out_group(ch, omega: np.ndarray, Vh: np.ndarray, Vmh: np.ndarray, inner: Rule,
-                 ys: Rule | None, per_sd: float) -> tuple[np.ndarray, np.ndarray]:
-    """For one omega (d,): the outputs' weights (N_y,) and g_out (N_y, P, M)."""
+                 ys: Rule | None, per_sd: float, L: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """For one omega (d,): the outputs' weights (N_y,) and g_out (N_y, P, M) (``L``: the
+    likelihoods of a discrete channel on the inner nodes, if already known)."""
     P, M = ch.P, ch.M
     if ch.kind == "discrete":
-        V = Vh @ Vh
-        wy, mean_z, _ = discrete_outputs(ch, omega, Vmh @ Vmh, float(np.linalg.slogdet(V)[1]),
-                                         inner)
-        g = np.einsum("pq,nqm->npm", Vmh @ Vmh, (mean_z - omega[None, :]).reshape(-1, P, M))
-        return wy, g
-    else:
-        wy, mean = noisy_outputs(ch, omega, Vh, inner, ys, per_sd)[:2]
-    g = np.einsum("pq,nqm->npm", Vmh, mean.reshape(-1, P, M))
-    return wy, g
+        Vinv = Vmh @ Vmh
+        wy, mean_z, _ = discrete_outputs(ch, omega, Vinv, float(np.linalg.slogdet(Vh @ Vh)[1]),
+                                         inner, L)
+        return wy, np.einsum("pq,nqm->npm", Vinv, (mean_z - omega[None, :]).reshape(-1, P, M))
+    wy, mean = noisy_outputs(ch, omega, Vh, inner, ys, per_sd)[:2]
+    return wy, np.einsum("pq,nqm->npm", Vmh, mean.reshape(-1, P, M))
 
 
 @dataclass(frozen=True)
@@ -513,8 +512,7 @@ def nishimori(ch, *, Q: np.ndarray, omega: np.ndarray, orders: Orders = Orders()
         L = ch.forward(inner.nodes)
 
         def g_at(om):
-            _, mean_z, _ = discrete_outputs(ch, om, Vinv, logdetV, inner, L)
-            return np.einsum("pq,nqm->npm", Vinv, (mean_z - om[None, :]).reshape(-1, P, M))
+            return _g_out_group(ch, om, Vh, Vmh, inner, None, 0.0, L)[1]
 
         wy, _, S = discrete_outputs(ch, omega, Vinv, logdetV, inner, L)
         wr, D = importance_weights(ch, omega, Vinv, logdetV, inner)
@@ -674,19 +672,6 @@ def label_values(ch) -> np.ndarray | None:
     return R if R.ndim == 2 and np.all(np.isfinite(R)) else None
 
 
-def _noisy_psi(ch, G_in: np.ndarray, inner: Rule, Ys: np.ndarray | None, per_sd: float) -> float:
-    """E_{y | omega} log Z_out(y; omega, V) for a noisy channel whose inner outputs are G_in:
-    on the trapezoid grid of :func:`y_grid` (weights Z(y) times the cell volume) where it fits,
-    else the mean of log Z over the sampled outputs ``Ys``."""
-    grid = y_grid(G_in, ch.noise, per_sd)
-    if grid is not None:
-        Y, vol = grid
-        logZ = posterior_noisy(G_in, inner.nodes, inner.weights, Y, ch.noise)[0]
-        w = np.exp(logZ) * vol
-        return float((w * logZ).sum() / w.sum())
-    return float(posterior_noisy(G_in, inner.nodes, inner.weights, Ys, ch.noise)[0].mean())
-
-
 def functionals(ch, Q: np.ndarray, rules: SERules) -> dict:
     """Output-side functionals at overlap Q on the SE rules (THEORY 1.5, 2.1, 2.4):
 
@@ -738,22 +723,26 @@ def functionals(ch, Q: np.ndarray, rules: SERules) -> dict:
         return {"psi": psi, "e_gen": e_bo, "e_plugin": e_plug}
     K, noise = ch.K, ch.noise
     ys = rules.ys
-    sampled = None if ys is None else (ys.nodes[:, :d], ys.nodes[:, d:])
 
-    def outputs(om, Vh_):
+    def psi_at(om, Vh_):
+        """(E_{y | omega} log Z_out(y; omega, V), the inner outputs G): on the trapezoid grid of
+        :func:`y_grid` (weights Z(y) times the cell volume) where it fits, else on the rule
+        ``ys`` over (u0, xi) (y = g(omega + V^{1/2} u0) + sqrt(Delta) xi, its own weights)."""
         G = ch.forward(om[None, :] + _apply_rows(Vh_, inner.nodes, P, M))
-        Ys = None
-        if sampled is not None and y_grid(G, noise, rules.per_sd) is None:
-            Ys = (ch.forward(om[None, :] + _apply_rows(Vh_, sampled[0], P, M))
-                  + math.sqrt(noise) * sampled[1])
-        return G, Ys
+        grid = y_grid(G, noise, rules.per_sd)
+        if grid is not None:
+            logZ = posterior_noisy(G, inner.nodes, inner.weights, grid[0], noise)[0]
+            w = np.exp(logZ) * grid[1]
+            return float((w * logZ).sum() / w.sum()), G
+        Ys = (ch.forward(om[None, :] + _apply_rows(Vh_, ys.nodes[:, :d], P, M))
+              + math.sqrt(noise) * ys.nodes[:, d:])
+        return float(ys.weights @ posterior_noisy(G, inner.nodes, inner.weights, Ys, noise)[0]), G
 
-    G0, Y0 = outputs(np.zeros(d), np.eye(P))
-    psi0 = _noisy_psi(ch, G0, inner, Y0, rules.per_sd)
+    psi0 = psi_at(np.zeros(d), np.eye(P))[0]
     g_om = ch.forward(omegas)
     for w_o, om, g in zip(rules.outer.weights, omegas, g_om):
-        G, Ys = outputs(om, Vh)
-        psi += w_o * _noisy_psi(ch, G, inner, Ys, rules.per_sd)
+        psi_om, G = psi_at(om, Vh)
+        psi += w_o * psi_om
         mean = inner.weights @ G
         e_bo += w_o * float(inner.weights @ (G ** 2).sum(1) - (mean ** 2).sum())
         e_plug += w_o * float(inner.weights @ ((G - g[None, :]) ** 2).sum(1))

@@ -3,8 +3,8 @@ at ``Q = diag(q1, q2)`` by tensor Gauss-Hermite rules in ``omega_1``, ``omega_2`
 fibre coordinate ``z_1`` (coordinates and conventions: :mod:`aim_sym.numerics.smi`).
 
 Accurate while the posterior is broad (small q2) and the skip c is not small (its Gauss-Hermite
-rules in h and z_1 miss the width-c ridge of the density of h: at c = 0.5 the mass is 1.005 at
-n_h = 32); used for small-q2 layer-2 points and the identity checks (:func:`layer2_stats`).
+rules in h and z_1 miss the width-c ridge of the density of h); used for small-q2 layer-2
+points and the identity checks (:func:`layer2_stats`).
 :func:`q0_sums`: the moments at ``Q = 0`` on any rules, for the weak thresholds and ``E log
 Z_out`` at ``Q = 0``: on the rotated rules of :mod:`aim_sym.numerics.smi_fibre`
 (:func:`q0_rotated`, right at every c) or on tensor Gauss-Hermite rules (:func:`q0_gauss_hermite`,
@@ -55,9 +55,8 @@ def stats(q1, q2, *, c, beta, n_w1, n_w2, n_h, n_z, want_psi=False, sigma_h=SIGM
     see :func:`aim_sym.numerics.smi_branches.learned_stats`),
     ``mu1 = E ||Cov[z_1 | y, omega] - I||_F^2`` (meaningful at q1 = 0: the sequential stability
     coefficient), ``psi = E log Z_out`` and ``mass`` (should be 1).
-    ``sigma_h``: scale of the Gauss-Hermite h rule.  At c = 0.5 the default 2.7 is coarse in h:
-    at q2 = 0.0582632 its K2 moves by -2.2e-6 (n_h 128 -> 160) and -5.3e-7 (160 -> 192), while at
-    2.0 n_h = 128, 160, 192 agree to 2e-9 (docs/smi_small_skip.md, last section).
+    ``sigma_h``: scale of the Gauss-Hermite h rule (the default 2.7 is coarse in h at c = 0.5;
+    docs/smi_small_skip.md, last section).
     """
     v1, v2 = 1.0 - q1, 1.0 - q2
     *xz, wz = grid2(n_z, 1.0, False)

@@ -17,12 +17,8 @@ lambda_l = int dh Z(h) ||E[z_l z_l^T | h] - I||_F^2.  One kernel serves every (L
 node the quadratic forms of Mat^{-1} h in h, then ``exp(-|Mat^{-1} h|^2 / 2)`` for all outer nodes
 at once (a matrix product followed by exp).
 
-Depth L = 1 (:func:`one_layer`): y = softmax_rows(beta z z^T) fixes h = z up to sign, there are
-no free rows and Cov[z | y] = h h^T, so lambda_1 = E|h|^4 - 2 E|h|^2 + M = M (M + 1) exactly
-(alpha_1 = 1/6 for M = 2, 1/12 for M = 3), for every skip c and beta (neither enters: there is
-no attention map below the last layer).  It is the equality case of the Jensen bound
-lambda_l <= M (M + 1) that every layer obeys at Q = 0.  ``rule="gh"`` runs the kernel below with
-zero free coordinates (one inner node of weight 1) as a check of the outer rule.
+Depth L = 1: lambda_1 = M (M + 1) in closed form (:func:`one_layer`), the equality case of the
+Jensen bound lambda_l <= M (M + 1) that every layer obeys at Q = 0.
 
 Rules:
 
@@ -36,25 +32,15 @@ Rules:
   between the mean of the replicate ratios and the pooled ratio).  ``rule="ray"`` (the
   default for L = 3 .. 6 with M = 2 and for L = 3, 4 with M = 3) is ``qmc`` with one independent
   scrambled Sobol set per outer ray (per ring of constant cos(theta) for M = 3) in each
-  replicate: one set shared by all outer nodes makes their errors coherent (L = 4: the variance
-  of the sum is 27-260 x the sum of the per-node variances), and independent sets per ray cut
-  the standard error 2.7-4.5 x at 1.3-1.4 x the time.
-  Adapted proposals per outer node (Gaussian or Student-t from the weighted moments of the
-  free rows, spread 1.2-1.5) were measured and do not help: the posteriors of the free rows are
-  broad and far from Gaussian (docs/smi_depth.md, "Accuracy against time").
+  replicate (one set shared by all outer nodes makes their errors coherent).  Measurements
+  of these rules, and of the adapted proposals that do not help: docs/smi_depth.md.
 
 Every estimate also carries the change between two outer rules and |mass - 1| x value.
 
-Depth L = 5, M = 2 (8 free coordinates): rule ``ray``, 16 x 2^14 points per ray, 90 radii;
-served for c in [1, 4], where the model-sampled route (c = 1, 2, 4) and a tail-weighted route
-(c = 1, 4) confirm it; at c = 0.5 the sampling routes scatter beyond their SEs
-(docs/smi_depth.md).  Depth L = 6, M = 2 (10 free coordinates): the same rule (288 angles at
-c = 1, ~3-7 min), served for c in [1, 4] and beta in [0.25, 1.5] on the same two routes (at
-c = 1, beta = 2 they pool 4.7 SE below the last layer's value; docs/smi_depth.md, "L = 6").
-Depth L = 4, M = 3 (9 free coordinates): rule ``ray``, 8 x 2^13 points per ring of constant
-cos(theta), outer rules (72, (24, 48)) vs (72, (32, 64)) at c < 2 ((56, (20, 40)) vs
-(72, (24, 48)) at c >= 2), ~1-4 min on one loaded core; served for c in [1, 4] at beta = 1,
-where the model-sampled route (c = 1, 2, 4) confirms it (docs/smi_depth.md, "L = 4, M = 3").
+Served ranges beyond the defaults (:data:`SKIP_RANGE_BY_LAYERS`, :data:`BETA_RANGE_BY_LAYERS`,
+:data:`RANGE_BY_CASE`): L = 5, 6 with M = 2 for c in [1, 4] (L = 6: beta in [0.25, 1.5]) and
+L = 4, M = 3 for c in [1, 4] at beta = 1, where the sampling routes confirm the quadrature;
+rules, timings and the route comparisons: docs/smi_depth.md.
 
 Independent routes (seeded Monte Carlo test oracles in tests/smi_mc_oracles.py):
 ``montecarlo_lambdas`` (plain Monte Carlo), ``model_sampled_lambdas`` (h sampled from the model,
@@ -103,9 +89,7 @@ _CHUNK = 4_000_000
 def default_outer(*, layers: int, tokens: int, skip: float = 1.0):
     """(coarse, fine) outer rules.  h concentrates near the diagonal with angular width
     ~ (c / (1 + c))^(L-1) (the off-diagonal stretch of Mat is >= c^(L-1), the diagonal one
-    (1 + c)^(L-1)), so the angles scale with its inverse.  Measured at M = 2 on one inner set:
-    c = 1, L = 4: angles 48 -> 64 -> 96 change lambda_4 by 2e-5, then 1e-7; c = 0.5, L = 4:
-    72 -> 144 -> 216 change it by 7e-3, then 7e-5."""
+    (1 + c)^(L-1)), so the angles scale with its inverse (measured changes: docs/smi_depth.md)."""
     if tokens == 2:
         fine = max(24, 8 * math.ceil(9 * ((1 + skip) / skip) ** (layers - 1) / 8))
         if layers >= 5:   # 90 radii suffice (L = 5, one shared set: 120 -> 90 radii change
@@ -125,25 +109,9 @@ def default_outer(*, layers: int, tokens: int, skip: float = 1.0):
 GH_ORDERS = {(2, 2): (40, 48, 56), (2, 3): (24, 28, 32)}
 # per-replicate spread falls only like n^-0.5 (L = 4, M = 2: a plain Monte Carlo rate; 32
 # replicates of 2^12 show no heavy tail, kurtosis |k| < 0.7), so replicates are as good as points
-# L = 3, M = 2 (c = 1): 16 x 2^15 gives alpha = 5.1497 +- 0.0050, 8.6947 +- 0.0088, 0.207177 +-
-# 5.7e-6 (layers 1, 2, 3) in ~15 s unloaded (docs/smi_depth.md)
 QMC = {(3, 2): (15, 16), (4, 2): (14, 16), (2, 3): (13, 16), (3, 3): (12, 16)}
-# rule "ray" (the default where listed): (log2n, replicates), one set per outer ray.  Measured
-# at c = 1 (docs/smi_depth.md, "Accuracy against time"): L = 4, 16 x 2^13 gives relative bars
-# 2e-3, 2e-3, 4e-3, 1.9e-4 (layers 1-4) against 7e-3, 6e-3, 1e-2, 2.3e-4 for the shared sets
-# 16 x 2^14, which take 1.7 x as long; L = 3, 16 x 2^15 gives alpha = 5.1475 +- 0.0012, 8.6976 +-
-# 0.0026, 0.2071760 +- 2.3e-6 against the shared sets' 0.0050, 0.0088, 5.7e-6 in the same time;
-# L = 3, M = 3 (one set per ring), 8 x 2^13: relative bars 4.4e-3, 2.7e-3, 2.5e-4 against the
-# shared sets' (16 x 2^12) 1.6e-2, 8.3e-3, 8.2e-4 in the same time
-# L = 5, M = 2 (8 free coordinates, 144 angles at c = 1), 16 x 2^14: relative bars 1.6e-3,
-# 2.1e-3, 3.1e-3, 4.3e-3, 2.7e-4 (layers 1-5) in ~60-90 s; at 2^12-2^13 the measured ratio bias
-# dominates the bar (docs/smi_depth.md, "L = 5, M = 2")
-# L = 6, M = 2 (10 free coordinates, 288 angles at c = 1), 16 x 2^14: relative bars 2.4e-3,
-# 3.2e-3, 4.1e-3, 8.0e-3, 2.1e-2, 2.8e-4 (layers 1-6), 424 s at load ~12 (docs/smi_depth.md, "L = 6")
-# L = 4, M = 3 (9 free coordinates, 32 rings x 64 phi at c = 1), 8 x 2^13: relative bars 1.7e-2,
-# 1.3e-2, 1.7e-2, 9.1e-4 (layers 1-4; about half of each bar is the measured ratio bias of one
-# replicate, 1/n), 197 s at load 4-5; 16 x 2^13 gives 1.5e-2, 9.6e-3, 1.7e-2, 8.2e-4 at twice
-# the time (docs/smi_depth.md, "L = 4, M = 3")
+# rule "ray" (the default where listed): (log2n, replicates), one set per outer ray; bars and
+# timings against the shared sets: docs/smi_depth.md ("Accuracy against time" and per case)
 RAY = {(3, 2): (15, 16), (4, 2): (13, 16), (3, 3): (13, 8), (5, 2): (14, 16), (6, 2): (14, 16),
        (4, 3): (13, 8)}
 
@@ -421,11 +389,11 @@ def _outer_change(mom: np.ndarray, rules, layers: int) -> np.ndarray:
 
 
 def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, outer) -> dict:
-    """Tensor Gauss-Hermite inner rule at three orders; (K, 3) values at the fine outer rule
-    and the values of the finest inner order at the coarse outer rule."""
+    """Tensor Gauss-Hermite inner rule at three orders; (3, K) values at the fine outer rule
+    and the change between the two outer rules at the finest inner order."""
     rules, h, sigma = _outer_pair(layers, tokens, skip, outer)
     n0 = rules[0][0].shape[0]
-    fine, coarse = [], None
+    fine = []
     for n in orders:
         # zero free coordinates (L = 1): the rule in no dimensions is one node of weight 1
         nodes, w = (gh_tensor(n, tokens * (layers - 1)) if layers > 1
@@ -433,8 +401,7 @@ def lambdas_gh(*, layers: int, tokens: int, skip: float, beta: float, orders, ou
         B, Mz = inner_moments(nodes, w, layers=layers, tokens=tokens, skip=skip, beta=beta)
         mom = outer_moments(B, Mz, h)
         fine.append(reduce_lambdas(mom[n0:], *rules[1], layers=layers))
-        coarse = reduce_lambdas(mom[:n0], *rules[0], layers=layers)
-    return dict(fine=np.array(fine), coarse=coarse, sigma=sigma)
+    return dict(fine=np.array(fine), outer_change=_outer_change(mom, rules, layers), sigma=sigma)
 
 
 def lambdas_qmc(*, layers: int, tokens: int, skip: float, beta: float, log2n: int,
@@ -485,11 +452,9 @@ def direction_groups(n_angle, *, tokens: int) -> list[np.ndarray]:
 def ray_moments(n_angle, h: np.ndarray, *, log2n: int, seed, layers: int, tokens: int,
                 skip: float, beta: float, chunk: int = _CHUNK) -> np.ndarray:
     """Outer-node moments (N_h, K) with one independent scrambled Sobol set of 2^log2n points
-    per direction group (:func:`direction_groups`), shared along the radius.  The errors of one
-    shared set are coherent across all outer nodes (L = 4, M = 2: the variance of the sum is
-    27-260 x the sum of the per-node variances), so independent sets per ray cut the
-    standard error of lambda_l 2.7-4.5 x (docs/smi_depth.md).  Groups are batched through
-    :func:`inner_moments` to keep the per-set overhead small."""
+    per direction group (:func:`direction_groups`), shared along the radius (the errors of one
+    shared set are coherent across all outer nodes; docs/smi_depth.md).  Groups are batched
+    through :func:`inner_moments` to keep the per-set overhead small."""
     groups = direction_groups(n_angle, tokens=tokens)
     n_dirs = sum(len(g) for g in groups)
     n_u = h.shape[0] // n_dirs
@@ -580,7 +545,7 @@ def stability(*, layers: int, tokens: int = 2, skip: float = 1.0, beta: float = 
         dm = abs(r["fine"][-1][0] - 1.0)
         for i, k in enumerate(keys):
             v, e = _tail(list(r["fine"][:, i]))
-            out[k] = Estimate(v, e + abs(v - r["coarse"][i]) + (dm + cut) * abs(v), meth,
+            out[k] = Estimate(v, e + r["outer_change"][i] + (dm + cut) * abs(v), meth,
                               extra=dict(orders=[float(x) for x in r["fine"][:, i]]))
         return out
     table = RAY if rule == "ray" else QMC
