@@ -47,27 +47,11 @@ Identities checked at every point: ``E g_L = 0`` (sign symmetry), ``E tr C_l = M
 mass is 1 by construction (the outer points are draws of the model).  The ``u_`` columns (the
 two-halves U-statistics alone) are diagnostics; their ratio bias is not measured separately.
 
-Cost: about 20 ns per (outer, inner) pair on one core with single-threaded BLAS (a threaded
-BLAS on the shared 2-core machine was 3-7x slower: set ``OPENBLAS_NUM_THREADS=1``).  Measured (c = 1,
-beta = 1, default rules): L = 2 0.7208 +- 0.0048 (lattice 0.71963568) in 64 s; L = 3 layer 1
-0.9794 +- 0.0105 (lattice 0.9771 +- 0.0021), layer 2 1.1394 +- 0.0092 (1.1358 +- 0.0044) in
-171 s.  New: L = 4, M = 2 layers 1, 2, 3: 1.171 +- 0.019 (q4* = 0.9789), 1.434 +- 0.022
-(0.9886), 2.069 +- 0.033 (0.9959) in 272 s (layer 1 first; as at L = 3 the later ones are
-upper bounds only; another seed with 2^13 inner nodes: 1.163 +- 0.025, 1.429 +- 0.027,
-2.089 +- 0.043 in 95 s); L = 2, M = 3: 0.4386 +- 0.0034 (q2* = 0.9382) in 161 s.  New: L = 3,
-M = 3 layers 1, 2: 0.5886 +- 0.0137 (q3* = 0.94118), 0.6673 +- 0.0147 (0.95876) in 258 s (layer 1
-first, 2.7 combined bars apart; layer 2 an upper bound only; 2^15 inner nodes, 2^11 teachers:
-seed 1 0.5801 +- 0.0109, 0.6602 +- 0.0124; seed 0 0.5878 +- 0.0164, 0.6672 +- 0.0152).  The
-ratio bias is 2/3 of the default rule's bar there (V ~ 0.05, 6 free coordinates).  Independent
-check (plain Monte Carlo with per-teacher iid inner draws, tests/test_smi_branch_qmc.py) at
-L = 4, q4 = 0.978888: mu_1 = 0.852 +- 0.013 against 1 / 1.171 = 0.854, r_1 = -0.010 +- 0.014;
-at L = 3, M = 3 (8000 teachers x 2048 draws, +- 1 SE; its own ratio bias, -0.046 +- 0.007 for mu_1 with
-halves of 1024 draws, removed by its 1/k law from quarters of the same draws): q3 = 0.941185,
-mu_1 = 1.660 +- 0.037 against 1 / 0.5886 = 1.699, r_1 = -0.033 +- 0.039; q3 = 0.958758,
-mu_2 = 1.536 +- 0.036 against 1 / 0.6673 = 1.499, r_2 = -0.006 +- 0.040.
-The bars are dominated by the outer sampling (per-sample SD ~2-3 x the mean of the
-mu_l estimators, heavy-tailed) and the ratio bias at q -> 1 (V ~ 0.02); 1e-3 relative would need
-~20x the work.
+Cost: about 20 ns per (outer, inner) pair on one core with single-threaded BLAS (set
+``OPENBLAS_NUM_THREADS=1``; a threaded BLAS on 2 shared cores was 3-7x slower).  The bars are
+dominated by the outer sampling (heavy-tailed estimators) and the ratio bias as q -> 1.
+Measured values, timings and the plain Monte Carlo checks (tests/test_smi_branch_qmc.py):
+docs/smi_depth.md, benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -134,12 +118,10 @@ def check(*, layers: int, tokens: int, skip: float, beta: float, learned=None) -
 
 
 def check_rule(log2_outer, log2_inner, replicates) -> None:
-    require(isinstance(log2_outer, (int, np.integer)) and 6 <= log2_outer <= 18, "log2_outer",
-            "an integer in [6, 18]", log2_outer)
-    require(isinstance(log2_inner, (int, np.integer)) and 6 <= log2_inner <= 18, "log2_inner",
-            "an integer in [6, 18]", log2_inner)
-    require(isinstance(replicates, (int, np.integer)) and 4 <= replicates <= 256, "replicates",
-            "an integer in [4, 256]", replicates)
+    for name, x, lo, hi in (("log2_outer", log2_outer, 6, 18), ("log2_inner", log2_inner, 6, 18),
+                            ("replicates", replicates, 4, 256)):
+        require(isinstance(x, (int, np.integer)) and lo <= x <= hi, name,
+                f"an integer in [{lo}, {hi}]", x)
 
 
 def resolve_rule(log2_outer, log2_inner, replicates, default) -> tuple:

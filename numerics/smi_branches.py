@@ -5,9 +5,7 @@
   the 2x2 SE map ``T_l(Q) = alpha K_l / (1 + alpha K_l)`` with ``K_l`` from the joint-branch
   kernel of every depth (:func:`aim_sym.numerics.smi_branch_qmc.branch_samples`, ``learned = (1,
   2)``: scrambled Sobol' teacher x scrambled Sobol' fibre nodes, common random numbers in Q);
-  :func:`learned_point` adds ``phi`` and ``e_gen``.  It replaced a fibre-lattice engine
-  (``smi_learned``, the same K within the combined bars at ~1/5 of the time); an earlier rule
-  (Gauss-Hermite in omega_2, Laplace-mixture fibre) overestimated K2 by ~5% and was removed.
+  :func:`learned_point` adds ``phi`` and ``e_gen`` (earlier engines: docs/smi_depth.md).
 * ``montecarlo_stats`` (tests/smi_mc_oracles.py): plain Monte Carlo of ``K1, K2, K12`` (outer
   and inner sampled, no quadrature, no symmetry reduction): the route the tests compare with.
 
@@ -140,9 +138,8 @@ def egen_estimate(q1: float, q2: float, *, skip: float, beta: float, dq=(0.0, 0.
     """e_gen (THEORY 2.4, plug-in estimator) by independently scrambled Sobol' replicates
     (:func:`normals`, :data:`EGEN_RULE`): value = their mean, error = 2
     standard errors + ``|de/dq| dq`` (central differences on the same points).  The integrand
-    is bounded but has sharp softmax saturation fronts, so the former 8D Gauss-Hermite rule
-    (5 vs 6 nodes) had errors of 0.01-0.03 that its order difference did not always bound
-    (0.1049 +- 0.011 against 0.0923 +- 0.0004 at Q = diag(0, 0.9237))."""
+    is bounded but has sharp softmax saturation fronts (hence no Gauss-Hermite rule:
+    benchmarks/RESULTS.md)."""
     require(0 <= q1 <= 1 and 0 <= q2 <= 1, "q", "overlaps in [0, 1]", (q1, q2))
     g = normals(**(rule or EGEN_RULE))
     reps = _egen_replicates(q1, q2, g, skip=skip, beta=beta)

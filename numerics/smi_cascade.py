@@ -23,10 +23,8 @@ two (common random numbers).  Error = Student-t 99% x SE over the per-replicate 
 jackknife over replicates where one replicate alone has no root; the sequential driver's
 :func:`.smi_sequential.replicate_se`) + the measured ratio bias
 (inner halves vs whole) + |quadratic - linear fit|.  Identities: ``E g_l = 0``, ``E tr C_l =
-M``, the Nishimori form of ``K_l``.  Measured values: docs/smi_cascade.md.  At M = 3
-(``tokens=3``, L = 3 only) the default (:data:`DEFAULTS_M3`, 16 x 2^12 x 2^14, seed 0, ~250 s on
-a shared core) gives layer 2 at 0.6614 +- 0.0080 (q1* = 0.087 +- 0.037, q3* = 0.9583 +-
-0.0012), the layer-3-only value from the same points 0.6639 +- 0.0068, shift -0.0025 +- 0.0027.
+M``, the Nishimori form of ``K_l``.  At M = 3 (``tokens=3``) only L = 3 is supported
+(:data:`DEFAULTS_M3`).  Measured values: docs/smi_cascade.md.
 """
 
 from __future__ import annotations
@@ -64,7 +62,7 @@ DEFAULTS_BY_TOKENS = {2: DEFAULTS, 3: DEFAULTS_M3}
 _US = (-1.0, 0.0, 1.0)               # grid coordinates per axis
 
 __all__ = ["DEFAULTS", "DEFAULTS_BY_TOKENS", "DEFAULTS_M3", "DEFAULT_RULE", "SUPPORTED",
-           "TOKENS", "branch_point", "cascade_stats", "cascade_threshold", "columns"]
+           "TOKENS", "cascade_stats", "cascade_threshold", "columns"]
 
 
 def columns(layers: int = 3, learned=None, tokens: int = TOKENS) -> tuple:
@@ -173,7 +171,7 @@ def _root(vals, U, deg: int, k: int, start) -> np.ndarray:
     return np.array([1.0 / v[d - 1], *u, *(v[d:] / v[d - 1])])
 
 
-def branch_point(vals, U, deg: int, alpha: float) -> np.ndarray:
+def _surface_branch(vals, U, deg: int, alpha: float) -> np.ndarray:
     """The joint SE branch at ``alpha`` on the fitted surfaces (THEORY 2.1): ``u`` with ``a_l =
     1 / alpha`` for every learned l, then ``alpha mu_j`` per unlearned j (> 1: unstable); nan
     where Newton fails."""
@@ -311,7 +309,7 @@ def cascade_threshold(*, layers: int = 3, learned=None, tokens: int = TOKENS,
     j0 = len(U) // 2                                    # grid centre
     branch = []
     for a in alpha + np.array([-0.02, -0.01, 0.0, 0.01, 0.02]):
-        b = branch_point(vals[:len(U)], U, 2, float(a))
+        b = _surface_branch(vals[:len(U)], U, 2, float(a))
         if np.all(np.abs(b[:d]) <= 1.0):
             branch.append(dict(alpha=float(a), **{f"q{l}": float(point(b[:d], center)[i])
                                                   for i, l in enumerate(learned)},

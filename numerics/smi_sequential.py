@@ -12,37 +12,28 @@ On the branch ``Q = diag(0, .., 0, q)``, ``M = A_{L-1} .. A_1`` is invariant und
 row's sign flip, so ``E z_l = 0``, the cross blocks of the posterior covariance vanish and each
 unlearned layer has the stability coefficient ``mu_l = E ||Cov[z_l | y, omega_L] - I||_F^2``;
 the sequential threshold of layer ``l`` is the root ``q*`` of ``r_l = mu_l - (1 - q) K_L / q``,
-``alpha_seq,l = 1 / mu_l(q*)``.  At L = 3 (4D fibre lattice) the roots sit at V = 0.022 and
-0.013; what made the lattice affordable there (benchmarks/RESULTS.md): an anisotropic lattice
-(``mu_l`` is set by the ``z_2`` spacing, ``K3`` more by the ``z_1`` one), blocks of 8 outer
-points x 8192 nodes, float32 exponentials, forked workers (7.9 ns per pair of wall time on 2
-cores) and dropping omega_3 nodes of weight < :data:`LATTICE_WCUT` (bounded in the bar).
-L = 3, c = 1: 0.9771 +- 0.0021 (layer 1, q3* = 0.97828) and 1.1358 +- 0.0044 (layer 2, an
-upper bound only), 0.1 combined SE from the seeded Monte Carlo oracle
-``montecarlo_sequential_thresholds`` of tests/smi_mc_oracles.py (0.979 +- 0.017, 1.134 +-
-0.014), 10 evaluations in 21 min on 2 cores.  Below, L = 2.
-
-At ``Q = diag(0, q2)`` the fibre integral over ``z_1'`` given ``(h, omega_2)`` is
+``alpha_seq,l = 1 / mu_l(q*)``; the smallest of them is the next transition, the others are
+upper bounds only (once that layer is learned the branch changes).  At L = 3 the lattice is
+anisotropic (``dz1`` in ``z_1``, ``dz2`` in ``z_2``), exponentials are float32 and omega_3
+nodes of weight < :data:`LATTICE_WCUT` are dropped (bounded in the bar).  At ``Q = diag(0,
+q2)`` the fibre integral over ``z_1'`` given ``(h, omega_2)`` is
 
     Z = int dz N(z; 0, I) sum_s N(A(z)^{-1} s h; omega_2, V I) / det A(z),   V = 1 - q2,
 
 with an integrand that is even in ``z`` and analytic (entire up to the complex poles of the
-logistic).  When V is small (V ~ 0.026 at the threshold) the posterior is concentrated near
-curves (ridges along hyperbola arms when one softmax row saturates), which defeats Laplace
-rules, but the trapezoid rule on a square lattice converges geometrically for such integrands:
-at spacing ``dz`` the error falls like ``exp(-2 pi w / dz)`` with ``w`` the analyticity width
-(measured w ~ 0.24 at V = 0.026: relative error 2e-7 at dz = 0.09, 4e-11 at dz = 0.06).  The
-lattice covers the half-disc ``z_0 >= 0, |z| <= R`` (evenness doubles it; the cut prior mass is
-``exp(-R^2/2)``).
+logistic), concentrated near curves when V is small (which defeats Laplace rules); the
+trapezoid rule on a square lattice converges geometrically there (error ~ ``exp(-2 pi w /
+dz)``, ``w`` the analyticity width).  The lattice covers the half-disc ``z_0 >= 0, |z| <= R``
+(evenness doubles it; the cut prior mass is ``exp(-R^2/2)``).
 
 The lattice does not depend on the outer point, so everything node-dependent (``A^{-1}``, the
 prior, ``det A``) is computed once and the exponent is a bilinear form in (outer features) x
-(node features): one matrix product per cache-sized block (:data:`_BLOCK`; numpy on 32 MB
-blocks was memory-bound at ~150 ns per pair, now ~17-20 ns with two processes), then a
+(node features): one matrix product per cache-sized block (:data:`_BLOCK`), then a
 row-shifted, clipped ``exp`` (:func:`fibre_sums`, :func:`_exp_shifted`).  Outer rules: h by
 :func:`h_lattice` (the average over (true z_1, eta) given omega_2 is an integral over h weighted
 by Z(h) itself), omega_2 by :func:`omega_rule`.  Checks at every run: the outer mass (1) and
-the Nishimori identity at the refined order.  Results: benchmarks/RESULTS.md.
+the Nishimori identity at the refined order.  Measured values, costs and the convergence
+study: benchmarks/RESULTS.md, docs/smi_depth.md.
 """
 
 from __future__ import annotations
@@ -166,14 +157,6 @@ def _exp_shifted(A, shift, single: bool):
         np.exp(A, out=A)
 
 
-def _with_logw(lat: dict) -> np.ndarray:
-    """``(4, n)``: the rows of ``lat["B"]`` and ``lat["logw"]`` (one matrix product gives the
-    exponent's sign-free part), built once per lattice dict."""
-    if "B1" not in lat:
-        lat["B1"] = np.vstack([lat["B"], lat["logw"]])
-    return lat["B1"]
-
-
 def fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     """Raw lattice sums for one cache-sized block of outer points: ``G`` (r, k) = ``sum_z S F``
     (``F`` = ``lat["F"]``, here ``(1, zz, B)``, k = 7) and ``Dd`` (r, 4) = ``sum_z D A^{-1}``
@@ -191,8 +174,10 @@ def fibre_sums(h0, h1, o0, o1, v2, lat: dict, single: bool = False):
     hh[:, 3] = 1.0
     oh = np.empty((r, 4))
     oh[:, 0], oh[:, 1], oh[:, 2], oh[:, 3] = o0 * h0, o0 * h1, o1 * h0, o1 * h1
+    if "B1" not in lat:     # rows of B and logw, built once per lattice dict
+        lat["B1"] = np.vstack([lat["B"], lat["logw"]])
     # exponent without the per-row constant -|omega|^2 / (2V) (restored in log Z)
-    np.matmul(hh, _with_logw(lat), out=P)
+    np.matmul(hh, lat["B1"], out=P)
     oh *= 1.0 / v2
     np.matmul(oh, lat["Y"], out=X)
     np.subtract(P, X, out=M)                    # minus sign
@@ -254,32 +239,24 @@ def fibre_moments(h0, h1, o0, o1, v, lat: dict, single: bool = False) -> np.ndar
                       for a in (h0, h1, o0, o1))
     chunks = node_chunks(lat, _CHUNK)
     step = max(1, _BLOCK // chunks[0]["n"])
-    out = np.empty((3 * lat["rows"] + 4, h0.size))
+    k = 1 + 3 * lat["rows"]
+    out = np.empty((k + 3, h0.size))
     for s0 in range(0, h0.size, step):
         sl = slice(s0, s0 + step)
-        parts = [fibre_sums(h0[sl], h1[sl], o0[sl], o1[sl], v, ch, single) for ch in chunks]
+        a0, a1, b0, b1 = h0[sl], h1[sl], o0[sl], o1[sl]
+        parts = [fibre_sums(a0, a1, b0, b1, v, ch, single) for ch in chunks]
         G, Dd, shift = parts[0]
         if len(parts) > 1:
             shift = np.max([p[2] for p in parts], axis=0)
             G = sum(p[0] * np.exp(p[2] - shift)[:, None] for p in parts)
             Dd = sum(p[1] * np.exp(p[2] - shift)[:, None] for p in parts)
-        out[:, sl] = lattice_moments(G, Dd, shift, h0[sl], h1[sl], o0[sl], o1[sl], v,
-                                     rows=lat["rows"])
+        Z = G[:, 0]                 # moments: E z_L = E[s A^{-1}] h, z_L z_L^T a form in h
+        out[:, sl] = [*(G[:, j] / Z if j % 3 == 2 else G[:, j] / Z - 1 for j in range(1, k)),
+                      *fibre_point((Dd / Z[:, None]).T.reshape(2, 2, -1), a0, a1),
+                      (G[:, k] * a0 * a0 + G[:, k + 1] * a0 * a1 + G[:, k + 2] * a1 * a1) / Z,
+                      np.log(Z) + shift - (b0 * b0 + b1 * b1) / (2 * v)
+                      - math.log(2 * math.pi * v)]
     return out
-
-
-def lattice_moments(G, Dd, shift, h0, h1, o0, o1, v, *, rows: int) -> list:
-    """Posterior moments from the lattice sums of :func:`fibre_sums` (``G`` with the features
-    ``1``, ``z_l z_l^T`` of the ``rows`` free rows, ``z_L z_L^T`` as a quadratic form in h):
-    ``Cov[z_l|.] - I`` (3 entries per free row), ``E z_L = E[s A^{-1}] h`` (2), ``E|z_L|^2`` and
-    ``log Z`` (with the ``1/(2 pi V)`` of the last layer's Gaussian)."""
-    Z = G[:, 0]
-    m = Dd / Z[:, None]                          # E[s A^{-1}] entries
-    k = 1 + 3 * rows
-    out = [G[:, 1 + j] / Z if j % 3 == 1 else G[:, 1 + j] / Z - 1 for j in range(3 * rows)]
-    return out + [*fibre_point(m.T.reshape(2, 2, -1), h0, h1),
-                  (G[:, k] * h0 * h0 + G[:, k + 1] * h0 * h1 + G[:, k + 2] * h1 * h1) / Z,
-                  np.log(Z) + shift - (o0 * o0 + o1 * o1) / (2 * v) - math.log(2 * math.pi * v)]
 
 
 def map_jobs(task, jobs: list, workers: int) -> list:
@@ -337,22 +314,18 @@ def h_lattice(o0: float, o1: float, v: float, c: float, dh: float, pad_sd: float
 # The h-lattice error is not uniform over omega_2.  Where |omega_2|_inf < 4.5 sqrt(V) the sign of
 # h is not resolved and the posterior moments carry a tanh(omega^T A^{-1} h / V) whose complex
 # poles sit ~ sqrt(V) from the real h plane: the error falls like exp(-10 / dh) (dh in units of
-# sqrt V).  Elsewhere one sign dominates and the error falls faster, until dh ~ 2 (at q2 = 0.9737,
-# contributions to alpha: far nodes 3e-9 at dh = 1.1, 2e-8 at 1.25, 1e-7 at 1.5, 9e-7 at 1.75,
-# 2e-5 at 2.0, 2.5e-4 at 2.5; near nodes 4e-9 at 0.6, 5e-8 at 0.75, 1.5e-7 at 0.85, 1.5e-6 at 1.1,
-# 1.6e-5 at 1.5, 9e-5 at 1.9, 1.4e-3 at 2.8).  Far nodes, which carry ~85% of the h points at
-# equal spacing, therefore get the coarser spacing :func:`far_spacing`, chosen so that their
-# error stays 5-20x below the near nodes'.  A sharp switch would make the integrand of the omega_2
-# rule jump by the far error (measured: 1.4e-6 in alpha at dh = 1.5, against 5e-8 for tau
-# 0.25 -> 0.15 at uniform spacing), so the two rules are blended by a smooth partition of unity
-# in |omega_2| / sqrt(V) over NEAR_BAND (nodes in the band are evaluated with both).  The reported
-# bar is still the difference of two orders, both refined.
+# sqrt V).  Elsewhere one sign dominates and the error falls faster, until dh ~ 2 (per-node
+# errors: benchmarks/RESULTS.md).  Far nodes, which carry most of the h points at equal spacing,
+# therefore get the coarser spacing :func:`far_spacing`.  A sharp switch would make the
+# integrand of the omega_2 rule jump by the far error, so the two rules are blended by a smooth
+# partition of unity in |omega_2| / sqrt(V) over NEAR_BAND (nodes in the band are evaluated with
+# both).  The reported bar is still the difference of two orders, both refined.
 NEAR_BAND = (6.5, 9.5)
 
 
 def far_spacing(dh: float) -> float:
     """h-lattice spacing (units of sqrt V) at omega_2 nodes beyond :data:`NEAR_BAND`, with an
-    error 5-20x below that of spacing ``dh`` at the near nodes (measured, see above)."""
+    error 5-20x below that of spacing ``dh`` at the near nodes (benchmarks/RESULTS.md)."""
     return min(dh + 0.35, max(dh, 0.5 * dh + 1.0))
 
 
@@ -627,13 +600,10 @@ def sequential_driver(resid, locate, *, unlearned, scan, rising: bool = False,
 
 # ----------------------------------------------------------------------------- threshold
 # (tau, dh, dz): omega_2 rule step, h lattice spacing / sqrt(V) at the near omega_2 nodes (the far
-# ones get far_spacing(dh)), fibre lattice spacing.  Measured at q2 = 0.97365 (contributions to
-# alpha, one rule varied at a time): the near h lattice dominates (9e-5 at dh = 1.9, 1.6e-5 at
-# 1.5, 1.5e-6 at 1.1, 1.5e-7 at 0.85, 1.8e-8 at 0.7, 4e-9 at 0.6; it falls like exp(-10 / dh));
-# tau 0.5 -> 2e-4, 0.4 -> 2e-5, 0.3 -> below 3e-7, 0.25 -> 8e-9 (it falls like
-# exp(-pi^2 / (2 tau))); dz 0.25 -> 2e-6, 0.2 -> 1.5e-7, 0.17 -> 1.9e-8, 0.16 -> ~8e-9,
-# 0.15 -> ~3e-9; far spacing 1.25 -> 1.5e-8 (benchmarks/RESULTS.md).  The top rungs (digits 8
-# and above) refine every rule, each to its cheapest setting with an error below ~1e-8.
+# ones get far_spacing(dh)), fibre lattice spacing.  The near h lattice's error falls like
+# exp(-10 / dh), the omega_2 rule's like exp(-pi^2 / (2 tau)), the fibre lattice's geometrically
+# in 1 / dz (one-rule-at-a-time errors at q2 = 0.97365: benchmarks/RESULTS.md).  The top rungs
+# (digits 8 and above) refine every rule, each to its cheapest setting with an error below ~1e-8.
 SEQ_SCAN_ORDER = (0.5, 2.8, 0.25)
 SEQ_LADDER = ((0.5, 2.8, 0.25), (0.5, 2.2, 0.25), (0.4, 1.9, 0.22), (0.3, 1.5, 0.2),
               (0.25, 1.1, 0.17), (0.28, 0.85, 0.17), (0.25, 0.7, 0.16), (0.2, 0.6, 0.14),
@@ -644,11 +614,8 @@ SEQ_ORDERS = (SEQ_LADDER[2], SEQ_LADDER[3])
 SEQ_DIGITS = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 6, 8: 7, 9: 8}
 # from skip SEQ_LOW_SKIP on, these digits start the pair one rung lower (the loop in
 # :func:`sequential_threshold` still climbs while the bar is above the target): the rungs'
-# errors fall or level off as q2* -> 1 while their cost grows like 1 / (1 - q2*).  At beta = 1
-# (benchmarks/RESULTS.md, issue 14): digits 5, pair (2, 3): bars 2.0e-5 (c = 1.5), 1.7e-5
-# (2.5), 1.8e-5 (4), 2.5-3x below 5e-5, values within 9e-7 of pair (3, 4)'s, at a third of
-# its CPU time; digits 6, pair (3, 4): bars at most 8.5e-7 at the 23 skips 1.52 .. 4 of the
-# 32-skip run (docs/data/smi_phase32.csv before issue 14's fix), 6x below 5e-6.
+# errors fall or level off as q2* -> 1 while their cost grows like 1 / (1 - q2*); the bars at
+# c in [1.5, 4], beta = 1: benchmarks/RESULTS.md.
 SEQ_LOW_SKIP = 1.5
 SEQ_LOW_DIGITS = (5, 6)
 # from this many digits the pair takes float64 exponentials (an order tagged "float64": the
@@ -816,13 +783,12 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
     the "root order" (the coarse order, at most rung 3 of the ladder, rung 4 from
     FLOAT64_DIGITS); the coarse order is evaluated once at that root, the refined one once at
     the coarse order's root, and each is shifted to its own root to first order with the
-    root-order slopes.  ``value`` is the refined alpha; ``error = |alpha_refined -
-    alpha_coarse|`` + interpolation (parabola root, second-order remainder of the shifts, slope
-    uncertainty: root-order slope ratio vs a secant at a cheaper order x the shift) + alpha x
-    (relative Nishimori residual (refined) + :data:`FLOAT32_REL` for float32 exponentials) + the
-    bounds on the dropped omega_2 nodes and the fibre lattice's cut.  Raises
-    :class:`ConvergenceError` if the root is not bracketed.  ``workers``: processes over the
-    omega_2 nodes (default :data:`DEFAULT_WORKERS`, else ``min(2, cpu_count)``)."""
+    root-order slopes.  ``value`` is the refined alpha; ``error``: :func:`lattice_bar` of the
+    pair (interpolation: the parabola root while an order leans on the root-order position, the
+    shifts' remainders, the slope uncertainty: root-order slope ratio vs a secant at a cheaper
+    order).  Raises :class:`ConvergenceError` if the root is not bracketed.  ``workers``:
+    processes over the omega_2 nodes (default :data:`DEFAULT_WORKERS`, else ``min(2,
+    cpu_count)``)."""
     import os
 
     require(np.isfinite(skip) and skip > 0, "skip", "> 0", skip)
@@ -930,16 +896,12 @@ def sequential_threshold(*, skip: float = 1.0, beta: float = 1.0, digits: int = 
 # The fixed-pair driver: every unlearned layer l = 1 .. L-1 on the last layer's branch, one
 # (coarse, refined) pair of orders (tau, dh, dz1, dz2, R); the L = 2 ladder above is its option
 # with digits.  Defaults, L = 3 (tau, dh, dz1, dz2, R): omega_3 sinh-trapezoid step, h spacing /
-# sqrt(V), fibre lattice spacings in z_1 and z_2, lattice radius.  Chosen from the one-rule-at-a-
-# time errors measured at q3 = 0.98 (benchmarks/RESULTS.md): changes of r_1 from coarse to
-# refined, one rule at a time: dh 2.8 -> 2.2 1.5e-3, tau 0.5 -> 0.4 1e-4 to 1.6e-4, fibre
-# (0.6, 0.4) -> (0.5, 0.3) 1.6e-3; the refined fibre lattice is 6e-4 from the reference (0.5, 0.2)
-# + (0.4, 0.3), radius 6 vs 6.5: 1e-5.  Measured cost: 21 min on 2 cores (machine shared) for both layers.
+# sqrt(V), fibre lattice spacings in z_1 and z_2, lattice radius, chosen from the one-rule-at-a-
+# time errors at q3 = 0.98 (benchmarks/RESULTS.md).
 LATTICE_ORDERS = ((0.5, 2.8, 0.6, 0.4, 6.0), (0.4, 2.2, 0.5, 0.3, 6.0))
 LATTICE_SCAN = (0.975, 0.98, 0.985, 0.99)
-# omega_3 nodes below this weight are dropped at the roots: at q3 = 0.98, tau = 0.5 it removes
-# 18 of 99 nodes, which hold 47% of the h points and 5e-9 of the weight (bound on mu_l:
-# 2 (R^2 - 1)^2 x 5e-9 = 1.3e-5 at R = 6, in the bar)
+# omega_3 nodes below this weight are dropped at the roots (bound on mu_l: 2 (R^2 - 1)^2 x the
+# dropped weight, in the bar)
 LATTICE_WCUT = 1e-8
 
 
@@ -997,19 +959,14 @@ def sequential_thresholds(*, layers: int = 3, skip: float = 1.0, beta: float = 1
     most twice, until both residuals change sign); per layer the parabola through the bracket
     and its nearer neighbour gives the root ``x_l``; the coarse order is evaluated at ``x_l``
     and shifted to its own root to first order with the parabola's slopes (``x_c``), the refined
-    order ``orders[1]`` is evaluated at ``x_c`` and shifted likewise. ``value = 1 / mu_l`` of
-    the refined order; ``error = |alpha_refined - alpha_coarse|`` (split: the order with the
-    refined outer rules ``tau, dh`` and the coarse fibre lattice is evaluated too, and the
-    moduli of the two steps are added, since the rules' errors may cancel) + interpolation
-    (second-order remainder of both shifts from the parabolas' curvatures + the slope
-    uncertainty: parabola slope ratio ``dmu/dr`` vs the bracket's secant, times the shifts) +
-    ``alpha`` x (relative Nishimori residual of the refined order + FLOAT32_REL if ``single``) +
-    the cut bounds (omega_3 nodes dropped, prior mass outside the lattice ball) x ``alpha^2``.
+    order ``orders[1]`` is evaluated at ``x_c`` and shifted likewise, and so is the split order
+    between them (refined outer rules ``tau, dh``, coarse fibre lattice: the two rules' errors
+    may cancel).  ``value = 1 / mu_l`` of the refined order; ``error``: :func:`lattice_bar` over
+    the three (slope uncertainty: the parabola's slope ratio ``dmu/dr`` vs the bracket's secant).
     ``workers``: processes over the omega_3 nodes (default ``min(2, cpu_count)``). Returns
     records ``layer, kind="sequential", value, error, q3, q3_error, orders, method, seconds,
-    first`` (and the parts of the bar); the smaller value is the next transition after layer 3
-    (the other is an upper bound only, module docstring). Raises :class:`ConvergenceError` when
-    a root is not bracketed."""
+    first`` (and the parts of the bar); the smallest value is the next transition (the others
+    are upper bounds only). Raises :class:`ConvergenceError` when a root is not bracketed."""
     import os
 
     require(layers in (2, 3), "layers", "2 or 3 (fibre lattices of at most 4 dimensions)",
