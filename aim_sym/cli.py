@@ -436,8 +436,9 @@ def cli() -> None:
 @model_options
 @click.option("--alpha", type=float, default=None, help="sample ratio alpha >= 0 (alpha_bar "
               "with --small-width); required unless --sigma")
-@click.option("--sigma", type=float, default=None, help="erm --lam 0 (T = 2): solve at this "
-              "Sigma in [25, 1e6] instead, alpha an output (between alpha_interp and ~0.25)")
+@click.option("--sigma", type=float, default=None, help="erm --lam 0 (T = 2, kappa0 = Delta = "
+              "0.5): solve at this Sigma in [25, 1e6] instead, alpha an output (between "
+              "alpha_interp and ~0.25)")
 @click.option("--small-width", is_flag=True, help="the rho -> 0 limit, alpha = alpha_bar rho")
 @click.option("--digits", type=int, default=None, help="also solve the Bayes-optimal fixed "
               "point to this many digits (5..200; closed-form output maps only)")
@@ -578,7 +579,10 @@ def se(alpha, sigma, small_width, digits, direct, output_rule, cross_validate, s
 
 @cli.command()
 @model_options
-@click.option("--alphas", required=True, help="start:stop:num")
+@click.option("--alphas", default=None, help="start:stop:num (linear); required unless --sigmas")
+@click.option("--sigmas", default=None, help="erm --lam 0 (T = 2, kappa0 = Delta = 0.5): "
+              "start:stop:num, num values of Sigma log-spaced in [25, 1e6], alpha an output at "
+              "each (between alpha_interp and ~0.25; ~5-8 min per Sigma)")
 @click.option("--out", "out_path", default=None, help="CSV file")
 @click.option("--plot", "plot_path", default=None, help="figure (.png, .pdf or .svg)")
 @click.option("--tol", type=float, default=1e-13, show_default=True,
@@ -590,13 +594,25 @@ def se(alpha, sigma, small_width, digits, direct, output_rule, cross_validate, s
               "parameterisation")
 @click.option("--cross-validate", is_flag=True, help="erm T = 2: at each alpha the lambda "
               "minimising the SE test error (replaces --lam; ~1-3 min per alpha)")
-@click.option("--resume", is_flag=True, help="aim --layers 2: reuse the alphas finished by an "
-              "earlier run with the same --out and options (state file OUT.partial.json)")
+@click.option("--resume", is_flag=True, help="aim --layers 2, erm --sigmas: reuse the alphas "
+              "(Sigmas) finished by an earlier run with the same --out and options (state file "
+              "OUT.partial.json)")
 @click.option("--points", type=int, default=None, help="aim --layers 2: log2 of the Sobol points "
               "per scramble, 5..12 (default 9; fewer: quicker, larger bars)")
-def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, resume, points, **kw):
+def curve(alphas, sigmas, out_path, plot_path, tol, method, direct, cross_validate, resume,
+          points, **kw):
     """SE curve over an alpha grid (Bayes-optimal branch): CSV and a figure."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
+    if sigmas is not None:
+        if model != "erm":
+            fail("--sigmas", "used only with --model erm --lam 0", sigmas)
+        _erm_sigma_curve(kw, sigmas, alphas=alphas, out_path=out_path, plot_path=plot_path,
+                         direct=direct, cross_validate=cross_validate, resume=resume,
+                         aim_only={"--" + o: v for o, v in (("tol", tol), ("method", method),
+                                                            ("points", points)) if given(o)})
+        return
+    if alphas is None:
+        fail("--alphas", "given (start:stop:num; or --sigmas with --model erm --lam 0)", None)
     if not (model == "aim" and kw.get("layers") == 2):
         for opt, value in (("resume", resume), ("points", points)):
             if given(opt):
@@ -687,6 +703,29 @@ def curve(alphas, out_path, plot_path, tol, method, direct, cross_validate, resu
     emit({"rows": rows, "out": out_path, "plot": plot_path}, kw["as_json"],
          lambda o: "\n".join([",".join(cols)]
                              + [",".join(cell(r.get(k)) for k in cols) for r in rows]))
+    later.finish()
+
+
+def _erm_sigma_curve(kw: dict, spec: str, *, alphas: str | None, out_path: str | None,
+                     plot_path: str | None, direct: bool, cross_validate: bool, resume: bool,
+                     aim_only: dict) -> None:
+    """``curve --model erm --lam 0 --sigmas start:stop:num``: the fixed-Sigma SE along a
+    log-spaced Sigma grid (:func:`cli_erm.sigma_curve`); CSV written after each Sigma, figure
+    of the test error against alpha at the end, progress on stderr."""
+    from . import cli_erm
+
+    cli_erm.check_sigma_curve_options(spec, alphas=alphas, direct=direct,
+                                      cross_validate=cross_validate, aim_only=aim_only,
+                                      **erm_opts(kw))
+    cli_erm.sigma_grid(spec)  # refuse a bad grid before any file is touched
+    cli_erm.erm_model(**erm_opts(kw))
+    _check_outputs(out_path, plot_path)
+    o = cli_erm.sigma_curve(spec=spec, out_path=out_path, plot_path=plot_path, resume=resume,
+                            progress=progress_printer, **erm_opts(kw))
+    later = _Deferred()
+    if plot_path:
+        later.run("--plot", lambda: cli_erm.sigma_curve_plot(o, plot_path))
+    emit(o, kw["as_json"], cli_erm.sigma_curve_human)
     later.finish()
 
 

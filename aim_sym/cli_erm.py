@@ -5,7 +5,8 @@
 
 Options (the issue's names): --kappa0, --delta (noise variance Delta), --lam, --tokens, --beta,
 --beta0, --alpha / --alphas, --direct, --digits, --points, --sigma (``se --lam 0``: the fixed
-point at that Sigma, alpha an output).
+point at that Sigma, alpha an output), --sigmas (``curve --lam 0``: those points along a
+log-spaced grid of Sigma, start:stop:num).
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from .erm import ERM
 
 __all__ = ["ERM_OPTIONS", "erm_model", "se_json", "se_human", "se_sigma_json", "se_sigma_human",
            "check_sigma_options", "threshold_json",
-           "threshold_human", "curve_rows", "CURVE_COLUMNS", "spectrum_json", "spectrum_plot"]
+           "threshold_human", "curve_rows", "CURVE_COLUMNS", "spectrum_json", "spectrum_plot",
+           "sigma_grid", "check_sigma_curve_options", "sigma_curve", "sigma_curve_plot",
+           "sigma_curve_human",
+           "SIGMA_CURVE_STATE"]
 
 #: the model options of --model erm and their defaults (None: required)
 ERM_OPTIONS = {"kappa0": None, "delta": 0.0, "lam": 0.01, "tokens": 2, "beta": 1.0, "beta0": 1.0}
@@ -207,3 +211,148 @@ def spectrum_plot(spec: dict, path: str, *, singular: bool = True) -> None:
     from .plots import plot_spectrum
 
     plot_spectrum(spec, path, singular=singular)
+
+
+#: the suffix of ``curve --model erm --sigmas ... --out F``'s state file (F + suffix): the rows
+#: finished so far, written atomically after each Sigma (``--resume`` continues from it)
+SIGMA_CURVE_STATE = ".partial.json"
+
+
+def sigma_grid(spec: str) -> list[float]:
+    """``--sigmas start:stop:num``: ``num`` values of Sigma spaced evenly in log Sigma from
+    ``start`` to ``stop`` (numpy.geomspace; the same start:stop:num form as ``--alphas``, which
+    is linear), each in [25, 1e6]; exit 2 naming --sigmas otherwise."""
+    import numpy as np
+
+    from .cli_common import fail, parse_grid
+    from .erm import SIGMA_ERM
+
+    lin = parse_grid(spec, "--sigmas")
+    a, b = float(lin[0]), float(lin[-1])
+    if not (SIGMA_ERM.contains(a) and SIGMA_ERM.contains(b)):
+        fail("--sigmas", "a grid start:stop:num (log-spaced) with start and stop in "
+             f"[{SIGMA_ERM.low:g}, {SIGMA_ERM.high:g}] (where the 16/12 bars of the fixed-Sigma "
+             "points were checked against outer order 20)", spec)
+    grid = [float(x) for x in np.geomspace(a, b, len(lin))]
+    grid[0], grid[-1] = a, b  # exact ends
+    return grid
+
+
+def check_sigma_curve_options(spec: str, *, alphas: str | None, direct: bool,
+                              cross_validate: bool, aim_only: dict, **opts: Any) -> None:
+    """The options ``curve --model erm --sigmas`` refuses (exit 2, naming --sigmas and what it
+    needs): --alphas (alpha is an output), --direct, --cross-validate, lam != 0 (the default
+    lam is 0.01, so --lam 0 must be given), tokens != 2, the options of ``aim_only``
+    ({option: value} of the ones given: --tol, --method, --points), and a model other than
+    kappa0 = Delta = 0.5, beta = beta0 = 1 (``opts``: the model options; where the fixed-Sigma
+    bars were checked against outer order 20)."""
+    from .cli_common import fail
+    from .numerics.erm_ridgeless import at_sigma_checked
+
+    lam, tokens = opts.get("lam"), opts.get("tokens")
+
+    for opt, bad in (("--alphas", alphas is not None), ("--direct", direct),
+                     ("--cross-validate", cross_validate)):
+        if bad:
+            fail("--sigmas", f"given with --lam 0 and without {opt} (alpha is an output at "
+                 "fixed Sigma; the factorised model)", spec)
+    if lam is None or lam != 0:
+        fail("--sigmas", f"used only with --lam 0 (the ridgeless SE; got --lam "
+             f"{0.01 if lam is None else lam:g})", spec)
+    if tokens is not None and tokens != 2:
+        fail("--sigmas", f"used only with --tokens 2 (the lambda = 0 SE is T = 2 only; got "
+             f"--tokens {tokens})", spec)
+    for opt, value in aim_only.items():
+        fail("--sigmas", f"given without {opt} (an option of --model aim)", value)
+    model = {k: (opts.get(k) if opts.get(k) is not None else ERM_OPTIONS[k])
+             for k in ("kappa0", "delta", "beta", "beta0")}
+    if model["kappa0"] is not None and not at_sigma_checked(
+            kappa0=model["kappa0"], Delta=model["delta"], beta=model["beta"],
+            beta0=model["beta0"]):
+        fail("--sigmas", "used only with --kappa0 0.5 --delta 0.5 and --beta, --beta0 at 1 "
+             "(where the fixed-Sigma 16/12 bars were checked against outer order 20; at kappa0 "
+             f"= 0.3 the test bar missed it: docs/erm.md; got --kappa0 {model['kappa0']:g} "
+             f"--delta {model['delta']:g} --beta {model['beta']:g} --beta0 "
+             f"{model['beta0']:g})", spec)
+
+
+def _sigma_curve_key(m: ERM) -> dict:
+    """The options a stored fixed-Sigma curve depends on (a resumed run must match them)."""
+    return {"command": "curve --model erm --sigmas", "kappa0": m.kappa0, "delta": m.delta,
+            "lam": m.lam, "tokens": m.tokens, "beta": m.beta, "beta0": m.beta0,
+            "orders": [16, 12]}
+
+
+@_relabelled
+def sigma_curve(*, spec: str, out_path: str | None, plot_path: str | None, resume: bool,
+                progress: Callable | None = None, **opts: Any) -> dict:
+    """``aim-sym curve --model erm --lam 0 --sigmas start:stop:num``: the fixed-Sigma SE
+    (:meth:`ERM.curve_at_sigma`) at each Sigma of the log-spaced grid, one row per Sigma (alpha,
+    q, m, the hats, train, test, mse, rank, fitted, each with ``*_error``).  With ``out_path``
+    each finished Sigma goes (atomically) to the CSV and to the state file ``out_path`` +
+    :data:`SIGMA_CURVE_STATE`; ``resume`` reuses the leading rows stored there (same model
+    options; a different grid reuses only the Sigma that match in order).  Returns the dict
+    ``emit`` prints (rows, out, plot); the figure is written by :func:`sigma_curve_plot`."""
+    from .cli_aim_channels import _deep_aim_stored, _write_json
+    from .cli_common import fail
+    from .tables import write_csv
+
+    grid = sigma_grid(spec)
+    m = erm_model(**opts)
+    m._check_at_sigma(grid[0])
+    if resume and not out_path:
+        fail("--resume", "used with --out FILE (the CSV of an earlier run)", True)
+    key = _sigma_curve_key(m)
+    state = out_path + SIGMA_CURVE_STATE if out_path else None
+    done: list[dict] = []
+    if resume:
+        stored = _deep_aim_stored(state, key, f"state file (--out + {SIGMA_CURVE_STATE})")
+        done = list((stored or {}).get("rows", []))
+
+    def store(rows: list[dict]) -> None:
+        _write_json(state, {"options": key, "rows": rows})
+        write_csv(out_path, rows)
+
+    table = m.curve_at_sigma(sigmas=grid, progress=progress, done=done,
+                             on_row=store if out_path else None)
+    rows = [dict(r) for r in table]
+    return {**m.parameters(), "sigmas": grid, "rows": rows, "out": out_path,
+            "plot": plot_path, "alpha_interp": rows[0]["alpha_interp"]}
+
+
+def sigma_curve_plot(o: dict, path: str) -> None:
+    """Test error against alpha along a fixed-Sigma curve, bars in both (alpha and test carry
+    their own), alpha_interp and the interpolator's test error at it marked (docs/erm.md)."""
+    import math
+
+    from .plots import _pyplot, save_figure
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    rows = o["rows"]
+    ax.errorbar([r["alpha"] for r in rows], [r["test"] for r in rows],
+                xerr=[r["alpha_error"] for r in rows], yerr=[r["test_error"] for r in rows],
+                fmt="o-", ms=3, capsize=2, label="test error (fixed Sigma)")
+    a_i = o["alpha_interp"]
+    ax.axvline(a_i, color="k", ls="--", lw=0.8, label=rf"$\alpha_{{interp}}$ = {a_i:.6g}")
+    for r in rows:
+        if math.isfinite(r["alpha"]):
+            ax.annotate(f"{r['sigma']:.3g}", (r["alpha"], r["test"]), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel(r"$\alpha$")
+    ax.set_ylabel("test error")
+    ax.set_title(f"ERM lambda=0, kappa0={o['kappa0']}, Delta={o['delta']}: points labelled "
+                 "by Sigma", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def sigma_curve_human(o: dict) -> str:
+    lines = [f"ERM T={o['tokens']} kappa0={o['kappa0']} Delta={o['delta']} lambda=0 along Sigma "
+             f"(alpha an output; alpha_interp = {o['alpha_interp']:.10g}):"]
+    lines += [f"  Sigma={r['sigma']:<10.6g} alpha = {r['alpha']:.8g} +- {r['alpha_error']:.1e}, "
+              f"test = {r['test']:.8g} +- {r['test_error']:.1e}, train = {r['train']:.6g} +- "
+              f"{r['train_error']:.1e}, q = {r['q']:.6g} +- {r['q_error']:.1e}" for r in o["rows"]]
+    return "\n".join(lines)

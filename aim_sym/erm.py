@@ -48,6 +48,10 @@ SIGMA_ERM = Domain(name="sigma", option="--sigma", low=25.0, high=1e6,
                    "output), in [25, 1e6]: where its 16/12 bars were checked against outer "
                    "order 20 (docs/erm.md)")
 THRESHOLD_KINDS = ("interpolation", "perfect")
+#: what the fixed-Sigma SE needs of the model (numerics.erm_ridgeless.AT_SIGMA_CHECKED)
+AT_SIGMA_ONLY = ("used only with kappa0 = 0.5, delta = 0.5, beta = beta0 = 1 (where its 16/12 bars "
+                 "were checked against outer order 20; at kappa0 = 0.3 the test bar missed it: "
+                 "docs/erm.md)")
 #: smallest lambda of the SE: at 1e-3 a higher quadrature order stays inside the bar, at 1e-4
 #: (Sigma ~ 960) it moves the test error by 2.3 bars (docs/erm_peak.md)
 LAM_SE_MIN = 1e-3
@@ -239,21 +243,13 @@ class ERM:
         piecewise output rule at outer orders 16 and 12, values at 16, bars 3 x the 16/12
         difference (alpha, train, test, mse, rank: their own; q, m and the hats: norm-wise over
         the logs; Sigma exact).  One Result per quantity: alpha first, then q, m, sigma, the
-        hats, train, test, mse, rank, fitted.  Needs lam = 0, T = 2, delta > 0; Sigma in
-        [25, 1e6] (where the bars were checked against order 20).  ``start``: (q, m, alpha);
+        hats, train, test, mse, rank, fitted.  Needs lam = 0, T = 2, kappa0 = delta = 0.5,
+        beta = beta0 = 1 and Sigma in [25, 1e6]: where the bars were checked against order 20
+        (at kappa0 = 0.3 the test bar missed it; docs/erm.md).  ``start``: (q, m, alpha);
         ``orders``: (order, order_lo), default (16, 12)."""
         from .numerics import erm_ridgeless
 
-        sigma = SIGMA_ERM.check(sigma)
-        if self.lam != 0:
-            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=f"used only with lam = 0 (the "
-                              f"ridgeless SE; got lam = {self.lam:g})")
-        if self.tokens != 2:
-            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed="used only with tokens = 2 "
-                              f"(the lambda = 0 SE is T = 2 only; got tokens = {self.tokens})")
-        if self.delta <= 0:
-            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed="used only with delta > 0 "
-                              "(alpha_interp is defined by the label noise)")
+        sigma = self._check_at_sigma(sigma)
         order, order_lo = _orders(orders, "orders") if orders is not None else (16, 12)
         pt = erm_ridgeless.ridgeless_at_sigma(sigma=sigma, kappa0=self.kappa0, Delta=self.delta,
                                               beta=self.beta, beta0=self.beta0, start=start,
@@ -274,6 +270,93 @@ class ERM:
         return ResultTable(tuple(
             Result(quantity=k, value=v, error=e, method=method, precision=16,
                    parameters=params, details=details) for k, (v, e) in values.items()), params)
+
+    def curve_at_sigma(self, *, sigmas, orders: tuple | None = None,
+                       progress: Callable[[int, int, str], None] | None = None,
+                       done: list | tuple = (),
+                       on_row: Callable[[list], None] | None = None) -> ResultTable:
+        """The lambda = 0 SE along a grid of Sigma, alpha an output at each (THEORY 3; docs/erm.md
+        "A curve in Sigma"): :meth:`state_evolution_at_sigma` at every Sigma of ``sigmas`` (each in
+        [25, 1e6]), each point started from the table of docs/erm.md "Points" corrected by the
+        previous point's ratio to it (:func:`~aim_sym.numerics.erm_ridgeless.at_sigma_start`).
+        One row per Sigma: sigma, alpha, q, m, the hats, train, test, mse, rank, fitted (each
+        with ``*_error``: 3 x the 16/12 difference, Sigma exact), alpha_interp, order, order_lo,
+        residual.
+        ``done``: rows of an earlier run of the same grid, reused while their Sigma matches the
+        grid in order; ``on_row(rows)`` after each new row (the rows so far); ``progress(k, n,
+        text)`` before and after each point.  Same requirements as :meth:`state_evolution_at_sigma`
+        (lam = 0, T = 2, kappa0 = delta = 0.5, beta = beta0 = 1); a point that does not converge raises
+        :class:`ConvergenceError` (the rows before it went to ``on_row``)."""
+        from .numerics import erm_ridgeless
+
+        grid = check_grid(sigmas, SIGMA_ERM, label="sigmas")
+        self._check_at_sigma(grid[0])
+        rows: list[dict] = []
+        for d, s in zip(done, grid):
+            if not isinstance(d, dict) or d.get("sigma") != s:
+                break
+            rows.append(dict(d))
+        n = len(grid)
+        if progress is not None and rows:
+            progress(len(rows), n, f"{len(rows)} Sigma reused from the earlier run")
+        prev = None
+        if rows:
+            r = rows[-1]
+            prev = (r["sigma"], (r["q"], r["m"], r["alpha"]))
+        for k in range(len(rows), n):
+            s = grid[k]
+            start = erm_ridgeless.at_sigma_start(s, kappa0=self.kappa0, Delta=self.delta,
+                                                 previous=prev)
+            if progress is not None:
+                progress(k, n, f"Sigma = {s:g}: solving (alpha an output; start alpha = "
+                               f"{start[2]:.6g})")
+            try:
+                table = self.state_evolution_at_sigma(sigma=s, start=start, orders=orders)
+            except ConvergenceError:
+                if prev is None:
+                    raise
+                if progress is not None:
+                    progress(k, n, f"Sigma = {s:g}: not converged from the previous point; "
+                                   "again from the table's start")
+                table = self.state_evolution_at_sigma(sigma=s, orders=orders)
+            details = table[0].details
+            row: dict = {"sigma": s, "sigma_error": 0.0}
+            for r in table:
+                row[r.quantity] = r.value
+                row[f"{r.quantity}_error"] = r.error
+            row.update(alpha_interp=details["alpha_interp"], order=details["orders"][0],
+                       order_lo=details["orders"][1], residual=details["residual"])
+            rows.append(row)
+            prev = (s, (row["q"], row["m"], row["alpha"]))
+            if on_row is not None:
+                on_row(list(rows))
+            if progress is not None:
+                progress(k + 1, n, f"Sigma = {s:g}: alpha = {row['alpha']:.6g} +- "
+                                   f"{row['alpha_error']:.1e}, test = {row['test']:.6g} +- "
+                                   f"{row['test_error']:.1e}")
+        return ResultTable(tuple(rows), self.parameters())
+
+    def _check_at_sigma(self, sigma: float) -> float:
+        """Sigma in [25, 1e6] and the model one the fixed-Sigma SE serves (lam = 0, T = 2,
+        delta > 0): :class:`DomainError` naming sigma otherwise."""
+        sigma = SIGMA_ERM.check(sigma)
+        if self.lam != 0:
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=f"used only with lam = 0 (the "
+                              f"ridgeless SE; got lam = {self.lam:g})")
+        if self.tokens != 2:
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed="used only with tokens = 2 "
+                              f"(the lambda = 0 SE is T = 2 only; got tokens = {self.tokens})")
+        if self.delta <= 0:
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed="used only with delta > 0 "
+                              "(alpha_interp is defined by the label noise)")
+        from .numerics.erm_ridgeless import at_sigma_checked
+
+        if not at_sigma_checked(kappa0=self.kappa0, Delta=self.delta, beta=self.beta,
+                                beta0=self.beta0):
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=AT_SIGMA_ONLY + f" (got "
+                              f"kappa0 = {self.kappa0:g}, delta = {self.delta:g}, beta = "
+                              f"{self.beta:g}, beta0 = {self.beta0:g})")
+        return sigma
 
     def curve(self, *, alphas, direct: bool = False) -> ResultTable:
         """The global-minimum branch over ``alphas``, each point started from the previous one

@@ -122,7 +122,8 @@ from .records import ConvergenceError, require
 
 __all__ = ["RidgelessPoint", "ridgeless_se", "alpha_interp", "lambda_extrapolation",
            "SIGMA_RELIABLE", "SIGMA_SPLIT", "RIDGELESS_INITS", "RULES", "solve_split",
-           "solve_at_sigma", "ridgeless_at_sigma", "SIGMA_AT_RANGE"]
+           "solve_at_sigma", "ridgeless_at_sigma", "SIGMA_AT_RANGE", "at_sigma_start",
+           "AT_SIGMA_CHECKED", "at_sigma_checked", "at_sigma_order_sequence"]
 
 SIGMA_RELIABLE = 5.0  # Gauss-Hermite 24/17: bars verified up to Sigma = 3.2, not at Sigma ~ 20-30
 SIGMA_SPLIT = 90.0  # the piecewise rule (outer orders 16/12): bars checked against order 20 at
@@ -133,6 +134,12 @@ RULES = ("auto", "gh", "split")
 #: the Sigma range of :func:`ridgeless_at_sigma`: from the alpha = 0.3 point (Sigma = 25.9) to
 #: Sigma = 1e6, where its 16/12 bars were checked against outer order 20 (docs/erm.md "Points")
 SIGMA_AT_RANGE = (25.0, 1e6)
+#: the (kappa0, Delta, beta, beta0) where :func:`ridgeless_at_sigma`'s 16/12 bars were checked
+#: against outer order 20 and covered it: kappa0 = Delta = 0.5 only.  At kappa0 = 0.3, Delta = 0.5,
+#: Sigma = 1e3 the test bar (1.5e-4) missed order 20 (3.6e-4 away; docs/erm.md "The fixed-Sigma
+#: bars away from kappa0 = Delta = 0.5"), so other models are refused, not served with a bar
+#: that does not cover
+AT_SIGMA_CHECKED = ((0.5, 0.5, 1.0, 1.0),)
 # starts of :func:`ridgeless_at_sigma`, interpolated in log Sigma: (Sigma, q/Q0, m/Q0,
 # alpha/alpha_interp) of the order-16 fixed points at kappa0 = Delta = 0.5 (docs/erm.md "Points";
 # Q0 = 1.5, alpha_interp = 0.1534821); elsewhere only a guess
@@ -377,6 +384,35 @@ def _at_sigma_start(sigma: float, p: erm_se.ERMParams, a_i: float) -> tuple[floa
     return q * p.Q0, m * p.Q0, a * a_i
 
 
+def at_sigma_checked(*, kappa0: float, Delta: float, beta: float = 1.0,
+                     beta0: float = 1.0) -> bool:
+    """Whether (kappa0, Delta, beta, beta0) is one of :data:`AT_SIGMA_CHECKED` (to 1e-12)."""
+    return any(all(abs(a - b) <= 1e-12 for a, b in zip((kappa0, Delta, beta, beta0), c,
+                                                        strict=True))
+               for c in AT_SIGMA_CHECKED)
+
+
+def at_sigma_start(sigma: float, *, kappa0: float, Delta: float,
+                   previous: tuple | None = None) -> tuple[float, float, float]:
+    """(q, m, alpha) to start :func:`ridgeless_at_sigma` from at ``sigma``: the table
+    (:data:`_AT_SIGMA_STARTS`, kappa0 = Delta = 0.5) interpolated in log Sigma and scaled by Q0 and
+    alpha_interp; with ``previous`` = (Sigma', (q', m', alpha')), a solved point of the same
+    (kappa0, Delta), corrected by that point's ratio to the table at Sigma' (q and m
+    multiplicatively, alpha - alpha_interp multiplicatively), so that a curve in Sigma carries
+    what it learned at other (kappa0, Delta) from point to point."""
+    a_i = alpha_interp(kappa0=kappa0, Delta=Delta)
+    p = erm_se.ERMParams(alpha=a_i, kappa0=kappa0, Delta=Delta, lam=0.0)
+    q, m, a = _at_sigma_start(float(sigma), p, a_i)
+    if previous is None:
+        return q, m, a
+    s1, (q1, m1, a1) = previous
+    qt, mt, at = _at_sigma_start(float(s1), p, a_i)
+    ok = q1 > 0 and m1 > 0 and mt > 0 and a1 > a_i and at > a_i
+    if not ok:
+        return q, m, a
+    return q * q1 / qt, m * m1 / mt, a_i + (a - a_i) * (a1 - a_i) / (at - a_i)
+
+
 def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float = 1.0,
                        beta0: float = 1.0, tokens: int = 2, start: tuple | None = None,
                        order: int = SPLIT_ORDER, order_lo: int = SPLIT_ORDER_LO,
@@ -391,7 +427,8 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
     rank their own difference, the other parameters norm-wise over the logs; Sigma exact), as
     the table of docs/erm.md ("Points", benchmarks/erm_ridgeless_near.py).  ``start``: (q, m,
     alpha), default interpolated from that table in log Sigma.  ``validated_only``: Sigma
-    outside :data:`SIGMA_AT_RANGE` (where the bars were checked against order 20) is refused.
+    outside :data:`SIGMA_AT_RANGE`, or a model other than :data:`AT_SIGMA_CHECKED` (where the
+    bars were checked against order 20), is refused.
     Returns a :class:`RidgelessPoint` with ``given="sigma"``, ``alpha_error``, the orders and the
     residual (max|F| at ``order``); :class:`ConvergenceError` with the last (q, m, alpha)."""
     lo_s, hi_s = SIGMA_AT_RANGE if validated_only else (0.0, math.inf)
@@ -401,6 +438,11 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
             "points were checked against outer order 20)" if validated_only
             else "a finite real > 0", sigma)
     require(tokens == 2, "tokens", "2 for the lambda = 0 SE at fixed Sigma", tokens)
+    if validated_only:
+        require(at_sigma_checked(kappa0=kappa0, Delta=Delta, beta=beta, beta0=beta0), "kappa0",
+                "0.5 with Delta = 0.5, beta = beta0 = 1 (the only model where the fixed-Sigma "
+                "16/12 bars were checked against outer order 20 and covered it; "
+                "validated_only=False for others, bars unchecked)", (kappa0, Delta, beta, beta0))
     require(isinstance(order, int) and isinstance(order_lo, int) and 2 <= order_lo < order,
             "order", "an integer > order_lo >= 2", (order, order_lo))
     a_i = alpha_interp(kappa0=kappa0, Delta=Delta)
@@ -431,6 +473,39 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
                           delta=math.sqrt(fp.q_hat) / fp.m_hat, fitted=fitted, reliable=True,
                           all_fixed_points=(fp,), rule="split", given="sigma",
                           alpha_error=alpha_error, orders=(order, order_lo))
+
+
+def at_sigma_order_sequence(*, sigma: float, kappa0: float, Delta: float,
+                            orders: tuple = (12, 16, 20), beta: float = 1.0,
+                            beta0: float = 1.0, start: tuple | None = None,
+                            tol: float = 1e-8,
+                            jacobian_order: int = _JACOBIAN_ORDER) -> list[dict]:
+    """The fixed-Sigma lambda = 0 fixed point at each outer order of ``orders`` (increasing),
+    each solved by :func:`solve_at_sigma` from the previous one with its Broyden Jacobian, the
+    first from ``start`` (default :func:`at_sigma_start`) with the Gauss-Hermite Jacobian of
+    ``jacobian_order`` (17):
+    for orders (12, 16, ...) the first two are exactly :func:`ridgeless_at_sigma`'s pair, the
+    later ones the check of its bars (docs/erm.md "The fixed-Sigma bars away from kappa0 =
+    Delta = 0.5").  Any (kappa0, Delta): this is the check, not the served value.  One dict per
+    order: order, q, m, alpha, the hats, train, test, iterations, residual."""
+    require(len(orders) >= 1 and all(isinstance(o, int) and o >= 2 for o in orders)
+            and list(orders) == sorted(set(orders)), "orders",
+            "increasing integers >= 2", orders)
+    a_i = alpha_interp(kappa0=kappa0, Delta=Delta)
+    p = erm_se.ERMParams(alpha=a_i, kappa0=kappa0, Delta=Delta, lam=0.0, beta=beta,
+                         beta0=beta0)
+    x = at_sigma_start(sigma, kappa0=kappa0, Delta=Delta) if start is None else start
+    B, out = None, []
+    for o in orders:
+        r, its, res, B = solve_at_sigma(p, sigma=float(sigma), q=x[0], m=x[1], alpha=x[2],
+                                        order=o, tol=tol, jacobian=B,
+                                        jacobian_order=jacobian_order)
+        d = _split_point(replace(p, alpha=r[2]), (r[0], r[1], float(sigma), *r[3:]), o)
+        out.append({"order": o, "q": r[0], "m": r[1], "alpha": r[2], "q_hat": r[3],
+                    "m_hat": r[4], "sigma_hat": r[5], "train": d["train"], "test": d["test"],
+                    "iterations": its, "residual": res})
+        x = r
+    return out
 
 
 def _close(a: tuple, b: tuple, rel: float = 1e-4) -> bool:

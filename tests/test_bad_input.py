@@ -28,6 +28,7 @@ SMI_SE = ["se", "--model", "smi"]
 AIM_A = ["--alpha", "0.1"]
 ERM_SE = ["se", "--model", "erm"]
 ERM_K = ["--kappa0", "0.5"]
+ERM_CURVE = ["curve", "--model", "erm", "--kappa0", "0.5", "--delta", "0.5", "--lam", "0"]
 
 # (case id, arguments, option the message must name)
 CASES = [
@@ -142,6 +143,32 @@ CASES = [
      "--starts"),
     ("erm-sigma-small-width", ERM_SE + ERM_K + ["--lam", "0", "--sigma", "1e4", "--small-width"],
      "--small-width"),
+    # curve --model erm --lam 0 --sigmas (the fixed-Sigma SE along a log-spaced grid)
+    ("erm-sigmas-with-alphas", ERM_CURVE + ["--sigmas", "1e3:1e4:3", "--alphas", "0.2:0.3:3"],
+     "--sigmas"),
+    ("erm-sigmas-lam-default", ["curve", "--model", "erm", *ERM_K, "--sigmas", "1e3:1e4:3"],
+     "--sigmas"),
+    ("erm-sigmas-lam-nonzero", ["curve", "--model", "erm", *ERM_K, "--lam", "0.01", "--sigmas",
+                                "1e3:1e4:3"], "--sigmas"),
+    ("erm-sigmas-tokens-3", ERM_CURVE + ["--sigmas", "1e3:1e4:3", "--tokens", "3"], "--sigmas"),
+    ("erm-sigmas-direct", ERM_CURVE + ["--sigmas", "1e3:1e4:3", "--direct"], "--sigmas"),
+    ("erm-sigmas-cross-validate", ERM_CURVE + ["--sigmas", "1e3:1e4:3", "--cross-validate"],
+     "--sigmas"),
+    ("erm-sigmas-tol", ERM_CURVE + ["--sigmas", "1e3:1e4:3", "--tol", "1e-8"], "--sigmas"),
+    ("erm-sigmas-below-checked", ERM_CURVE + ["--sigmas", "10:1e4:3"], "--sigmas"),
+    ("erm-sigmas-above-checked", ERM_CURVE + ["--sigmas", "1e3:1e7:3"], "--sigmas"),
+    ("erm-sigmas-negative", ERM_CURVE + ["--sigmas", "-5:1e4:3"], "--sigmas"),
+    ("erm-sigmas-inf", ERM_CURVE + ["--sigmas", "1e3:inf:3"], "--sigmas"),
+    ("erm-sigmas-two-parts", ERM_CURVE + ["--sigmas", "1e3:1e4"], "--sigmas"),
+    ("erm-sigmas-zero-points", ERM_CURVE + ["--sigmas", "1e3:1e4:0"], "--sigmas"),
+    ("erm-sigmas-with-aim", ["curve", "--model", "aim", "--sigmas", "1e3:1e4:3"], "--sigmas"),
+    ("erm-sigmas-resume-without-out", ERM_CURVE + ["--sigmas", "1e3:1e4:3", "--resume"],
+     "--resume"),
+    ("curve-no-grid", ERM_CURVE, "--alphas"),
+    ("erm-sigmas-kappa0-unchecked", ["curve", "--model", "erm", "--kappa0", "0.3", "--delta",
+                                     "0.5", "--lam", "0", "--sigmas", "1e3:1e4:3"], "--sigmas"),
+    ("erm-sigma-kappa0-unchecked", ERM_SE + ["--kappa0", "0.3", "--delta", "0.5", "--lam", "0",
+                                             "--sigma", "1e3"], "--sigma"),
     ("erm-tokens-7", ERM_SE + ERM_K + ["--alpha", "0.5", "--tokens", "7"], "--tokens"),
     ("erm-rho", ERM_SE + ERM_K + ["--alpha", "0.5", "--rho", "0.5"], "--rho"),
     ("erm-skip", ERM_SE + ERM_K + ["--alpha", "0.5", "--skip", "1"], "--skip"),

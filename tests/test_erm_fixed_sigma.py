@@ -151,7 +151,55 @@ def test_bad_sigma_is_refused(sigma):
 
 
 @pytest.mark.parametrize("kw", [{"lam": 0.01}, {"lam": 0.0, "tokens": 3},
-                                {"lam": 0.0, "delta": 0.0}])
+                                {"lam": 0.0, "delta": 0.0}, {"lam": 0.0, "kappa0": 0.3},
+                                {"lam": 0.0, "delta": 0.1}, {"lam": 0.0, "beta": 2.0},
+                                {"lam": 0.0, "beta0": 2.0}])
 def test_fixed_sigma_needs_lambda_zero_t2_and_noise(kw):
     with pytest.raises(InputError, match="sigma"):
         ERM(**{"kappa0": KAPPA0, "delta": DELTA, **kw}).state_evolution_at_sigma(sigma=1e4)
+
+
+@pytest.mark.parametrize("model", [(0.3, 0.5, 1.0, 1.0), (0.5, 0.1, 1.0, 1.0),
+                                   (0.5, 0.5, 2.0, 1.0), (0.5, 0.5, 1.0, 0.5)])
+def test_models_where_the_bars_were_not_checked_are_refused(model):
+    """docs/erm.md "The fixed-Sigma bars away from kappa0 = Delta = 0.5": at kappa0 = 0.3,
+    Delta = 0.5, Sigma = 1e3 the test bar (3 x the 16/12 difference, 1.5e-4) missed outer order
+    20 by 3.6e-4, so only kappa0 = Delta = 0.5, beta = beta0 = 1 is served (before any solve)."""
+    kappa0, Delta, beta, beta0 = model
+    assert not R.at_sigma_checked(kappa0=kappa0, Delta=Delta, beta=beta, beta0=beta0)
+    with pytest.raises(InputError, match="kappa0"):
+        R.ridgeless_at_sigma(sigma=1e3, kappa0=kappa0, Delta=Delta, beta=beta, beta0=beta0)
+    assert R.at_sigma_checked(kappa0=0.5, Delta=0.5)
+
+
+def test_cli_refuses_unchecked_models_naming_the_option():
+    """``se --sigma`` and ``curve --sigmas`` at kappa0 = 0.3: exit 2 before any solve, naming
+    the option (the entry point prints one line)."""
+    for args, opt in ((["se", "--sigma", "1e3"], "--sigma"),
+                      (["curve", "--sigmas", "1e3:1e4:3"], "--sigmas")):
+        res = CliRunner().invoke(cli.cli, [args[0], "--model", "erm", "--kappa0", "0.3",
+                                           "--delta", "0.5", "--lam", "0", *args[1:]])
+        assert res.exit_code != 0 and opt in str(res.exception), res.exception
+        assert "kappa0" in str(res.exception)
+
+
+@pytest.mark.slow
+def test_order_sequence_starts_with_the_served_pair():
+    """:func:`at_sigma_order_sequence` (the check of the bars at higher orders) at orders 3, 4
+    reproduces :func:`ridgeless_at_sigma`'s pair at orders 4/3: the same fixed points (to the
+    solver's tolerance) and the same train and test (~30 s)."""
+    seq = R.at_sigma_order_sequence(sigma=1e4, kappa0=KAPPA0, Delta=DELTA, orders=(3, 4),
+                                    jacobian_order=6)
+    pt = _low(1e4)
+    hi = seq[-1]
+    assert [s["order"] for s in seq] == [3, 4] and hi["residual"] < 1e-8
+    assert hi["alpha"] == pytest.approx(pt.alpha, rel=1e-7)
+    for k in ("q", "m", "train", "test"):
+        assert hi[k] == pytest.approx(getattr(pt.fixed_point, k), rel=1e-6), k
+    assert pt.alpha_error == pytest.approx(3 * abs(seq[1]["alpha"] - seq[0]["alpha"]), rel=1e-4)
+
+
+def test_order_sequence_refuses_bad_orders():
+    for orders in ((), (16, 12), (12, 12), (1, 4)):
+        with pytest.raises(InputError, match="orders"):
+            R.at_sigma_order_sequence(sigma=1e3, kappa0=0.3, Delta=0.5, orders=orders)
