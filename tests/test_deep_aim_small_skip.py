@@ -154,3 +154,64 @@ def test_line_rule_map_at_small_v_against_extrapolated_monte_carlo():
     finally:
         ds.GRADED_V_MIN = saved
     assert og["E2"].error > 4 * o["E2"].error
+
+
+def _near_curve(model: ds.DeepAimSE, a: np.ndarray, v: tuple[float, float],
+                h_in: float) -> list[int]:
+    """Indices of the outer points that the line rule serves with the lines graded towards
+    det A = 0 (the rest get the trapezoid in t)."""
+    rows = []
+    for group in ds._nodes(model, a[:, 0], a[:, 1], v[0], v[1], h_in):
+        if group[1].shape[1] != ds._trapezoid_t(ds._inner_step(h_in, *v))[0].size:
+            rows.extend(int(k) for k in group[0])
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("skip", [0.1, 0.375])
+def test_line_rule_posterior_near_det_a_zero_against_monte_carlo(skip):
+    """c = 0.1 and 0.375 (between the skips of the published table), V = (0.05, 0.015): at outer
+    points drawn from the SE's law whose disc meets det A = 0 (served by the graded lines), Z_out
+    and the posterior mean of xi (g_1 V1 + a) by the line rule against seeded plain Monte Carlo
+    over xi ~ N(a, V1 I) (Z_out: mean of the fibre density; the mean: its self-normalised
+    average, standard error by the delta method), within 4 standard errors."""
+    m, v, n_mc = _line(skip), (0.05, 0.015), 200_000
+    a, b, z1, z2 = _draws(m, v, 12, seed=7)
+    near = _near_curve(m, a, v, 0.25)[:4]
+    assert len(near) >= 2, near
+    r = ds.z_out(z1[near], z2[near], model=m, a=a[near], b=b[near], v1=v[0], v2=v[1], h_in=0.25)
+    for j, k in enumerate(near):
+        e = ds.z_out_mc(z1[k], z2[k], model=m, a=a[k], b=b[k], v1=v[0], v2=v[1], samples=n_mc,
+                        seed=k)
+        assert abs(r["z_out"][j] - e.value) < 4 * e.error, (k, r["z_out"][j], e)
+        # the same draws as z_out_mc (seed k): xi ~ N(a, V1 I), weights = the fibre density
+        s = np.random.default_rng(k).standard_normal((2, n_mc))
+        xi = a[k][:, None] + math.sqrt(v[0]) * s
+        mu, kappa = ds.layer1_weights(xi[0], xi[1], skip=skip, beta=1.0)
+        x1, x2 = ds.fibre_point(mu, kappa, z1[k], z2[k], skip=skip)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            f = np.exp(-((x1 - b[k, 0]) ** 2 + (x2 - b[k, 1]) ** 2) / (2.0 * v[1])) \
+                / np.abs(mu) ** 3
+        f = np.nan_to_num(f, nan=0.0, posinf=0.0)
+        for i in range(2):
+            mean = np.sum(f * xi[i]) / np.sum(f)
+            se = math.sqrt(np.sum((f * (xi[i] - mean)) ** 2)) / np.sum(f)
+            got = a[k, i] + v[0] * r["g1"][j, i]
+            assert abs(got - mean) < 4 * se, (k, i, got, mean, se)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("skip", [0.1, 0.375])
+def test_line_rule_map_between_the_table_skips_against_extrapolated_monte_carlo(skip):
+    """c = 0.1 and 0.375, V = (0.05, 0.015) (docs/deep_aim.md section 4, "The command line at
+    c < 1", the table of the line rule against plain Monte Carlo): E_1, E_2 by the line rule (RQMC
+    2^6 x 8, bars 2.5 SE + rule difference) against plain Monte Carlo at 2000 and 8000 inner
+    samples (1e4 truths) extrapolated in 1/n, within the bar plus 2.5 MC standard errors."""
+    m, v = _line(skip), (0.05, 0.015)
+    q1, q2 = 1.5 - v[0], 1.5 - v[1]
+    o = ds.output_overlaps(m, q1=q1, q2=q2, m=6)
+    lo = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=10000, inner=2000, seed=11)
+    hi = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=10000, inner=8000, seed=12)
+    for key in ("E1", "E2"):
+        ref = (4 * hi[key].value - lo[key].value) / 3
+        se = math.hypot(4 * hi[key].error, lo[key].error) / 3
+        assert abs(o[key].value - ref) < o[key].error + ds.COVERAGE * se, (key, o[key], ref, se)
