@@ -20,12 +20,14 @@ Coordinates (all integrals are Gaussian-weighted and smooth in them):
 The sign symmetries ``z_l -> -z_l``, ``h -> -h`` and the token swap are used to halve each outer
 grid, and make ``E[z | y] = 0`` exactly in the rule (so ``Q = 0`` is a fixed point, THEORY 2.2).
 
-The sequential threshold and the layer-2 branch (q2 >= 0.1) are computed by
+The sequential threshold and the layer-2 branch are computed by
 :mod:`aim_sym.numerics.smi_sequential` (trapezoid lattices for the fibre and for h, geometric
 convergence), for skip >= 0.5 (the validated floor,
-:data:`aim_sym.numerics.smi_fibre.SKIP_FLOORS`); below q2 = 0.1 the posterior is broad and route
-A (:mod:`aim_sym.numerics.smi_route_a`) serves.  Independent routes: the seeded Monte Carlo
-oracles of tests/smi_mc_oracles.py (``montecarlo_stability``, ``montecarlo_branch``).
+:data:`aim_sym.numerics.smi_fibre.SKIP_FLOORS`); below q2 = 0.1 the posterior is broad, the
+omega_2 rule's scale follows the prior and the finer rungs :data:`LAYER2_SMALL_ORDERS` serve.
+Independent routes: route A (:mod:`aim_sym.numerics.smi_route_a`, Gauss-Hermite, the oracle
+below q2 = 0.1) and the seeded Monte Carlo oracles of tests/smi_mc_oracles.py
+(``montecarlo_stability``, ``montecarlo_branch``).
 
 Overlaps are diagonal, ``Q = diag(q_1, q_2)`` (layer 1 = first attention layer, layer 2 = last):
 the off-diagonal ``Q_hat_12`` vanishes by the sign symmetry ``z_2 -> -z_2``.
@@ -139,27 +141,6 @@ def weak_thresholds(*, layers: int = 2, tokens: int = 2, skip: float = 1.0, beta
 
 
 # ----------------------------------------------------------------------------- SE
-# (n_omega2, n_h, n_z1) of route A for q2 < 0.1: root order, then two refinements (at alpha =
-# 0.19, c = 1 the Newton corrections to the root are -6.75e-6, -7.50e-6, and -7.54e-6 at
-# (14, 48, 64): the last step bounds the error of the refined one)
-ROUTE_A_ORDERS = ((8, 24, 32), (10, 32, 40), (12, 40, 48))
-# ... for skip < 1 the h rule needs twice the nodes (its Gauss-Hermite ratio rule of fixed scale
-# meets h features of width c): at c = 0.5, q2 = 0.02 the orders above give K2 = 0.09576,
-# 0.09633, 0.09512 (mass off by 1.6e-3 at the last), 2.4 % from the converged 0.0928523 (h
-# orders 128 and 160 agree to 1e-7), beyond their bar; these give 0.09410, 0.09315, 0.09290
-# (5.6e-4 relative off, the last change 2.6e-3)
-ROUTE_A_ORDERS_SMALL_SKIP = ((8, 48, 32), (10, 64, 40), (12, 80, 48))
-
-
-def _psi_rel(q2, c, beta, order=ROUTE_A_ORDERS[1]):
-    """E log Z_out(Q = diag(0, q2)) - E log Z_out(Q = 0) (convention-free) and the route-A
-    statistics (K2, mu1, ...).  Accurate while the posterior is broad, biased at large q2 like
-    the K2 of the same rules: used below q2 = 0.1 only (:func:`_layer2_point_small`)."""
-    s = layer2_stats(q2, order, c=c, beta=beta, want_psi=True)
-    s0 = layer2_stats(0.0, (2, *order[1:]), c=c, beta=beta, want_psi=True)
-    return s["psi"] - s0["psi"], s
-
-
 def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
                 layer2=True, progress=None) -> dict:
     """Bayes-optimal SE fixed point (THEORY 2.1) over the whole alpha range.
@@ -205,37 +186,6 @@ def fixed_point(*, alpha, layers=2, tokens=2, skip=1.0, beta=1.0, init=None,
     return bayes_optimal(cand) or cand[0]
 
 
-def _layer2_point_small(*, alpha, skip, beta) -> dict:
-    """Layer-2 point with q2 < 0.1 (posterior broad), by route A: Brent at the root order of
-    :data:`ROUTE_A_ORDERS` (:data:`ROUTE_A_ORDERS_SMALL_SKIP` at skip < 1), then a Newton
-    correction ``(T(q2) - q2) / (1 - T'(q2))`` of the root at each refined order (``T(q) =
-    (1 - q) alpha K2(q)``, slope from the root order); value: the last one; error: the change
-    between the two corrections."""
-    orders = ROUTE_A_ORDERS if skip >= 1.0 else ROUTE_A_ORDERS_SMALL_SKIP
-
-    def T(q, o):
-        return (1 - q) * alpha * layer2_stats(q, o, c=skip, beta=beta)["K2"]
-
-    a, b = 1e-6, 0.15
-    fa, fb = a - T(a, orders[0]), b - T(b, orders[0])
-    if fa * fb > 0:
-        raise ConvergenceError("layer-2 point (q2 < 0.1) not bracketed", last_iterate=(a, b),
-                               residual=(fa, fb))
-    from scipy import optimize
-
-    q0 = optimize.brentq(lambda q: q - T(q, orders[0]), a, b, xtol=1e-10, maxiter=60)
-    d = 1e-3 * q0
-    slope = (T(q0 + d, orders[0]) - T(q0 - d, orders[0])) / (2 * d)
-    shifts = [(T(q0, o) - q0) / (1 - slope) for o in orders[1:]]
-    q2, err = q0 + shifts[1], abs(shifts[1] - shifts[0])
-    psi, s_hi = _psi_rel(q2, skip, beta, order=orders[2])
-    psi_lo, _ = _psi_rel(q2, skip, beta, order=orders[1])
-    return _layer2_record(alpha=alpha, q2=q2, err=err, K2=s_hi["K2"], psi=psi,
-                          phi_error=alpha * abs(psi - psi_lo), mu1=s_hi["mu1"],
-                          eigenvalue=alpha * s_hi["mu1"], skip=skip, beta=beta,
-                          note="q2 < 0.1: route A (Gauss-Hermite) branch rule")
-
-
 def _layer2_record(*, alpha, q2, err, K2, psi, phi_error, mu1, eigenvalue, skip, beta, note):
     """The record of :func:`fixed_point` on the branch ``Q = diag(0, q2)``: ``phi`` relative to
     ``Q = 0`` from ``psi = Psi_out(Q) - Psi_out(0)`` (THEORY 2.1), plug-in e_gen (THEORY 2.4)."""
@@ -253,6 +203,11 @@ def _layer2_record(*, alpha, q2, err, K2, psi, phi_error, mu1, eigenvalue, skip,
 # ((0.3, 1.9, 0.2), (0.2, 1.5, 0.15)) gave 0.923712 +- 0.00017 in 62 s)
 LAYER2_ORDERS = ((0.4, 1.9, 0.22), (0.3, 1.5, 0.2))
 LAYER2_SCAN = (0.1, 0.5, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
+#: below q2 = LAYER2_SCAN[0] (posterior broad; the omega_2 rule's scale follows the prior there,
+#: smi_sequential.OMEGA_Q2_SCALED): rungs 6 and 7 of SEQ_LADDER, then the ladder to rung 8 at
+#: every skip, on this scan (docs/smi_small_skip.md, last section: bars 4e-9 .. 4e-8 in q2)
+LAYER2_SMALL_ORDERS = (smi_sequential.SEQ_LADDER[6], smi_sequential.SEQ_LADDER[7])
+LAYER2_SMALL_SCAN = (1e-6, 1e-4, 1e-3, 0.01, 0.03, 0.06, 0.1, 0.15)
 
 
 #: below this skip the two fixed orders are not trusted (docs/smi_branch_skip.md: at c = 0.5,
@@ -261,13 +216,13 @@ LAYER2_SCAN = (0.1, 0.5, 0.8, 0.9, 0.95, 0.975, 0.99, 0.997)
 LAYER2_LADDER_BELOW = 1.0
 
 
-def _layer2_ladder(q2, la_coarse, la_ref, slope, alpha, order, stats):
+def _layer2_ladder(q2, la_coarse, la_ref, slope, alpha, order, stats, scan=LAYER2_SCAN):
     """Climb smi_sequential.SEQ_LADDER from ``order`` at the root q2 (log alpha(q2) = la_coarse
     there at the coarse order, la_ref at ``order``) until a shift of log alpha(q2) is at most
     half the one before (geometric convergence: the remaining shifts sum to at most the last),
     then move the root by a Newton step on the finest rung and evaluate it there again. Error on
     q2: (last shift + relative Nishimori residual + |second Newton step| in log alpha) / |slope|.
-    Returns (q2, error, stats at the finest rung, note)."""
+    The step stays inside ``scan``'s range. Returns (q2, error, stats at the finest rung, note)."""
     ladder = smi_sequential.SEQ_LADDER
     k = ladder.index(tuple(order))
     prev, la, d_prev = la_ref, la_ref, abs(la_ref - la_coarse)
@@ -286,7 +241,7 @@ def _layer2_ladder(q2, la_coarse, la_ref, slope, alpha, order, stats):
     if st is None:
         raise ConvergenceError("layer-2 point: no finer lattice order on the ladder",
                                last_iterate=q2, residual=d_prev)
-    q_new = min(max(q2 - (la - math.log(alpha)) / slope, LAYER2_SCAN[0]), LAYER2_SCAN[-1])
+    q_new = min(max(q2 - (la - math.log(alpha)) / slope, scan[0]), scan[-1])
     st2 = stats(q_new, ladder[k])
     la_new = math.log(q_new / ((1 - q_new) * st2["K2"]))
     step2 = abs(la_new - math.log(alpha))
@@ -300,6 +255,30 @@ def _layer2_ladder(q2, la_coarse, la_ref, slope, alpha, order, stats):
     return q_new, err, st2, note
 
 
+def _layer2_solve(f, scan, seen, alpha, xtol):
+    """Root of ``f(q) = log alpha(q) - log alpha`` (one lattice order; ``f(scan[0]) <= 0``
+    already evaluated, every value kept in ``seen``): the first sign change on ``scan``, then
+    Brent's method. Returns (q2, log alpha(q2), secant slope d log alpha / d q2 to the nearest
+    evaluated point)."""
+    lo, hi = scan[0], None
+    for q in scan[1:]:
+        if f(q) > 0:
+            hi = q
+            break
+        lo = q
+    if hi is None:
+        raise ConvergenceError(f"layer-2 point above q2 = {scan[-1]:g} (beyond the lattice rule)",
+                               last_iterate=lo, residual=seen[lo][0] - math.log(alpha))
+    from scipy import optimize
+
+    q2 = optimize.brentq(f, lo, hi, xtol=xtol, rtol=1e-10, maxiter=60)
+    if q2 not in seen:
+        f(q2)
+    la2 = seen[q2][0]
+    near = sorted((abs(q - q2), q) for q in seen if q != q2)[0][1]
+    return q2, la2, (seen[near][0] - la2) / (near - q2)
+
+
 def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=None) -> dict:
     """SE fixed point on the branch Q = diag(0, q2) (layer 1 unlearned).
 
@@ -307,10 +286,13 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
     ``q2`` solves ``alpha(q2) = alpha`` (scan, then Brent's method) with the lattice quadrature of
     :mod:`aim_sym.numerics.smi_sequential` (trapezoid lattices in the fibre and in h, sinh rule in
     omega_2; every rule refined between the two orders). ``q2 = 0`` below the layer-2 weak
-    threshold; roots below q2 = 0.1 use :func:`_layer2_point_small`. Error on q2: the shift of
+    threshold. Roots below q2 = 0.1 (at ``orders[0]``, or moved there by the ladder) are solved
+    again on :data:`LAYER2_SMALL_SCAN` at :data:`LAYER2_SMALL_ORDERS` and climb the ladder to its
+    top rung at every skip (docs/smi_small_skip.md, last section). Error on q2: the shift of
     the root to the refined order (one evaluation, linearised with the secant slope of
-    alpha(q2)) plus the Nishimori residual propagated the same way. The layer-1 direction is
-    stable iff ``alpha mu1(q2) < 1`` (``eigenvalue``).
+    alpha(q2)) plus the Nishimori residual propagated the same way (with the ladder: see
+    :func:`_layer2_ladder`). The layer-1 direction is stable iff ``alpha mu1(q2) < 1``
+    (``eigenvalue``).
     Same record as :func:`fixed_point`."""
     check(2, 2, skip, beta, alpha)
     check_skip_floor(skip, "sequential")
@@ -329,42 +311,44 @@ def layer2_point(*, alpha, skip=1.0, beta=1.0, orders=LAYER2_ORDERS, workers=Non
     else:
         seen: dict[float, tuple[float, dict]] = {}
 
-        def f(q):
-            st = stats(q, orders[0])
+        def f(q, o=orders[0]):
+            st = stats(q, o)
             la = math.log(q / ((1 - q) * st["K2"]))
             seen[q] = (la, st)
             return la - math.log(alpha)
 
-        # the lattice rule needs q2 >= 0.1 (its outer mass drifts below); there the posterior is
-        # broad and route A is accurate
-        if f(LAYER2_SCAN[0]) > 0:
-            return _layer2_point_small(alpha=alpha, skip=skip, beta=beta)
-        lo, hi = LAYER2_SCAN[0], None
-        for q in LAYER2_SCAN[1:]:
-            if f(q) > 0:
-                hi = q
-                break
-            lo = q
-        if hi is None:
-            raise ConvergenceError("layer-2 point above q2 = 0.997 (beyond the lattice rule)",
-                                   last_iterate=lo, residual=seen[lo][0] - math.log(alpha))
-        from scipy import optimize
-
-        q2 = optimize.brentq(f, lo, hi, xtol=1e-7, rtol=1e-10, maxiter=60)
-        if q2 not in seen:
-            f(q2)
-        la2 = seen[q2][0]
-        near = sorted((abs(q - q2), q) for q in seen if q != q2)[0][1]
-        slope = (seen[near][0] - la2) / (near - q2)               # d log alpha / d q2
-        ref = stats(q2, orders[1])
-        la_ref = math.log(q2 / ((1 - q2) * ref["K2"]))
-        nish = abs(ref["nishimori"]) / ref["K2"]
-        err = (abs(la_ref - la2) + nish) / abs(slope)
-        q_root = q2
-        if skip < LAYER2_LADDER_BELOW and tuple(orders[1]) in smi_sequential.SEQ_LADDER:
-            q2, err, ref, note = _layer2_ladder(q2, la2, la_ref, slope, alpha, orders[1], stats)
-            if q2 <= LAYER2_SCAN[0]:   # the refined rungs moved the root below the lattice's
-                return _layer2_point_small(alpha=alpha, skip=skip, beta=beta)  # range
+        small = f(LAYER2_SCAN[0]) > 0
+        if not small:
+            q2, la2, slope = _layer2_solve(f, LAYER2_SCAN, seen, alpha, 1e-7)
+            ref = stats(q2, orders[1])
+            la_ref = math.log(q2 / ((1 - q2) * ref["K2"]))
+            nish = abs(ref["nishimori"]) / ref["K2"]
+            err = (abs(la_ref - la2) + nish) / abs(slope)
+            q_root = q2
+            if skip < LAYER2_LADDER_BELOW and tuple(orders[1]) in smi_sequential.SEQ_LADDER:
+                q2, err, ref, note = _layer2_ladder(q2, la2, la_ref, slope, alpha, orders[1],
+                                                    stats)
+                small = q2 <= LAYER2_SCAN[0]   # the refined rungs moved the root below 0.1
+        if small:
+            o_lo, o_hi = LAYER2_SMALL_ORDERS
+            seen.clear()
+            scan = LAYER2_SMALL_SCAN
+            if f(scan[0], o_lo) > 0:
+                raise ConvergenceError(f"layer-2 point below q2 = {scan[0]:g} (alpha just "
+                                       "above the layer-2 weak threshold)",
+                                       last_iterate=scan[0], residual=seen[scan[0]][0]
+                                       - math.log(alpha))
+            q2, la2, _ = _layer2_solve(lambda q: f(q, o_lo), scan, seen, alpha, 1e-10)
+            # slope: central difference at 1e-3 q2 (the secant to Brent's last iterate, ~1e-10
+            # away, is noise; the one-sided secant's curvature error is ~3e-3 at q2 = 0.058)
+            d = 1e-3 * q2
+            slope = (f(q2 + d, o_lo) - f(q2 - d, o_lo)) / (2 * d)
+            ref = stats(q2, o_hi)
+            la_ref = math.log(q2 / ((1 - q2) * ref["K2"]))
+            q_root = q2
+            q2, err, ref, note = _layer2_ladder(q2, la2, la_ref, slope, alpha, o_hi, stats,
+                                                scan)
+            note = f"q2 < {LAYER2_SCAN[0]:g}: " + note.split(" (c <")[0]
         mu1, K2 = ref["mu1"], ref["K2"]
         if abs(ref["mass"] - 1) > 1e-4:
             note = "; ".join(x for x in (note, f"outer mass {ref['mass']:.6f}") if x)

@@ -3,8 +3,9 @@ at ``Q = diag(q1, q2)`` by tensor Gauss-Hermite rules in ``omega_1``, ``omega_2`
 fibre coordinate ``z_1`` (coordinates and conventions: :mod:`aim_sym.numerics.smi`).
 
 Accurate while the posterior is broad (small q2) and the skip c is not small (its Gauss-Hermite
-rules in h and z_1 miss the width-c ridge of the density of h); used for small-q2 layer-2
-points and the identity checks (:func:`layer2_stats`).
+rules in h and z_1 miss the width-c ridge of the density of h); used for the identity checks
+(:func:`layer2_stats`) and as the test oracle of the small-q2 layer-2 points (served by the
+lattice since 2026-11-26: docs/smi_small_skip.md).
 :func:`q0_sums`: the moments at ``Q = 0`` on any rules, for the weak thresholds and ``E log
 Z_out`` at ``Q = 0``: on the rotated rules of :mod:`aim_sym.numerics.smi_fibre`
 (:func:`q0_rotated`, right at every c) or on tensor Gauss-Hermite rules (:func:`q0_gauss_hermite`,

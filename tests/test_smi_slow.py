@@ -96,35 +96,28 @@ def test_montecarlo_branch_input():
 
 
 @pytest.mark.slow
-def test_layer2_point_below_q2_01_at_skip_half_against_a_converged_h_rule():
-    """At c = 0.5 the layer-2 point with q2 < 0.1 (route A) used the c >= 1 orders, whose h rule
-    was 2.4 % off in K2: alpha = 0.246 gave q2 = 0.06934 +- 0.0048 against 0.05827. With the
-    small-skip orders the Newton step to the root of q = T(q) on a converged h rule (order 128,
-    where 128 and 160 agree to 1e-7 in K2) stays inside the reported bar (~90 s)."""
-    from aim_sym.numerics.smi_route_a import layer2_stats
-
+def test_layer2_point_public_path_below_q2_01_at_skip_half_on_the_lattice():
+    """alpha = 0.246, c = 0.5 through the public ``layer2_point``: the coarse scan puts the root
+    above q2 = 0.1 and the refined ladder rungs move it below (it was clamped there: q2 = 0.1 +-
+    0.052; then route A gave ~0.0583 +- ~1e-3; measured 2026-11-26). It is solved again on the
+    lattice below 0.1 (rungs 6, 7, ladder to 8). Oracle: route A with a converged h rule (scale
+    2.0, order 128), omega_2 order 24, n_z 64: the Newton step of q = T(q) = (1 - q) alpha K2_A(q)
+    must lie within the bar plus route A's own error at these orders, 1.9e-8 in K2 (its next
+    steps at q2 = 0.0582632: z rule 64 -> 96 -5.5e-9, counted twice for its tail; omega_2 order
+    24 -> 28 -4.8e-9 and its geometric tail -1.2e-9; h order 128 -> 160 -> 192 1.8e-9;
+    docs/smi_small_skip.md, last section), ~3e-8 in q2 (~5 min)."""
     alpha, c = 0.246, 0.5
-    r = smi._layer2_point_small(alpha=alpha, skip=c, beta=1.0)
+    r = smi.layer2_point(alpha=alpha, skip=c)
     q2, err = r["Q"][1], r["error"][1]
+    assert r["note"].startswith("q2 < 0.1"), r["note"]
+    assert 0 < q2 < 0.1 and err < 1e-7, (q2, err)
 
-    def T(q, order):
-        return (1 - q) * alpha * layer2_stats(q, order, c=c, beta=1.0)["K2"]
+    def T(q, n_h, n_w2, sigma_h):
+        return (1 - q) * alpha * smi_route_a.stats(0.0, q, c=c, beta=1.0, n_w1=1, n_w2=n_w2,
+                                                   n_h=n_h, n_z=64, sigma_h=sigma_h)["K2"]
 
     d = 1e-3 * q2
-    slope = (T(q2 + d, (10, 64, 40)) - T(q2 - d, (10, 64, 40))) / (2 * d)
-    step = (T(q2, (12, 128, 64)) - q2) / (1 - slope)
-    assert 0 < q2 < 0.1 and abs(step) <= err, (q2, err, step)
-
-
-@pytest.mark.slow
-def test_layer2_point_public_path_takes_the_small_q2_route_at_skip_half():
-    """alpha = 0.246, c = 0.5 through the public ``layer2_point``: the coarse scan put the root
-    above q2 = 0.1 and the refined ladder rungs moved it below, where the lattice's Newton step
-    was clamped: q2 = 0.1 +- 0.052 (measured 2026-11-26). It now goes to the small-q2 route.
-    Reference: q2 = 0.05827 from two routes (route A on a converged h rule; the lattice with the
-    prior-scaled omega rule, rungs 7 and 8: 0.05826896 +- 8.5e-9), 1-2e-8 apart in q2 at route A's
-    h scale 2.0 (docs/smi_small_skip.md)."""
-    r = smi.layer2_point(alpha=0.246, skip=0.5)
-    q2, err = r["Q"][1], r["error"][1]
-    assert 0 < q2 < 0.1 and err < 5e-3, (q2, err)
-    assert abs(q2 - 0.05827) <= err + 1e-5, (q2, err)
+    slope = (T(q2 + d, 32, 8, 2.0) - T(q2 - d, 32, 8, 2.0)) / (2 * d)
+    step = (T(q2, 128, 24, 2.0) - q2) / (1 - slope)
+    route_a_err = (1 - q2) * alpha * 1.9e-8 / abs(1 - slope)
+    assert abs(step) <= err + route_a_err, (q2, err, step, route_a_err)
