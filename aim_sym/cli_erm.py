@@ -86,6 +86,24 @@ def se_human(o: dict) -> str:
     return "\n".join(lines)
 
 
+def _refuse_beside_sigma(option: str, value: Any, conflicts: tuple, *, lam: float | None,
+                         tokens: int | None) -> None:
+    """Exit 2 naming ``option`` (--sigma or --sigmas) for a conflicting option given beside it
+    (``conflicts``: (name, given) pairs), lam != 0 (the default 0.01 included) or tokens != 2."""
+    from .cli_common import fail
+
+    for opt, bad in conflicts:
+        if bad:
+            fail(option, f"given with --lam 0 and without {opt} (alpha is an output at fixed "
+                 "Sigma; the piecewise rule on the factorised model)", value)
+    if lam is None or lam != 0:
+        fail(option, f"used only with --lam 0 (the ridgeless SE; got --lam "
+             f"{0.01 if lam is None else lam:g})", value)
+    if tokens is not None and tokens != 2:
+        fail(option, f"used only with --tokens 2 (the lambda = 0 SE is T = 2 only; got "
+             f"--tokens {tokens})", value)
+
+
 def check_sigma_options(sigma: float, *, alpha: float | None, direct: bool,
                         output_rule: str | None, cross_validate: bool, lam: float | None,
                         tokens: int | None) -> None:
@@ -96,19 +114,10 @@ def check_sigma_options(sigma: float, *, alpha: float | None, direct: bool,
     from .cli_common import fail
     from .erm import SIGMA_ERM
 
-    need = "given with --lam 0 and without"
-    for opt, bad in (("--alpha", alpha is not None), ("--direct", direct),
-                     ("--cross-validate", cross_validate), ("--output-rule gh",
-                                                            output_rule == "gh")):
-        if bad:
-            fail("--sigma", f"{need} {opt} (alpha is an output at fixed Sigma; the piecewise rule "
-                 "on the factorised model)", sigma)
-    if lam is None or lam != 0:
-        fail("--sigma", f"used only with --lam 0 (the ridgeless SE; got --lam "
-             f"{0.01 if lam is None else lam:g})", sigma)
-    if tokens is not None and tokens != 2:
-        fail("--sigma", f"used only with --tokens 2 (the lambda = 0 SE is T = 2 only; got "
-             f"--tokens {tokens})", sigma)
+    _refuse_beside_sigma("--sigma", sigma, (("--alpha", alpha is not None), ("--direct", direct),
+                                            ("--cross-validate", cross_validate),
+                                            ("--output-rule gh", output_rule == "gh")),
+                         lam=lam, tokens=tokens)
     if not SIGMA_ERM.contains(sigma):
         fail("--sigma", SIGMA_ERM.allowed() + " (where the 16/12 bars of the fixed-Sigma points "
              "were checked against outer order 20)", sigma)
@@ -251,17 +260,10 @@ def check_sigma_curve_options(spec: str, *, alphas: str | None, direct: bool,
 
     lam, tokens = opts.get("lam"), opts.get("tokens")
 
-    for opt, bad in (("--alphas", alphas is not None), ("--direct", direct),
-                     ("--cross-validate", cross_validate)):
-        if bad:
-            fail("--sigmas", f"given with --lam 0 and without {opt} (alpha is an output at "
-                 "fixed Sigma; the factorised model)", spec)
-    if lam is None or lam != 0:
-        fail("--sigmas", f"used only with --lam 0 (the ridgeless SE; got --lam "
-             f"{0.01 if lam is None else lam:g})", spec)
-    if tokens is not None and tokens != 2:
-        fail("--sigmas", f"used only with --tokens 2 (the lambda = 0 SE is T = 2 only; got "
-             f"--tokens {tokens})", spec)
+    _refuse_beside_sigma("--sigmas", spec, (("--alphas", alphas is not None),
+                                            ("--direct", direct),
+                                            ("--cross-validate", cross_validate)),
+                         lam=lam, tokens=tokens)
     for opt, value in aim_only.items():
         fail("--sigmas", f"given without {opt} (an option of --model aim)", value)
     model = {k: (opts.get(k) if opts.get(k) is not None else ERM_OPTIONS[k])
