@@ -132,6 +132,21 @@ def test_graded_rule_is_refused_below_its_range():
                                    lo, lo)
 
 
+def _line_map_against_mc(m, v, *, points: int, samples: int) -> dict:
+    """E_1, E_2 of one SE step by the line rule (RQMC 2^points x 8) against plain Monte Carlo at
+    2000 and 8000 inner samples (``samples`` truths, seeds 11, 12) extrapolated in 1/n: within
+    the bar plus 2.5 Monte Carlo standard errors. Returns the line rule's overlaps."""
+    q1, q2 = 1.5 - v[0], 1.5 - v[1]
+    o = ds.output_overlaps(m, q1=q1, q2=q2, m=points)
+    lo = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=samples, inner=2000, seed=11)
+    hi = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=samples, inner=8000, seed=12)
+    for key in ("E1", "E2"):
+        ref = (4 * hi[key].value - lo[key].value) / 3
+        se = math.hypot(4 * hi[key].error, lo[key].error) / 3
+        assert abs(o[key].value - ref) < o[key].error + ds.COVERAGE * se, (key, o[key], ref, se)
+    return o
+
+
 @pytest.mark.slow
 def test_line_rule_map_at_small_v_against_extrapolated_monte_carlo():
     """c = 0.5, V = (0.05, 0.015): E_1, E_2 by the line rule (RQMC 2^7 x 8, bars 2.5 SE + rule
@@ -140,13 +155,7 @@ def test_line_rule_map_at_small_v_against_extrapolated_monte_carlo():
     errors; the line rule's bar on E_2 is at least 4 times smaller than the graded rule's."""
     m, v = _line(), (0.05, 0.015)
     q1, q2 = 1.5 - v[0], 1.5 - v[1]
-    o = ds.output_overlaps(m, q1=q1, q2=q2, m=7)
-    lo = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=20000, inner=2000, seed=11)
-    hi = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=20000, inner=8000, seed=12)
-    for key in ("E1", "E2"):
-        ref = (4 * hi[key].value - lo[key].value) / 3
-        se = math.hypot(4 * hi[key].error, lo[key].error) / 3
-        assert abs(o[key].value - ref) < o[key].error + ds.COVERAGE * se, (key, o[key], ref, se)
+    o = _line_map_against_mc(m, v, points=7, samples=20000)
     saved, ds.GRADED_V_MIN = ds.GRADED_V_MIN, 0.0
     try:
         og = ds.output_overlaps(ds.DeepAimSE(skip=0.5, rho1=0.5, rho2=0.5, inner="graded"),
@@ -206,12 +215,4 @@ def test_line_rule_map_between_the_table_skips_against_extrapolated_monte_carlo(
     c < 1", the table of the line rule against plain Monte Carlo): E_1, E_2 by the line rule (RQMC
     2^6 x 8, bars 2.5 SE + rule difference) against plain Monte Carlo at 2000 and 8000 inner
     samples (1e4 truths) extrapolated in 1/n, within the bar plus 2.5 MC standard errors."""
-    m, v = _line(skip), (0.05, 0.015)
-    q1, q2 = 1.5 - v[0], 1.5 - v[1]
-    o = ds.output_overlaps(m, q1=q1, q2=q2, m=6)
-    lo = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=10000, inner=2000, seed=11)
-    hi = ds.se_step_mc(m, alpha=1.0, q1=q1, q2=q2, samples=10000, inner=8000, seed=12)
-    for key in ("E1", "E2"):
-        ref = (4 * hi[key].value - lo[key].value) / 3
-        se = math.hypot(4 * hi[key].error, lo[key].error) / 3
-        assert abs(o[key].value - ref) < o[key].error + ds.COVERAGE * se, (key, o[key], ref, se)
+    _line_map_against_mc(_line(skip), (0.05, 0.015), points=6, samples=10000)
