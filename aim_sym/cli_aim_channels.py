@@ -4,7 +4,7 @@ small-width threshold at T >= 3, sparsemax attention (T = 2) and two tied attent
 
 from __future__ import annotations
 
-from .cli_common import emit, fail, given, relabel
+from .cli_common import emit, fail, given, read_resume_state, relabel, write_json
 from .domains import DomainError
 
 
@@ -553,29 +553,6 @@ def _deep_aim_key(command: str, model, m: int, **extra) -> dict:
             "points": m, "scrambles": 8, "seed": 0, **extra}
 
 
-def _deep_aim_stored(path: str, key: dict, what: str) -> dict | None:
-    """The JSON file a resumed run continues from (None if there is none); exit 2 (naming
-    --resume) if it is unreadable or was written for other options."""
-    import json
-    import os
-
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as fh:
-            stored = json.load(fh)
-    except (OSError, ValueError) as e:
-        fail("--resume", f"used with a readable {what} (delete it to start afresh)",
-             f"{path} ({e})")
-    got = stored.get("options") if isinstance(stored, dict) else None
-    if not isinstance(got, dict) or got != key:
-        diff = ", ".join(f"{k} {got.get(k)!r} stored, {v!r} asked" for k, v in key.items()
-                         if got.get(k) != v) if isinstance(got, dict) else "no options stored"
-        fail("--resume", f"used with a {what} written for the same options (delete it or choose "
-             "another --out to start afresh)", f"{path}: {diff}")
-    return stored
-
-
 def _deep_aim_cost(model, m: int, runs: int, what: str) -> None:
     """One stderr line before a c < 1 run: the expected cost (measured, an upper bound)."""
     import click
@@ -596,18 +573,6 @@ def _iteration_printer(k: int, n: int, name: str):
         progress_printer(k, n, f"{name}: iteration {it}, mmse = ({v[0]:.6g}, {v[1]:.6g}), "
                                f"|F - V| = {residual:.2g}")
     return hook
-
-
-def _write_json(path: str, out: dict) -> None:
-    import json
-
-    from .cli_common import _finite
-    from .numerics.records import atomic_write
-
-    try:
-        atomic_write(path, json.dumps(_finite(out), indent=2, default=float))
-    except OSError as e:
-        fail("--out", "a writable path", f"{path} ({e.strerror})")
 
 
 def deep_aim_se(kw: dict, alpha: float, *, starts: str | None = None,
@@ -642,7 +607,7 @@ def deep_aim_se(kw: dict, alpha: float, *, starts: str | None = None,
     key = _deep_aim_key("se", model, m, alpha=alpha)
     done = {}
     if resume:
-        stored = _deep_aim_stored(out_path, key, "--out file of se")
+        stored = read_resume_state(out_path, key, "--out file of se")
         done = {f["start"]: f for f in (stored or {}).get("fixed_points", [])}
     skip, beta, rho = model.skip, model.beta, (model.rho1, model.rho2)
     todo = [n for n in names if DEEP_AIM_STARTS[n][0] not in done]
@@ -672,13 +637,13 @@ def deep_aim_se(kw: dict, alpha: float, *, starts: str | None = None,
             model, alpha=alpha, v_init=init, m=m, progress=_iteration_printer(k, n, label))}
         if out_path:
             stored = [done[lb] for lb in done]
-            _write_json(out_path, {**out, "complete": False, "fixed_points": stored})
+            write_json(out_path, {**out, "complete": False, "fixed_points": stored})
     progress_printer(n, n, "done")
     fps = das.flag_bayes_optimal([done[DEEP_AIM_STARTS[nm][0]] for nm in names])
     out["fixed_points"] = fps
     if out_path:
         extra = [f for lb, f in done.items() if lb not in {x["start"] for x in fps}]
-        _write_json(out_path, {**out, "complete": True, "fixed_points": fps + extra})
+        write_json(out_path, {**out, "complete": True, "fixed_points": fps + extra})
     emit(out, kw["as_json"], lambda o: "\n".join(
         [f"AIM, two tied attention layers, T=2, skip={skip}, rho={list(rho)}, alpha={alpha} "
          f"(alpha_PR = {o['alpha_PR']:.6g}):"]
@@ -771,7 +736,7 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None, 
     state = out_path + DEEP_CURVE_STATE if out_path else None
     done: list[dict] = []
     if resume:
-        stored = _deep_aim_stored(state, key, f"state file (--out + {DEEP_CURVE_STATE})")
+        stored = read_resume_state(state, key, f"state file (--out + {DEEP_CURVE_STATE})")
         done = list((stored or {}).get("rows", []))
     reused = 0
     for d, a in zip(done, alphas):
@@ -784,7 +749,7 @@ def deep_aim_curve(kw: dict, grid, out_path: str | None, plot_path: str | None, 
     def store(rows: list[dict]) -> None:
         from .tables import write_csv
 
-        _write_json(state, {"options": key, "rows": rows})
+        write_json(state, {"options": key, "rows": rows})
         write_csv(out_path, _flat_rows(rows))
 
     current = {"hook": None}

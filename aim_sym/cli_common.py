@@ -107,3 +107,36 @@ def smi_channel(kw: dict):
 def smi_args(kw: dict) -> dict:
     """layers, tokens, skip, beta of the SMI channel named by the options."""
     return smi_channel(kw).as_dict()
+
+
+def read_resume_state(path: str, key: dict, what: str) -> dict | None:
+    """The JSON file a resumed run continues from (None if there is none); exit 2 (naming
+    --resume) if it is unreadable or was written for other options."""
+    import os
+
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as fh:
+            stored = json.load(fh)
+    except (OSError, ValueError) as e:
+        fail("--resume", f"used with a readable {what} (delete it to start afresh)",
+             f"{path} ({e})")
+    got = stored.get("options") if isinstance(stored, dict) else None
+    if not isinstance(got, dict) or got != key:
+        diff = ", ".join(f"{k} {got.get(k)!r} stored, {v!r} asked" for k, v in key.items()
+                         if got.get(k) != v) if isinstance(got, dict) else "no options stored"
+        fail("--resume", f"used with a {what} written for the same options (delete it or choose "
+             "another --out to start afresh)", f"{path}: {diff}")
+    return stored
+
+
+def write_json(path: str, out: dict) -> None:
+    """Write ``out`` as JSON to ``path`` atomically (NaN as null, infinities as "inf" / "-inf"); exit 2 naming
+    --out if the path is not writable."""
+    from .numerics.records import atomic_write
+
+    try:
+        atomic_write(path, json.dumps(_finite(out), indent=2, default=float))
+    except OSError as e:
+        fail("--out", "a writable path", f"{path} ({e.strerror})")

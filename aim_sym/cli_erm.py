@@ -242,7 +242,8 @@ def sigma_grid(spec: str) -> list[float]:
         fail("--sigmas", "a grid start:stop:num (log-spaced) with start and stop in "
              f"[{SIGMA_ERM.low:g}, {SIGMA_ERM.high:g}] (where the 16/12 bars of the fixed-Sigma "
              "points were checked against outer order 20)", spec)
-    grid = [float(x) for x in np.geomspace(a, b, len(lin))]
+    # 15 significant digits: 25:1e4:3 gives 500, not 499.99999999999994 (CSV, progress, plots)
+    grid = [float(f"{x:.15g}") for x in np.geomspace(a, b, len(lin))]
     grid[0], grid[-1] = a, b  # exact ends
     return grid
 
@@ -295,8 +296,7 @@ def sigma_curve(*, spec: str, out_path: str | None, plot_path: str | None, resum
     :data:`SIGMA_CURVE_STATE`; ``resume`` reuses the leading rows stored there (same model
     options; a different grid reuses only the Sigma that match in order).  Returns the dict
     ``emit`` prints (rows, out, plot); the figure is written by :func:`sigma_curve_plot`."""
-    from .cli_aim_channels import _deep_aim_stored, _write_json
-    from .cli_common import fail
+    from .cli_common import fail, read_resume_state, write_json
     from .tables import write_csv
 
     grid = sigma_grid(spec)
@@ -308,11 +308,11 @@ def sigma_curve(*, spec: str, out_path: str | None, plot_path: str | None, resum
     state = out_path + SIGMA_CURVE_STATE if out_path else None
     done: list[dict] = []
     if resume:
-        stored = _deep_aim_stored(state, key, f"state file (--out + {SIGMA_CURVE_STATE})")
+        stored = read_resume_state(state, key, f"state file (--out + {SIGMA_CURVE_STATE})")
         done = list((stored or {}).get("rows", []))
 
     def store(rows: list[dict]) -> None:
-        _write_json(state, {"options": key, "rows": rows})
+        write_json(state, {"options": key, "rows": rows})
         write_csv(out_path, rows)
 
     table = m.curve_at_sigma(sigmas=grid, progress=progress, done=done,

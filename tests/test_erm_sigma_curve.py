@@ -71,6 +71,7 @@ def test_sigma_grid_is_log_spaced_with_exact_ends():
     want = [25.0 * 400.0 ** (k / 7) for k in range(8)]  # (1e4 / 25)^(k / 7)
     assert g == pytest.approx(want, rel=1e-13)
     assert sigma_grid("1e3:1e3:1") == [1e3]
+    assert sigma_grid("25:1e4:3")[1] == 500.0  # printed as 500, not 499.99999999999994
 
 
 def test_start_carries_the_previous_points_ratio_to_the_table():
