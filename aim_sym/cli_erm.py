@@ -253,11 +253,12 @@ def check_sigma_curve_options(spec: str, *, alphas: str | None, direct: bool,
     """The options ``curve --model erm --sigmas`` refuses (exit 2, naming --sigmas and what it
     needs): --alphas (alpha is an output), --direct, --cross-validate, lam != 0 (the default
     lam is 0.01, so --lam 0 must be given), tokens != 2, the options of ``aim_only``
-    ({option: value} of the ones given: --tol, --method, --points), and a model other than
-    kappa0 = Delta = 0.5, beta = beta0 = 1 (``opts``: the model options; where the fixed-Sigma
-    bars were checked against outer order 20)."""
+    ({option: value} of the ones given: --tol, --method, --points), and a model outside
+    ``AT_SIGMA_RANGE`` with beta = beta0 = 1, or grid ends outside its Sigma range there
+    (``opts``: the model options; where the fixed-Sigma bars were checked against outer order
+    20)."""
     from .cli_common import fail
-    from .numerics.erm_ridgeless import at_sigma_checked
+    from .numerics.erm_ridgeless import AT_SIGMA_RANGE, _num, at_sigma_checked, at_sigma_sigma_range
 
     lam, tokens = opts.get("lam"), opts.get("tokens")
 
@@ -272,11 +273,19 @@ def check_sigma_curve_options(spec: str, *, alphas: str | None, direct: bool,
     if model["kappa0"] is not None and not at_sigma_checked(
             kappa0=model["kappa0"], Delta=model["delta"], beta=model["beta"],
             beta0=model["beta0"]):
-        fail("--sigmas", "used only with --kappa0 0.5 --delta 0.5 and --beta, --beta0 at 1 "
-             "(where the fixed-Sigma 16/12 bars were checked against outer order 20; at kappa0 "
-             f"= 0.3 the test bar missed it: docs/erm.md; got --kappa0 {model['kappa0']:g} "
+        (a, b), (c, d) = AT_SIGMA_RANGE["kappa0"], AT_SIGMA_RANGE["Delta"]
+        fail("--sigmas", f"used only with --kappa0 in [{a:g}, {b:g}], --delta in [{c:g}, {d:g}] "
+             "and --beta, --beta0 at 1 (where the fixed-Sigma 16/12 bars were checked against "
+             f"outer order 20 at the corners: docs/erm.md; got --kappa0 {model['kappa0']:g} "
              f"--delta {model['delta']:g} --beta {model['beta']:g} --beta0 "
              f"{model['beta0']:g})", spec)
+    if model["kappa0"] is not None:
+        lo, hi = at_sigma_sigma_range(kappa0=model["kappa0"], Delta=model["delta"])
+        grid = sigma_grid(spec)
+        if not (lo <= grid[0] <= hi and lo <= grid[-1] <= hi):
+            fail("--sigmas", f"a grid with start and stop in [{_num(lo)}, {_num(hi)}] at --kappa0 "
+                 f"{model['kappa0']:g} --delta {model['delta']:g} (where the fixed-Sigma 16/12 "
+                 "bars were checked against outer order 20: docs/erm.md)", spec)
 
 
 def _sigma_curve_key(m: ERM) -> dict:

@@ -48,10 +48,10 @@ SIGMA_ERM = Domain(name="sigma", option="--sigma", low=25.0, high=1e6,
                    "output), in [25, 1e6]: where its 16/12 bars were checked against outer "
                    "order 20 (docs/erm.md)")
 THRESHOLD_KINDS = ("interpolation", "perfect")
-#: what the fixed-Sigma SE needs of the model (numerics.erm_ridgeless.AT_SIGMA_CHECKED)
-AT_SIGMA_ONLY = ("used only with kappa0 = 0.5, delta = 0.5, beta = beta0 = 1 (where its 16/12 bars "
-                 "were checked against outer order 20; at kappa0 = 0.3 the test bar missed it: "
-                 "docs/erm.md)")
+#: what the fixed-Sigma SE needs of the model (numerics.erm_ridgeless.AT_SIGMA_RANGE; the range
+#: is appended where the message is built)
+AT_SIGMA_ONLY = ("used only with {range}, where its 16/12 bars were checked against outer order "
+                 "20 (docs/erm.md)")
 #: smallest lambda of the SE: at 1e-3 a higher quadrature order stays inside the bar, at 1e-4
 #: (Sigma ~ 960) it moves the test error by 2.3 bars (docs/erm_peak.md)
 LAM_SE_MIN = 1e-3
@@ -239,14 +239,16 @@ class ERM:
     def state_evolution_at_sigma(self, *, sigma: float, start: tuple | None = None,
                                  orders: tuple | None = None) -> ResultTable:
         """The lambda = 0 SE at a given Sigma, alpha an output (THEORY 3; docs/erm.md "Between
-        alpha_interp and 0.3"): :func:`~aim_sym.numerics.erm_ridgeless.ridgeless_at_sigma`, the
-        piecewise output rule at outer orders 16 and 12, values at 16, bars 3 x the 16/12
-        difference (alpha, train, test, mse, rank: their own; q, m and the hats: norm-wise over
-        the logs; Sigma exact).  One Result per quantity: alpha first, then q, m, sigma, the
-        hats, train, test, mse, rank, fitted.  Needs lam = 0, T = 2, kappa0 = delta = 0.5,
+        alpha_interp and 0.3"): :func:`~aim_sym.numerics.erm_ridgeless.ridgeless_at_sigma`,
+        the piecewise output rule at outer orders 16 and 12, values at 16, bars 3 x the 16/12
+        difference (alpha, train: their own; q, m and the hats: norm-wise over the logs; test
+        and mse (of q, m) and rank (of the hats): the largest of their own and of each
+        variable's term in their change, erm_ridgeless._cancellation_bar; Sigma exact). One
+        Result per quantity: alpha first, then q, m, sigma, the hats, train, test, mse, rank,
+        fitted. Needs lam = 0, T = 2, (kappa0, delta) in ``erm_ridgeless.AT_SIGMA_RANGE``,
         beta = beta0 = 1 and Sigma in [25, 1e6]: where the bars were checked against order 20
-        (at kappa0 = 0.3 the test bar missed it; docs/erm.md).  ``start``: (q, m, alpha);
-        ``orders``: (order, order_lo), default (16, 12)."""
+        (docs/erm.md). ``start``: (q, m, alpha); ``orders``: (order, order_lo), default (16,
+        12)."""
         from .numerics import erm_ridgeless
 
         sigma = self._check_at_sigma(sigma)
@@ -285,12 +287,13 @@ class ERM:
         ``done``: rows of an earlier run of the same grid, reused while their Sigma matches the
         grid in order; ``on_row(rows)`` after each new row (the rows so far); ``progress(k, n,
         text)`` before and after each point.  Same requirements as :meth:`state_evolution_at_sigma`
-        (lam = 0, T = 2, kappa0 = delta = 0.5, beta = beta0 = 1); a point that does not converge raises
-        :class:`ConvergenceError` (the rows before it went to ``on_row``)."""
+        (lam = 0, T = 2, the model and Sigma in ``erm_ridgeless.AT_SIGMA_RANGE``); a point that
+        does not converge raises :class:`ConvergenceError` (the rows before it went to ``on_row``)."""
         from .numerics import erm_ridgeless
 
         grid = check_grid(sigmas, SIGMA_ERM, label="sigmas")
         self._check_at_sigma(grid[0])
+        self._check_at_sigma(grid[-1])
         rows: list[dict] = []
         for d, s in zip(done, grid):
             if not isinstance(d, dict) or d.get("sigma") != s:
@@ -349,13 +352,19 @@ class ERM:
         if self.delta <= 0:
             raise DomainError(SIGMA_ERM, sigma, "sigma", allowed="used only with delta > 0 "
                               "(alpha_interp is defined by the label noise)")
-        from .numerics.erm_ridgeless import at_sigma_checked
+        from .numerics import erm_ridgeless as er
 
-        if not at_sigma_checked(kappa0=self.kappa0, Delta=self.delta, beta=self.beta,
-                                beta0=self.beta0):
-            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=AT_SIGMA_ONLY + f" (got "
+        allowed = AT_SIGMA_ONLY.format(range=er.at_sigma_range_text().replace("Delta", "delta"))
+        if not er.at_sigma_checked(kappa0=self.kappa0, Delta=self.delta, beta=self.beta,
+                                   beta0=self.beta0):
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=allowed + f" (got "
                               f"kappa0 = {self.kappa0:g}, delta = {self.delta:g}, beta = "
                               f"{self.beta:g}, beta0 = {self.beta0:g})")
+        lo, hi = er.at_sigma_sigma_range(kappa0=self.kappa0, Delta=self.delta)
+        if not lo <= sigma <= hi:
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=f"in [{er._num(lo)}, "
+                              f"{er._num(hi)}] at kappa0 = {self.kappa0:g}, delta = "
+                              f"{self.delta:g}; " + allowed)
         return sigma
 
     def curve(self, *, alphas, direct: bool = False) -> ResultTable:

@@ -123,7 +123,7 @@ from .records import ConvergenceError, require
 __all__ = ["RidgelessPoint", "ridgeless_se", "alpha_interp", "lambda_extrapolation",
            "SIGMA_RELIABLE", "SIGMA_SPLIT", "RIDGELESS_INITS", "RULES", "solve_split",
            "solve_at_sigma", "ridgeless_at_sigma", "SIGMA_AT_RANGE", "at_sigma_start",
-           "AT_SIGMA_CHECKED", "at_sigma_checked", "at_sigma_order_sequence"]
+           "AT_SIGMA_RANGE", "at_sigma_checked", "at_sigma_sigma_range", "at_sigma_order_sequence"]
 
 SIGMA_RELIABLE = 5.0  # Gauss-Hermite 24/17: bars verified up to Sigma = 3.2, not at Sigma ~ 20-30
 SIGMA_SPLIT = 90.0  # the piecewise rule (outer orders 16/12): bars checked against order 20 at
@@ -134,12 +134,12 @@ RULES = ("auto", "gh", "split")
 #: the Sigma range of :func:`ridgeless_at_sigma`: from the alpha = 0.3 point (Sigma = 25.9) to
 #: Sigma = 1e6, where its 16/12 bars were checked against outer order 20 (docs/erm.md "Points")
 SIGMA_AT_RANGE = (25.0, 1e6)
-#: the (kappa0, Delta, beta, beta0) where :func:`ridgeless_at_sigma`'s 16/12 bars were checked
-#: against outer order 20 and covered it: kappa0 = Delta = 0.5 only.  At kappa0 = 0.3, Delta = 0.5,
-#: Sigma = 1e3 the test bar (1.5e-4) missed order 20 (3.6e-4 away; docs/erm.md "The fixed-Sigma
-#: bars away from kappa0 = Delta = 0.5"), so other models are refused, not served with a bar
-#: that does not cover
-AT_SIGMA_CHECKED = ((0.5, 0.5, 1.0, 1.0),)
+#: the models :func:`ridgeless_at_sigma` serves: kappa0 and Delta in these closed ranges, beta =
+#: beta0 = 1, Sigma in "sigma" (at kappa0 = Delta = 0.5 in all of :data:`SIGMA_AT_RANGE`), where
+#: its 16/12 bars (test and mse by :func:`_cancellation_bar`) were checked against outer orders
+#: 20 (and 24) at the corners, in between and at the Sigma ends, and covered them (docs/erm.md
+#: "The fixed-Sigma bars away from kappa0 = Delta = 0.5"); elsewhere refused
+AT_SIGMA_RANGE = {"kappa0": (0.3, 0.7), "Delta": (0.1, 0.5), "sigma": (1e3, 1e4)}
 # starts of :func:`ridgeless_at_sigma`, interpolated in log Sigma: (Sigma, q/Q0, m/Q0,
 # alpha/alpha_interp) of the order-16 fixed points at kappa0 = Delta = 0.5 (docs/erm.md "Points";
 # Q0 = 1.5, alpha_interp = 0.1534821); elsewhere only a guess
@@ -384,12 +384,55 @@ def _at_sigma_start(sigma: float, p: erm_se.ERMParams, a_i: float) -> tuple[floa
     return q * p.Q0, m * p.Q0, a * a_i
 
 
-def at_sigma_checked(*, kappa0: float, Delta: float, beta: float = 1.0,
-                     beta0: float = 1.0) -> bool:
-    """Whether (kappa0, Delta, beta, beta0) is one of :data:`AT_SIGMA_CHECKED` (to 1e-12)."""
-    return any(all(abs(a - b) <= 1e-12 for a, b in zip((kappa0, Delta, beta, beta0), c,
-                                                        strict=True))
-               for c in AT_SIGMA_CHECKED)
+def at_sigma_checked(*, kappa0: float, Delta: float, beta: float = 1.0, beta0: float = 1.0,
+                     sigma: float | None = None) -> bool:
+    """Whether (kappa0, Delta) lie in :data:`AT_SIGMA_RANGE` (ends within 1e-12) with beta =
+    beta0 = 1 (to 1e-12) and, if given, ``sigma`` in its Sigma range (:data:`SIGMA_AT_RANGE`
+    at kappa0 = Delta = 0.5): the models :func:`ridgeless_at_sigma` serves."""
+    inside = all(lo - 1e-12 <= v <= hi + 1e-12 for v, (lo, hi) in
+                 ((kappa0, AT_SIGMA_RANGE["kappa0"]), (Delta, AT_SIGMA_RANGE["Delta"])))
+    if not (inside and abs(beta - 1.0) <= 1e-12 and abs(beta0 - 1.0) <= 1e-12):
+        return False
+    if sigma is None:
+        return True
+    lo, hi = at_sigma_sigma_range(kappa0=kappa0, Delta=Delta)
+    return lo <= sigma <= hi
+
+
+def at_sigma_sigma_range(*, kappa0: float, Delta: float) -> tuple[float, float]:
+    """The Sigma range served at (kappa0, Delta): :data:`SIGMA_AT_RANGE` at kappa0 = Delta = 0.5
+    (to 1e-12), ``AT_SIGMA_RANGE["sigma"]`` elsewhere."""
+    centre = abs(kappa0 - 0.5) <= 1e-12 and abs(Delta - 0.5) <= 1e-12
+    return SIGMA_AT_RANGE if centre else AT_SIGMA_RANGE["sigma"]
+
+
+def _num(x: float) -> str:
+    """1e4 as '1e4', 0.3 as '0.3' (for messages)."""
+    return f"{x:.0e}".replace("e+0", "e").replace("e+", "e") if x >= 1e3 else f"{x:g}"
+
+
+def at_sigma_range_text() -> str:
+    """The served models in words (for refusals)."""
+    (a, b), (c, d), (s, t) = (AT_SIGMA_RANGE[k] for k in ("kappa0", "Delta", "sigma"))
+    lo, hi = SIGMA_AT_RANGE
+    return (f"kappa0 in [{a:g}, {b:g}], Delta in [{c:g}, {d:g}], beta = beta0 = 1, Sigma in "
+            f"[{_num(s)}, {_num(t)}] (in [{_num(lo)}, {_num(hi)}] at kappa0 = Delta = 0.5)")
+
+
+def _cancellation_bar(f, q: float, m: float, dq: float, dm: float, d_own: float,
+                      grow: float, h: float = 1e-4) -> float:
+    """Bar of a quantity f(q, m) at the higher order's point (q, m) from a two-order pair:
+    ``grow`` x the largest of |its own difference| ``d_own``, |df/dq dq| and |df/dm dm| (partials
+    by central differences of relative step ``h``; dq, dm the pair's differences).  The step of
+    f between two orders is the sum of the two terms; where they cancel (kappa0 = 0.3, Delta =
+    0.5, Sigma = 1e3: +7.8e-4 and -8.3e-4 from 12 to 16, test moved 4.9e-5, then 3.6e-4 from 16
+    to 20) its own difference is small by accident, the larger term is not (docs/erm.md "The
+    fixed-Sigma bars away from kappa0 = Delta = 0.5"; THEORY 3).  The rank, a function of
+    delta = sqrt(q_hat) / m_hat, gets the same rule in (q_hat, m_hat) (kappa0 = 0.7, Delta =
+    0.5: delta moved little from 12 to 16, the rank 1.1e-5, then 7.7e-5 from 16 to 20)."""
+    fq = (f(q * (1 + h), m) - f(q * (1 - h), m)) / (2 * h * q)
+    fm = (f(q, m * (1 + h)) - f(q, m * (1 - h))) / (2 * h * m)
+    return grow * max(abs(d_own), abs(fq * dq), abs(fm * dm))
 
 
 def at_sigma_start(sigma: float, *, kappa0: float, Delta: float,
@@ -421,14 +464,16 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
                        validated_only: bool = True) -> RidgelessPoint:
     """The lambda = 0 SE fixed point at a given Sigma, alpha an output (T = 2; THEORY 3, module
     docstring "Near alpha_interp"; docs/erm.md "Between alpha_interp and 0.3"): the piecewise
-    output rule solved at outer orders ``order_lo`` then ``order`` by :func:`solve_at_sigma` (the
-    second from the first with its Broyden Jacobian), values at ``order``, bars
-    :func:`erm_se.split_factor` x the difference (:func:`_split_errors`: alpha, train, test, mse,
-    rank their own difference, the other parameters norm-wise over the logs; Sigma exact), as
-    the table of docs/erm.md ("Points", benchmarks/erm_ridgeless_near.py).  ``start``: (q, m,
-    alpha), default interpolated from that table in log Sigma.  ``validated_only``: Sigma
-    outside :data:`SIGMA_AT_RANGE`, or a model other than :data:`AT_SIGMA_CHECKED` (where the
-    bars were checked against order 20), is refused.
+    output rule solved at outer orders ``order_lo`` then ``order`` by :func:`solve_at_sigma`
+    (the second from the first with its Broyden Jacobian), values at ``order``, bars
+    :func:`erm_se.split_factor` x the difference (:func:`_split_errors`: alpha, train their
+    own difference, the other parameters norm-wise over the logs; Sigma exact; test and mse,
+    functions of (q, m), and rank, of (q_hat, m_hat), by :func:`_cancellation_bar`), as the
+    table of docs/erm.md ("Points", benchmarks/erm_ridgeless_near.py; its test bars are the
+    older own-difference ones). ``start``: (q, m, alpha), default interpolated from that
+    table in log Sigma. ``validated_only``: Sigma outside :data:`SIGMA_AT_RANGE`, or a model
+    outside :data:`AT_SIGMA_RANGE` (where the bars were checked against order 20), is
+    refused.
     Returns a :class:`RidgelessPoint` with ``given="sigma"``, ``alpha_error``, the orders and the
     residual (max|F| at ``order``); :class:`ConvergenceError` with the last (q, m, alpha)."""
     lo_s, hi_s = SIGMA_AT_RANGE if validated_only else (0.0, math.inf)
@@ -440,9 +485,13 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
     require(tokens == 2, "tokens", "2 for the lambda = 0 SE at fixed Sigma", tokens)
     if validated_only:
         require(at_sigma_checked(kappa0=kappa0, Delta=Delta, beta=beta, beta0=beta0), "kappa0",
-                "0.5 with Delta = 0.5, beta = beta0 = 1 (the only model where the fixed-Sigma "
-                "16/12 bars were checked against outer order 20 and covered it; "
-                "validated_only=False for others, bars unchecked)", (kappa0, Delta, beta, beta0))
+                f"in the served range: {at_sigma_range_text()} (where the fixed-Sigma 16/12 "
+                "bars were checked against outer order 20 and covered it; validated_only=False "
+                "for others, bars unchecked)", (kappa0, Delta, beta, beta0))
+        lo_m, hi_m = at_sigma_sigma_range(kappa0=kappa0, Delta=Delta)
+        require(lo_m <= sigma <= hi_m, "sigma", f"in [{_num(lo_m)}, {_num(hi_m)}] at kappa0 = "
+                f"{kappa0:g}, Delta = {Delta:g} (served: {at_sigma_range_text()}; where the "
+                "fixed-Sigma 16/12 bars were checked against outer order 20)", sigma)
     require(isinstance(order, int) and isinstance(order_lo, int) and 2 <= order_lo < order,
             "order", "an integer > order_lo >= 2", (order, order_lo))
     a_i = alpha_interp(kappa0=kappa0, Delta=Delta)
@@ -459,10 +508,27 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
         return (x[0], x[1], float(sigma), *x[3:])
 
     d_hi, d_lo = _split_point(p_hi, as_fp(hi), order), _split_point(p_lo, as_fp(lo), order_lo)
+    grow = erm_se.split_factor(order, order_lo)
     errors = _split_errors(("q", "m", "alpha", "q_hat", "m_hat", "sigma_hat"), hi, lo, d_hi,
-                           d_lo, erm_se.split_factor(order, order_lo))
-    errors.pop("alpha")  # alpha, like test, carries its own difference (docs/erm.md "Points")
-    alpha_error = erm_se.split_factor(order, order_lo) * abs(hi[2] - lo[2])
+                           d_lo, grow)
+    errors.pop("alpha")  # alpha, like train, carries its own difference (docs/erm.md "Points")
+    dq, dm = hi[0] - lo[0], hi[1] - lo[1]
+
+    def test_of(q: float, m: float) -> float:
+        return generalisation_error(q=q, m=m, Q0n=p.Q0n, beta=beta, beta0=beta0,
+                                    step=0.2 if order >= SPLIT_ORDER else 0.25)  # as _split_point
+
+    errors["test"] = _cancellation_bar(test_of, hi[0], hi[1], dq, dm,
+                                       d_hi["test"] - d_lo["test"], grow)
+
+    def rank_of(q_hat: float, m_hat: float) -> float:
+        return spectral_integrals(kappa0=kappa0, delta=math.sqrt(q_hat) / m_hat, eps=0.0).rank
+
+    errors["rank"] = _cancellation_bar(rank_of, hi[3], hi[4], hi[3] - lo[3], hi[4] - lo[4],
+                                       d_hi["rank"] - d_lo["rank"], grow)
+    # mse = Q0 + q - 2 m: its partials are 1 and -2 exactly
+    errors["mse"] = grow * max(abs(d_hi["mse"] - d_lo["mse"]), abs(dq), abs(2 * dm))
+    alpha_error = grow * abs(hi[2] - lo[2])
     errors["sigma"] = 0.0  # given
     fp = erm_se.FixedPoint(*as_fp(hi), **d_hi, iterations=its, residual=res, errors=errors,
                            global_minimum=True)
