@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import expit, ndtri
 from scipy.stats import qmc
 
@@ -656,7 +657,9 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     differences, refreshed every 4 steps). Both V_l below ``v_floor`` is reported as the
     perfect-recovery fixed point V = 0 (stable iff alpha > alpha_PR). Errors:
     COVERAGE RQMC standard errors over scrambles and the inner-rule difference, each propagated
-    through (I - J)^-1, plus the last step. ``estimator``: the form of E_l (:data:`ESTIMATORS`;
+    through (I - J)^-1, plus the distance to the root (I - J)^-1 (F(V) - V). With the line rule at
+    skip < 1 the chord-Newton steps stop below ``tol`` or :data:`FIXED_POINT_TOL_REL` x V.
+    ``estimator``: the form of E_l (:data:`ESTIMATORS`;
     "variance" by default, 6 to 9 times smaller bars at equal cost). Returns a plain dict: per
     layer q, q_hat, mmse and their errors, stability (Jacobian eigenvalues), iterations, seconds;
     ``phi``, ``psi_out`` (free entropy, :func:`free_entropy`), ``e_gen`` and ``e_gen_plugin``
@@ -685,6 +688,7 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
     apr = perfect_recovery_alpha(model)
     history, jac, since, plain = [], None, 0, True
     step = np.ones(2)
+    rel_tol = FIXED_POINT_TOL_REL if model.skip < 1.0 and model.inner == "line" else 0.0
     for _ in range(max_iter):
         fv, _ = _map_mean(model, alpha, v, normals, h, estimator)
         history.append(v.tolist())
@@ -714,7 +718,7 @@ def fixed_point(model: DeepAimSE, *, alpha: float, v_init: tuple[float, float], 
         if np.all(vn < v_floor):
             return _pr_result(model, alpha, apr, v_init, history + [vn.tolist()],
                               time.perf_counter() - t0)
-        done = np.max(np.abs(vn - v)) < tol
+        done = bool(np.all(np.abs(vn - v) < np.maximum(tol, (not plain) * rel_tol * v)))
         v = vn
         if done:
             break
@@ -737,7 +741,31 @@ def _geometric_to_zero(history: list, rel: float = 0.03) -> bool:
     return bool(np.all(f < 1) and np.all(np.abs(f[1:] - f[:-1]) < rel * f[1:]))
 
 
-def _jacobian(model, alpha, v, normals, h, fv, rel: float = 1e-4, estimator="variance"):
+#: the relative step of :func:`branch_point`'s Jacobian differences. At V ~ 1e-3 the line rule's
+#: map jumps in V2 on small scales (its log step follows sqrt(V2)): at c = 0.1, V = (0.003,
+#: 0.00085), 2^5 x 8, dF_2/dV_2 is -1.35 with the step 1e-4 of :func:`fixed_point`, 0.81, 0.84,
+#: 0.82 with 3e-3, 2e-2, 5e-2 (docs/deep_aim.md, "The branch with alpha as an output")
+BRANCH_JAC_REL = 0.05
+
+#: the relative step of the central differences of the map's Jacobian in :func:`fixed_point`
+#: and its bars: (the line rule at skip < 1, otherwise). At skip < 1 the line rule's map jumps in V2 on small
+#: scales (its inner step follows sqrt(V2)), so 1e-4 gave wrong derivatives there: at c = 0.1,
+#: alpha = 0.35, V = (0.0589, 0.0196) (2^5 x 8) dF_2/dV_2 = 0.436 at 1e-4 against 0.839, 0.802,
+#: 0.797 at 3e-3, 2e-2, 5e-2, and the larger eigenvalue 0.80 against 0.93-0.94, so the bars,
+#: propagated through (I - J)^-1, were 2-3 times too small (docs/deep_aim.md, "The Jacobian step
+#: at skip < 1"). At c = 1, alpha = 0.3 the steps 1e-4 and 3e-3 agree to 1e-3.
+FIXED_POINT_JAC_REL = (BRANCH_JAC_REL, 1e-4)
+#: the relative step below which :func:`fixed_point` stops with the line rule at skip < 1 (else
+#: ``tol`` alone): the map's small jumps in V2, amplified by (I - J)^-1, keep the chord-Newton
+#: iterates in a box instead of converging (c = 0.1, alpha = 0.35, 2^5 x 8: mmse_1 wandered in
+#: [0.05880, 0.05918] for 40 iterations, steps 3e-7 to 3.7e-4, against the bar 0.0092). The
+#: remaining distance to the root, (I - J)^-1 (F(V) - V), is in the bar.
+FIXED_POINT_TOL_REL = 1e-3
+
+
+def _jacobian(model, alpha, v, normals, h, fv, rel: float | None = None, estimator="variance"):
+    if rel is None:
+        rel = FIXED_POINT_JAC_REL[not (model.skip < 1.0 and model.inner == "line")]
     jac = np.zeros((2, 2))
     for j in range(2):
         d = rel * v[j]
@@ -750,18 +778,28 @@ def _jacobian(model, alpha, v, normals, h, fv, rel: float = 1e-4, estimator="var
 
 
 def _finite_result(model, alpha, v, normals, steps, v_init, iterations, t0, seed,
-                   estimator="variance") -> dict:
-    fv, sums = _map_mean(model, alpha, v, normals, steps[1], estimator)
-    _, sums_c = _map_mean(model, alpha, v, normals, steps[0], estimator)
-    jac = _jacobian(model, alpha, v, normals, steps[1], fv, estimator=estimator)
-    inv = np.linalg.inv(np.eye(2) - jac)
-    # each scramble's map value at v, minus the mean: the RQMC noise of F, propagated
-    per = _prior_side(model, alpha, sums[:, 0], sums[:, 1])
-    dev = np.stack([per["mmse1"], per["mmse2"]], axis=1) - fv[None, :]
-    se = np.sqrt(((dev @ inv.T) ** 2).sum(axis=0) / (dev.shape[0] * (dev.shape[0] - 1)))
-    fc = _prior_side(model, alpha, [sums_c[:, 0].mean()], [sums_c[:, 1].mean()])
-    rule = np.abs(inv @ (np.array([fc["mmse1"][0], fc["mmse2"][0]]) - fv))
-    err = COVERAGE * se + rule + np.abs(fv - v)
+                   estimator="variance", pre=None, v_error=None) -> dict:
+    """The result dict of a finite fixed point (:func:`fixed_point`). ``pre``: the (fv, sums,
+    sums_c, jac) already computed at v (:func:`branch_point`); ``v_error``: the mmse bars to use
+    instead of the fixed-alpha propagation through (I - J)^-1 (with ``standard_error`` and
+    ``rule_error`` the pair (se, rule) it is made of)."""
+    if pre is None:
+        fv, sums = _map_mean(model, alpha, v, normals, steps[1], estimator)
+        _, sums_c = _map_mean(model, alpha, v, normals, steps[0], estimator)
+        jac = _jacobian(model, alpha, v, normals, steps[1], fv, estimator=estimator)
+    else:
+        fv, sums, sums_c, jac = pre
+    if v_error is None:
+        inv = np.linalg.inv(np.eye(2) - jac)
+        # each scramble's map value at v, minus the mean: the RQMC noise of F, propagated
+        per = _prior_side(model, alpha, sums[:, 0], sums[:, 1])
+        dev = np.stack([per["mmse1"], per["mmse2"]], axis=1) - fv[None, :]
+        se = np.sqrt(((dev @ inv.T) ** 2).sum(axis=0) / (dev.shape[0] * (dev.shape[0] - 1)))
+        fc = _prior_side(model, alpha, [sums_c[:, 0].mean()], [sums_c[:, 1].mean()])
+        rule = np.abs(inv @ (np.array([fc["mmse1"][0], fc["mmse2"][0]]) - fv))
+        err = COVERAGE * se + rule + np.abs(inv @ (fv - v))  # + the distance to the root
+    else:
+        err, (se, rule) = np.asarray(v_error[0], float), v_error[1]
     e = sums[:, :2].mean(axis=0)
     e_se = standard_error(sums[:, :2], axis=0)
     eig = np.linalg.eigvals(jac)
@@ -824,6 +862,170 @@ def _pr_result(model, alpha, apr, v_init, history, secs) -> dict:
             "phi_limit": "+inf" if alpha > apr else "-inf", "psi_out": None, "design": model.design,
             "psi_out_error": None, "e_gen": 0.0, "e_gen_error": 0.0, "e_gen_plugin": 0.0,
             "e_gen_plugin_error": 0.0, "seconds": secs}
+
+
+def prior_q_hat(v: float, rho: float) -> float:
+    """The inverse of the prior side (THEORY 1.1): the q_hat with mmse_rho(1/q_hat) = v, for v in
+    (0, 1] (0 at v = 1); mmse_rho(1/q_hat) decreases strictly in q_hat, so this is a 1-d root in
+    log q_hat (Brent, relative tolerance 1e-13)."""
+    require(math.isfinite(v) and 0 < v <= 1, "v", "in (0, 1]", v)
+    if v >= 1.0:
+        return 0.0
+
+    def gap(t: float) -> float:
+        return _prior_step(math.exp(t), rho) - v
+
+    lo, hi = -20.0, 20.0
+    while gap(lo) < 0:
+        lo -= 10.0
+    while gap(hi) > 0:
+        hi += 10.0
+    return math.exp(brentq(gap, lo, hi, xtol=1e-13, rtol=1e-13))
+
+
+def _branch_sensitivity(model: DeepAimSE, alpha: float, v: np.ndarray, e: np.ndarray,
+                        jac: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """The 2 x 2 matrix d(log alpha, V2)/d(log E_1, log E_2) at a branch point (V1 held; E_l
+    shifted by constants, the RQMC and rule errors): the root of r(V2) = log q_hat_1*(V1) -
+    log E_1 - log q_hat_2*(V2) + log E_2 moves by dV2 = (dlog E_1 - dlog E_2) / r'(V2), and
+    log alpha = log q_hat_1* - log E_1 - log 2 by -dlog E_1 - s_1 dV2, s_l = dlog E_l / dV2. s_l
+    from the map's Jacobian at fixed alpha, J_lj = m_l'(q_hat_l) 2 alpha dE_l/dV_j (m_l(q_hat) =
+    mmse_rho_l(1/q_hat)), m_l' by central differences; dlog q_hat_2*/dV2 = 1/(q_hat_2
+    m_2'(q_hat_2)), the inverse function's slope. Rows: log alpha, V2; also s_1 and r'(V2)."""
+    qh = 2.0 * alpha * e
+    mp = []
+    for i, rho in enumerate((model.rho1, model.rho2)):
+        d = 1e-4 * qh[i]
+        mp.append((_prior_step(qh[i] + d, rho) - _prior_step(qh[i] - d, rho)) / (2 * d))
+    s = [jac[i, 1] / (mp[i] * 2.0 * alpha * e[i]) for i in range(2)]
+    p2 = 1.0 / (qh[1] * mp[1])
+    rp = -s[0] - p2 + s[1]
+    dv2 = np.array([1.0, -1.0]) / rp
+    dla = np.array([-1.0, 0.0]) - s[0] * dv2
+    return np.stack([dla, dv2]), float(s[0]), float(rp)
+
+
+def branch_point(model: DeepAimSE, *, v1: float, m: int = 6, scrambles: int = 8, seed: int = 0,
+                 steps: tuple[float, float] = INNER_STEPS, estimator: str = "variance",
+                 v2_bracket: tuple[float, float] | None = None, xtol: float = 1e-6,
+                 jac_rel: float = BRANCH_JAC_REL, e_gen: bool = True) -> dict:
+    """The SE fixed point on the finite-V branch at a given mmse_1 = ``v1``, alpha an output
+    (THEORY 1.6; docs/deep_aim.md section 4, "The branch with alpha as an output"). At a fixed
+    point V_l = mmse_rho_l(1/q_hat_l) with q_hat_l = 2 alpha E_l(V), and E_l does not depend on
+    alpha, so with q_hat_l*(V_l) the inverse of the prior side (:func:`prior_q_hat`) a fixed
+    point needs alpha_1(V) = q_hat_1*(V1)/(2 E_1(V)) = alpha_2(V) = q_hat_2*(V2)/(2 E_2(V)): a
+    1-d root in log V2 (Brent, relative tolerance ``xtol``) on a fixed RQMC point set (2^m x
+    ``scrambles``, key ``seed``), nothing iterated in alpha, so the map's near-neutrality close
+    to alpha_PR does not matter. ``v2_bracket``: (lo, hi) with a sign change of
+    log(alpha_1/alpha_2); by default a geometric search from (0.1 v1, 0.5 v1). Returns the keys
+    of :func:`fixed_point` (jacobian eigenvalues of the map at fixed alpha: the larger above 1 is
+    an unstable point; Phi, e_gen unless ``e_gen`` is False) plus ``alpha_error``, ``alpha_PR``,
+    ``alpha_minus_PR``, the branch's ``sensitivity`` and ``root``. Bars: COVERAGE RQMC standard
+    errors (per scramble, through the 2 x 2 sensitivity of (log alpha, V2) to (log E_1, log E_2),
+    :func:`_branch_sensitivity`) + the inner-rule difference (``steps``) propagated the same way
+    + the root tolerance; V1 is exact. ``jac_rel``: the relative step of the central differences
+    of the map's Jacobian (:data:`BRANCH_JAC_REL`)."""
+    require(isinstance(v1, (int, float)) and math.isfinite(v1) and 0 < v1 <= 1, "v1",
+            "in (0, 1]", v1)
+    require(estimator in ESTIMATORS, "estimator", f"one of {ESTIMATORS}", estimator)
+    require(math.isfinite(jac_rel) and 0 < jac_rel <= 0.2, "jac_rel", "in (0, 0.2]", jac_rel)
+    if v2_bracket is not None:
+        require(len(v2_bracket) == 2 and all(math.isfinite(x) and 0 < x <= 1 for x in v2_bracket)
+                and v2_bracket[0] < v2_bracket[1], "v2_bracket", "(lo, hi) with 0 < lo < hi <= 1",
+                v2_bracket)
+    t0 = time.perf_counter()
+    normals = _sobol_normals(m, scrambles, seed)
+    h = steps[1]
+    qh1 = prior_q_hat(v1, model.rho1)
+    cache: dict[float, np.ndarray] = {}
+
+    def sums_at(v2: float) -> np.ndarray:
+        if v2 not in cache:
+            cache[v2] = _output_sums(model, model.q0[0] - v1, model.q0[1] - v2, h, normals,
+                                     estimator=estimator)
+        return cache[v2]
+
+    def log_ratio(t: float) -> float:
+        v2 = math.exp(t)
+        e = sums_at(v2)[:, :2].mean(axis=0)
+        return math.log(qh1 / e[0]) - math.log(prior_q_hat(v2, model.rho2) / e[1])
+
+    lo, hi = v2_bracket if v2_bracket is not None else (0.1 * v1, min(0.5 * v1, 1.0))
+    tl, th = math.log(lo), math.log(hi)
+    fl, fh = log_ratio(tl), log_ratio(th)
+    for _ in range(0 if v2_bracket is not None else 6):
+        if fl * fh <= 0:
+            break
+        # expand towards the side where |log ratio| is smaller
+        if abs(fl) < abs(fh):
+            tl -= math.log(3.0)
+            fl = log_ratio(tl)
+        elif th < -1e-12:
+            th = min(th + math.log(3.0), 0.0)
+            fh = log_ratio(th)
+        else:
+            break
+    if fl * fh > 0:
+        raise ConvergenceError(
+            "deep AIM branch: no sign change of log(alpha_1/alpha_2) in the V2 bracket; pass "
+            "v2_bracket", last_iterate=[v1, math.exp(tl), math.exp(th)],
+            residual=[fl, fh])
+    t = brentq(log_ratio, tl, th, xtol=xtol, rtol=xtol) if fl * fh < 0 else (
+        tl if fl == 0 else th)
+    v2 = math.exp(t)
+    v = np.array([v1, v2])
+    sums = sums_at(v2)
+    e = sums[:, :2].mean(axis=0)
+    a = np.array([qh1 / (2 * e[0]), prior_q_hat(v2, model.rho2) / (2 * e[1])])
+    alpha = float(math.sqrt(a[0] * a[1]))
+    sums_c = _output_sums(model, model.q0[0] - v1, model.q0[1] - v2, steps[0], normals,
+                          estimator=estimator)
+    fv = _prior_side(model, alpha, [e[0]], [e[1]])
+    fv = np.array([fv["mmse1"][0], fv["mmse2"][0]])
+    jac = _jacobian(model, alpha, v, normals, h, fv, rel=jac_rel, estimator=estimator)
+    sens, s1, rp = _branch_sensitivity(model, alpha, v, e, jac)
+    dlog = sums[:, :2] / e[None, :] - 1.0                     # per scramble dlog E_l
+    dev = dlog @ sens.T                                       # (dlog alpha, dV2) per scramble
+    n = dev.shape[0]
+    se = np.sqrt((dev ** 2).sum(axis=0) / (n * (n - 1)))
+    rule = np.abs(sens @ np.log(sums_c[:, :2].mean(axis=0) / e))
+    # root tolerance: Brent's bracket width in V2 plus the Newton distance |r| / |r'| left at
+    # the returned point, carried to log alpha along the branch (s_1), plus half the gap
+    gap = abs(math.log(a[0] / a[1]))
+    dv2_root = xtol * v2 * (1.0 + abs(t)) + gap / abs(rp)
+    root = np.array([abs(s1) * dv2_root + gap / 2, dv2_root])
+    err = COVERAGE * se + rule + root                         # on (log alpha, V2)
+    alpha_err = alpha * float(err[0])
+    v_err = np.array([0.0, float(err[1])])
+    v_se = np.array([0.0, float(se[1])])
+    v_rule = np.array([0.0, float(rule[1])])
+    pre = (fv, sums, sums_c, jac)
+    if e_gen:
+        res = _finite_result(model, alpha, v, normals, steps, [v1, v2], len(cache), t0, seed,
+                             estimator, pre=pre, v_error=(v_err, (v_se, v_rule)))
+    else:
+        eig = np.linalg.eigvals(jac)
+        res = {"alpha": alpha, "layers": [
+            {"q": model.q0[i] - v[i], "q_error": float(v_err[i]), "mmse": float(v[i]),
+             "mmse_error": float(v_err[i]), "q_hat": float(2 * alpha * e[i]),
+             "rho": (model.rho1, model.rho2)[i]} for i in range(2)],
+            "perfect_recovery": False, "stable": bool(np.max(np.abs(eig)) < 1),
+            "jacobian_eigenvalues": eig.tolist(), "jacobian": jac.tolist(),
+            "standard_error": v_se.tolist(), "rule_error": v_rule.tolist(),
+            "estimator": estimator, "design": model.design}
+    apr = perfect_recovery_alpha(model)
+    res.update({
+        "alpha": alpha, "alpha_error": alpha_err,
+        "alpha_standard_error": alpha * float(se[0]), "alpha_rule_error": alpha * float(rule[0]),
+        "alpha_root_error": alpha * float(root[0]), "alpha_PR": apr,
+        "alpha_minus_PR": alpha - apr, "alpha_per_layer": a.tolist(),
+        "E": e.tolist(), "sensitivity": sens.tolist(), "jac_rel": jac_rel,
+        "root": {"v2_bracket": [math.exp(tl), math.exp(th)], "xtol": xtol,
+                 "evaluations": len(cache)},
+        "v1_E1_plus_v2_E2": float(v1 * e[0] + v2 * e[1]),
+        "points": 2**m, "scrambles": scrambles, "seed": seed,
+        "seconds": time.perf_counter() - t0})
+    return res
 
 
 def fixed_points(model: DeepAimSE, *, alpha: float,
