@@ -258,7 +258,7 @@ def check_sigma_curve_options(spec: str, *, alphas: str | None, direct: bool,
     (``opts``: the model options; where the fixed-Sigma bars were checked against outer order
     20)."""
     from .cli_common import fail
-    from .numerics.erm_ridgeless import AT_SIGMA_RANGE, _num, at_sigma_checked, at_sigma_sigma_range
+    from .numerics.erm_ridgeless import AT_SIGMA_RANGE, at_sigma_checked, at_sigma_sigma_range, number_text
 
     lam, tokens = opts.get("lam"), opts.get("tokens")
 
@@ -283,7 +283,8 @@ def check_sigma_curve_options(spec: str, *, alphas: str | None, direct: bool,
         lo, hi = at_sigma_sigma_range(kappa0=model["kappa0"], Delta=model["delta"])
         grid = sigma_grid(spec)
         if not (lo <= grid[0] <= hi and lo <= grid[-1] <= hi):
-            fail("--sigmas", f"a grid with start and stop in [{_num(lo)}, {_num(hi)}] at --kappa0 "
+            fail("--sigmas", f"a grid with start and stop in [{number_text(lo)}, "
+                 f"{number_text(hi)}] at --kappa0 "
                  f"{model['kappa0']:g} --delta {model['delta']:g} (where the fixed-Sigma 16/12 "
                  "bars were checked against outer order 20: docs/erm.md)", spec)
 

@@ -362,8 +362,8 @@ class ERM:
                               f"{self.beta:g}, beta0 = {self.beta0:g})")
         lo, hi = er.at_sigma_sigma_range(kappa0=self.kappa0, Delta=self.delta)
         if not lo <= sigma <= hi:
-            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=f"in [{er._num(lo)}, "
-                              f"{er._num(hi)}] at kappa0 = {self.kappa0:g}, delta = "
+            raise DomainError(SIGMA_ERM, sigma, "sigma", allowed=f"in [{er.number_text(lo)}, "
+                              f"{er.number_text(hi)}] at kappa0 = {self.kappa0:g}, delta = "
                               f"{self.delta:g}; " + allowed)
         return sigma
 

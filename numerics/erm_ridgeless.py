@@ -406,7 +406,7 @@ def at_sigma_sigma_range(*, kappa0: float, Delta: float) -> tuple[float, float]:
     return SIGMA_AT_RANGE if centre else AT_SIGMA_RANGE["sigma"]
 
 
-def _num(x: float) -> str:
+def number_text(x: float) -> str:
     """1e4 as '1e4', 0.3 as '0.3' (for messages)."""
     return f"{x:.0e}".replace("e+0", "e").replace("e+", "e") if x >= 1e3 else f"{x:g}"
 
@@ -416,7 +416,8 @@ def at_sigma_range_text() -> str:
     (a, b), (c, d), (s, t) = (AT_SIGMA_RANGE[k] for k in ("kappa0", "Delta", "sigma"))
     lo, hi = SIGMA_AT_RANGE
     return (f"kappa0 in [{a:g}, {b:g}], Delta in [{c:g}, {d:g}], beta = beta0 = 1, Sigma in "
-            f"[{_num(s)}, {_num(t)}] (in [{_num(lo)}, {_num(hi)}] at kappa0 = Delta = 0.5)")
+            f"[{number_text(s)}, {number_text(t)}] (in [{number_text(lo)}, {number_text(hi)}] at "
+            "kappa0 = Delta = 0.5)")
 
 
 def _cancellation_bar(f, q: float, m: float, dq: float, dm: float, d_own: float,
@@ -489,7 +490,8 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
                 "bars were checked against outer order 20 and covered it; validated_only=False "
                 "for others, bars unchecked)", (kappa0, Delta, beta, beta0))
         lo_m, hi_m = at_sigma_sigma_range(kappa0=kappa0, Delta=Delta)
-        require(lo_m <= sigma <= hi_m, "sigma", f"in [{_num(lo_m)}, {_num(hi_m)}] at kappa0 = "
+        require(lo_m <= sigma <= hi_m, "sigma", f"in [{number_text(lo_m)}, {number_text(hi_m)}] "
+                f"at kappa0 = "
                 f"{kappa0:g}, Delta = {Delta:g} (served: {at_sigma_range_text()}; where the "
                 "fixed-Sigma 16/12 bars were checked against outer order 20)", sigma)
     require(isinstance(order, int) and isinstance(order_lo, int) and 2 <= order_lo < order,
