@@ -247,8 +247,8 @@ class ERM:
         Result per quantity: alpha first, then q, m, sigma, the hats, train, test, mse, rank,
         fitted. Needs lam = 0, T = 2, (kappa0, delta) in ``erm_ridgeless.AT_SIGMA_RANGE``,
         beta = beta0 = 1 and Sigma in [25, 1e6] at kappa0 = delta = 0.5, in [1e3, 1e4]
-        elsewhere: where the bars were checked against order 20 (docs/erm.md). ``start``: (q, m, alpha); ``orders``: (order, order_lo), default (16,
-        12)."""
+        elsewhere: where the bars were checked against order 20 (docs/erm.md). ``start``: (q,
+        m, alpha); ``orders``: (order, order_lo), default (16, 12)."""
         from .numerics import erm_ridgeless
 
         sigma = self._check_at_sigma(sigma)
