@@ -866,21 +866,9 @@ def _pr_result(model, alpha, apr, v_init, history, secs) -> dict:
 
 def prior_q_hat(v: float, rho: float) -> float:
     """The inverse of the prior side (THEORY 1.1): the q_hat with mmse_rho(1/q_hat) = v, for v in
-    (0, 1] (0 at v = 1); mmse_rho(1/q_hat) decreases strictly in q_hat, so this is a 1-d root in
-    log q_hat (Brent, relative tolerance 1e-13)."""
+    (0, 1] (0 at v = 1): 1 / :func:`wishart.delta_of_mmse`."""
     require(math.isfinite(v) and 0 < v <= 1, "v", "in (0, 1]", v)
-    if v >= 1.0:
-        return 0.0
-
-    def gap(t: float) -> float:
-        return _prior_step(math.exp(t), rho) - v
-
-    lo, hi = -20.0, 20.0
-    while gap(lo) < 0:
-        lo -= 10.0
-    while gap(hi) > 0:
-        hi += 10.0
-    return math.exp(brentq(gap, lo, hi, xtol=1e-13, rtol=1e-13))
+    return 0.0 if v >= 1.0 else 1.0 / wishart.delta_of_mmse(v, rho=rho)
 
 
 def _branch_sensitivity(model: DeepAimSE, alpha: float, v: np.ndarray, e: np.ndarray,

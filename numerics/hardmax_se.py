@@ -46,6 +46,7 @@ from scipy.special import ndtr, roots_hermitenorm
 from . import wishart
 from .hardmax import chebyshev_tail_rule, off_diagonal_pairs, outcome_orbits, pairs, settle_rows
 from .records import ConvergenceError, Estimate, bayes_optimal, mean_estimate, require
+from .wishart import delta_of_mmse
 
 SQRT2 = math.sqrt(2.0)
 #: token counts of the output side at any omega (the recursion runs over 2^(T(T-1)/2) subsets)
@@ -969,13 +970,6 @@ def generalisation_error(*, T: int, q: float, V: float, step: float = 0.3) -> Es
 
 
 # ----------------------------------------------------------------------------- state evolution
-def delta_of_mmse(v: float, *, rho: float) -> float:
-    """Delta with Wishart mmse(Delta) = v (THEORY 1.1)."""
-    from .sparsemax import delta_of_mmse as inverse
-
-    return inverse(v, rho=rho)
-
-
 def se_curve_traced(*, T: int, rho: float, mmses: Sequence[float],
                     with_egen: bool = True) -> list[dict]:
     """The SE traced by V = mmse (THEORY 1.1): each V is a fixed point at

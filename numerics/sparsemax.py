@@ -28,6 +28,7 @@ from scipy.special import erfc, ndtr
 from . import wishart
 from .gauss import TAIL_MASS, gaussian_grid
 from .records import ConvergenceError, Estimate, mean_estimate, require
+from .wishart import delta_of_mmse
 
 #: cut of the interior window, in standard deviations of d_a, for the double-precision rules
 TAIL_SD = 10.0
@@ -463,20 +464,6 @@ def generalisation_error(cs, *, q: float, V: float, beta: float) -> Estimate:
                     f"and {EGEN_NODES[1]} nodes per panel, breakpoints at +-1/beta)",
                     extra={"plugin": fine_plug,
                            "plugin_error": abs(fine_plug - coarse_plug) + cut + 1e-15})
-
-
-def delta_of_mmse(v: float, *, rho: float) -> float:
-    """The noise Delta of the Wishart denoising problem whose mmse is v in (0, 1) (THEORY 1.1:
-    mmse(Delta) increases from 0 to 1)."""
-    from scipy.optimize import brentq
-
-    require(0 < v < 1, "mmse", "in (0, 1)", v)
-
-    def f(t):
-        return float(wishart.mmse(math.exp(t), rho=rho)) - v
-
-    lo, hi = -30.0, 30.0
-    return math.exp(brentq(f, lo, hi, xtol=1e-15, rtol=1e-15))
 
 
 def traced_rows(e_of, *, rho: float, mmses: Sequence[float]) -> list[dict]:

@@ -970,3 +970,16 @@ def mmse_estimate(delta: Any, *, rho: Any, dps: int | None = None) -> Estimate:
 def mutual_information_estimate(delta: Any, *, rho: Any, dps: int | None = None) -> Estimate:
     """:func:`mutual_information` with error = |difference between two quadrature orders|."""
     return _estimate(delta, rho, dps, "mi", "mutual information")
+
+
+def delta_of_mmse(v: float, *, rho: float) -> float:
+    """The noise Delta of the Wishart denoising problem whose mmse is v in (0, 1) (THEORY 1.1:
+    mmse(Delta) increases from 0 to 1)."""
+    from scipy.optimize import brentq
+
+    require(0 < v < 1, "mmse", "in (0, 1)", v)
+
+    def f(t):
+        return float(mmse(math.exp(t), rho=rho)) - v
+
+    return math.exp(brentq(f, -30.0, 30.0, xtol=1e-15, rtol=1e-15))
