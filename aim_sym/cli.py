@@ -457,16 +457,22 @@ def cli() -> None:
               "(same options)")
 @click.option("--points", type=int, default=None, help="aim --layers 2: log2 of the Sobol points "
               "per scramble, 5..12 (default 9; fewer: quicker, larger bars)")
+@click.option("--mmse1", type=float, default=None, help="aim --layers 2: solve on the finite "
+              "branch at this mmse_1 in (0, 1] instead, alpha an output (up to alpha_PR; "
+              "replaces --alpha)")
 def se(alpha, sigma, small_width, digits, direct, output_rule, cross_validate, starts, out_path,
-       resume, points, **kw):
+       resume, points, mmse1, **kw):
     """Solve the state evolution at one alpha: all fixed points, the Bayes-optimal flagged."""
     model = check_model(kw, ("aim", "smi", "erm"), deep_aim=True)
     if not (model == "aim" and kw.get("layers") == 2):
         for opt, value in (("starts", starts), ("out_path", out_path), ("resume", resume),
-                           ("points", points)):
+                           ("points", points), ("mmse1", mmse1)):
             if given(opt):
                 fail("--" + opt.replace("_path", ""), "used only with --model aim --layers 2",
                      value)
+    if mmse1 is not None and alpha is not None:
+        fail("--mmse1", "given without --alpha (alpha is its output: exactly one of --alpha and "
+             "--mmse1)", mmse1)
     if sigma is not None:
         if model != "erm":
             fail("--sigma", "used only with --model erm --lam 0", sigma)
@@ -481,9 +487,9 @@ def se(alpha, sigma, small_width, digits, direct, output_rule, cross_validate, s
         emit(cli_erm.se_sigma_json(sigma=sigma, **erm_opts(kw)), kw["as_json"],
              cli_erm.se_sigma_human)
         return
-    if alpha is None:
-        fail("--alpha", "given (a sample ratio alpha >= 0; or --sigma with --model erm --lam 0)",
-             None)
+    if alpha is None and mmse1 is None:
+        fail("--alpha", "given (a sample ratio alpha >= 0; or --sigma with --model erm --lam 0, "
+             "or --mmse1 with --model aim --layers 2)", None)
     if output_rule is not None and model != "erm":
         fail("--output-rule", "used only with --model erm", output_rule)
     if cross_validate:
@@ -497,6 +503,10 @@ def se(alpha, sigma, small_width, digits, direct, output_rule, cross_validate, s
         for opt, value in (("small_width", small_width), ("digits", digits), ("direct", direct)):
             if given(opt):
                 fail("--" + opt.replace("_", "-"), "omitted for --model aim --layers 2", value)
+        if mmse1 is not None:
+            aim_channels.deep_aim_branch_se(kw, mmse1, starts=starts, out_path=out_path,
+                                            resume=resume, points=points)
+            return
         aim_channels.deep_aim_se(kw, alpha, starts=starts, out_path=out_path, resume=resume,
                                  points=points)
         return

@@ -658,6 +658,105 @@ def deep_aim_se(kw: dict, alpha: float, *, starts: str | None = None,
         + [o["note"]]))
 
 
+#: measured wall seconds of one ``se --model aim --layers 2 --mmse1 V`` point by --points (c =
+#: 0.5, rho = (0.5, 0.5), v1 = 0.05, seed 0, e_gen included; two cores shared with other jobs:
+#: upper bounds at that load; docs/deep_aim.md section 4, "The branch with alpha as an output");
+#: at c >= 1 about 4 s at 2^5
+DEEP_AIM_BRANCH_SECONDS = {5: 15.0, 9: 425.0}
+
+
+def _eigenvalues(eigs: list) -> list:
+    """The map's Jacobian eigenvalues for JSON: real numbers, or [re, im] where complex."""
+    out = []
+    for x in eigs:
+        z = complex(x)
+        out.append(z.real if z.imag == 0 else [z.real, z.imag])
+    return out
+
+
+def deep_aim_branch_se(kw: dict, v1: float, *, starts: str | None = None,
+                       out_path: str | None = None, resume: bool = False,
+                       points: int | None = None) -> None:
+    """``se --model aim --layers 2 --mmse1 V``: the SE fixed point on the finite branch at
+    mmse_1 = V with alpha an output and its bar (numerics.deep_aim_se.branch_point; THEORY 1.6,
+    docs/deep_aim.md section 4, "The branch with alpha as an output"): alpha, alpha_PR, alpha -
+    alpha_PR, per layer mmse (mmse_1 exact), q_hat, the Jacobian eigenvalues of the map at that
+    alpha, phi and e_gen. Randomised QMC, 2^points x 8, seed 0, as ``se``; ``out_path``: the JSON
+    written atomically at the end."""
+    import math
+
+    from .cli_common import progress_printer
+    from .numerics import deep_aim_se as das
+
+    if not (isinstance(v1, float) and math.isfinite(v1) and 0 < v1 <= 1):
+        fail("--mmse1", "in (0, 1] (mmse_1 on the finite branch of --model aim --layers 2; "
+             "alpha is the output)", v1)
+    if kw.get("noise") is not None:
+        fail("--noise", "omitted with --mmse1 (the branch with alpha an output is the "
+             "noiseless SE's)", kw["noise"])
+    for opt, value in (("--starts", starts), ("--resume", resume or None)):
+        if value is not None:
+            fail(opt, "omitted with --mmse1 (one branch point: no starts, nothing to resume)",
+                 value)
+    model = deep_aim_se_model(kw, design_ok=True, small_skip_ok=True)
+    m = deep_aim_points(points)
+    if out_path:
+        from .tables import check_writable
+
+        check_writable(out_path, "--out")
+    if model.skip < 1:
+        import click
+
+        click.echo(f"expected cost at skip {model.skip:g} < 1: 2^{m} x 8 points; measured on two "
+                   "shared cores at c = 0.5, v1 = 0.05: " + ", ".join(
+                       f"{t:.0f} s at 2^{k}" for k, t in sorted(DEEP_AIM_BRANCH_SECONDS.items())),
+                   err=True)
+    progress_printer(0, 1, f"branch point at mmse_1 = {v1:g} (alpha an output)")
+    r = das.branch_point(model, v1=v1, m=m, scrambles=8, seed=0)
+    progress_printer(1, 1, "done")
+    skip, beta, rho = model.skip, model.beta, (model.rho1, model.rho2)
+    eig = r["jacobian_eigenvalues"]
+    fp = {"start": f"branch at mmse_1 = {v1:g}", **r, "jacobian_eigenvalues": _eigenvalues(eig),
+          "jacobian_eigenvalue_moduli": sorted(abs(complex(x)) for x in eig)}
+    out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
+           "beta": beta, "rho": list(rho), "mmse1": v1, "alpha": r["alpha"],
+           "alpha_error": r["alpha_error"], "design": model.design, "alpha_PR": r["alpha_PR"],
+           "method": f"randomised QMC (8 scrambles x 2^{m} Sobol points, seed 0) over the output "
+                     "side; alpha_1(V) = q_hat_1*(V1)/(2 E_1(V)) = alpha_2(V) = q_hat_2*(V2)/"
+                     "(2 E_2(V)) solved for V2 at the given V1 (Brent in log V2), alpha the "
+                     "output; error = 2.5 standard errors plus the inner rule's two-step "
+                     "difference, through the branch's 2 x 2 sensitivity, plus the root "
+                     "tolerance; mmse_1 exact",
+           "note": "jacobian_eigenvalues: of the SE map at the output alpha (stable: all of "
+                   "modulus < 1); phi ranks coexisting fixed points at one alpha; e_gen: "
+                   "E||y(h) - y(h')||^2/2, h, h' two posterior draws given omega",
+           "options": _deep_aim_key("se", model, m, mmse1=v1),
+           "fixed_points": [fp]}
+    if out_path:
+        write_json(out_path, {**out, "complete": True})
+
+    def text(o: dict) -> str:
+        f = o["fixed_points"][0]
+        L1, L2 = f["layers"]
+        return "\n".join([
+            f"AIM, two tied attention layers, T=2, skip={skip}, rho={list(rho)}, mmse_1={v1:g} "
+            f"(alpha an output; alpha_PR = {o['alpha_PR']:.6g}):",
+            f"  on the branch: alpha = {f['alpha']:.6g} +- {f['alpha_error']:.1e}, alpha - "
+            f"alpha_PR = {f['alpha_minus_PR']:.5g} +- {f['alpha_error']:.1e}; layer 1: mmse = "
+            f"{L1['mmse']:.5g} (exact), q_hat = {L1['q_hat']:.5g}; layer 2: mmse = "
+            f"{L2['mmse']:.5g} +- {L2['mmse_error']:.1e}, q_hat = {L2['q_hat']:.5g}"
+            + (f"; phi = {f['phi']:.6g} +- {f['phi_error']:.1e}" if f.get("phi") is not None
+               else "")
+            + (f", e_gen = {f['e_gen']:.5g} +- {f['e_gen_error']:.1e}"
+               if f.get("e_gen") is not None else "")
+            + "; |Jacobian eigenvalues| = "
+            + ", ".join(f"{x:.4g}" for x in f["jacobian_eigenvalue_moduli"])
+            + f", stable = {f['stable']}",
+            o["note"]])
+
+    emit(out, kw["as_json"], text)
+
+
 def _deep_aim_noisy_se(kw: dict, alpha: float, model) -> None:
     """``se --model aim --layers 2 --noise D``: the SE fixed point of the noisy two-layer model
     from the uninformed start (randomised QMC, numerics/deep_aim_noisy.fixed_point_noisy; a few
