@@ -69,10 +69,15 @@ the parameters) is solved by Broyden's method (:func:`solve_split`, Jacobian sta
 Gauss-Hermite map; converges to 1e-10 in 5-7 evaluations where Anderson mixing needs tens) at
 outer orders 16/12, bar = 3 x the largest difference of (log q, m, log Sigma, log hats) for the
 six order parameters (one component's difference can cross zero: Sigma moved 0.011 from 12 to
-16, 0.10 from 16 to 20) and 3 x its own difference for train, test, mse, rank.  Checked at
-alpha = 0.3 (Sigma = 25.9) against outer order 20; :data:`SIGMA_SPLIT` bounds the checked
-range (beyond: :class:`ConvergenceError`, before the costly orders when the order-12 Sigma is
-already > 2 x SIGMA_SPLIT).
+16, 0.10 from 16 to 20), 3 x its own difference for train, and for test, mse (functions of
+(q, m)) and rank (of (q_hat, m_hat)) 3 x the largest of the own difference and each
+variable's term (:func:`_cancellation_bar`: the two terms partly cancel between orders 12 and
+16, the test moving a quarter of the larger term at kappa0 = 0.7, Delta = 0.1).  Checked at
+alpha = 0.3 (Sigma = 25.9) against outer order 20 and, off the centre, at the corners of
+:data:`FIXED_ALPHA_RANGE` (docs/erm.md "The fixed-alpha bars away from kappa0 = Delta = 0.5";
+other models refused); :data:`SIGMA_SPLIT` bounds the checked range (beyond:
+:class:`ConvergenceError`, before the costly orders when the order-12 Sigma is already > 2 x
+SIGMA_SPLIT).
 
 **Near alpha_interp (Sigma = 26 ... 1e6; docs/erm.md "Between alpha_interp and 0.3").** Why the
 fixed point degrades as Sigma grows.  (i) The amplification, more than the output rule: the
@@ -123,7 +128,8 @@ from .records import ConvergenceError, require
 __all__ = ["RidgelessPoint", "ridgeless_se", "alpha_interp", "lambda_extrapolation",
            "SIGMA_RELIABLE", "SIGMA_SPLIT", "RIDGELESS_INITS", "RULES", "solve_split",
            "solve_at_sigma", "ridgeless_at_sigma", "SIGMA_AT_RANGE", "at_sigma_start",
-           "AT_SIGMA_RANGE", "at_sigma_checked", "at_sigma_sigma_range", "at_sigma_order_sequence"]
+           "AT_SIGMA_RANGE", "at_sigma_checked", "at_sigma_sigma_range", "at_sigma_order_sequence",
+           "split_order_sequence", "FIXED_ALPHA_RANGE", "fixed_alpha_checked"]
 
 SIGMA_RELIABLE = 5.0  # Gauss-Hermite 24/17: bars verified up to Sigma = 3.2, not at Sigma ~ 20-30
 SIGMA_SPLIT = 90.0  # the piecewise rule (outer orders 16/12): bars checked against order 20 at
@@ -140,6 +146,13 @@ SIGMA_AT_RANGE = (25.0, 1e6)
 #: 20 (and 24) at the corners, in between and at the Sigma ends, and covered them (docs/erm.md
 #: "The fixed-Sigma bars away from kappa0 = Delta = 0.5"); elsewhere refused
 AT_SIGMA_RANGE = {"kappa0": (0.3, 0.7), "Delta": (0.1, 0.5), "sigma": (1e3, 1e4)}
+#: the models :func:`ridgeless_se` serves (beta = beta0 = 1): the piecewise rule's 16/12 bars
+#: (test, mse, rank by :func:`_cancellation_bar`) were checked against outer order 20 (some 24,
+#: 28) at the four corners (alpha = 1.35-2 alpha_interp, Sigma = 7-85) and at kappa0 = Delta = 0.5
+#: (Sigma = 6-86), Gauss-Hermite 24/17 against order 32 at (0.3, 0.1) and (0.7, 0.5) (Sigma =
+#: 2.1, 3.1) and at the centre (docs/erm.md "The fixed-alpha bars away from kappa0 = Delta =
+#: 0.5"); elsewhere refused
+FIXED_ALPHA_RANGE = {"kappa0": (0.3, 0.7), "Delta": (0.1, 0.5)}
 # starts of :func:`ridgeless_at_sigma`, interpolated in log Sigma: (Sigma, q/Q0, m/Q0,
 # alpha/alpha_interp) of the order-16 fixed points at kappa0 = Delta = 0.5 (docs/erm.md "Points";
 # Q0 = 1.5, alpha_interp = 0.1534821); elsewhere only a guess
@@ -334,9 +347,9 @@ def _solve_split_all(p: erm_se.ERMParams, starts: list, order: int, order_lo: in
                      tol: float) -> list[erm_se.FixedPoint]:
     """Each start solved at the piecewise rule's ``order_lo`` then ``order``; bars =
     :func:`erm_se.split_factor` x the difference, for q, m, Sigma and the hats the largest
-    difference of (log q, m, log Sigma, log hats) times the value (m: times 1), for train,
-    test, mse, rank their own difference."""
-    names = ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat")
+    difference of (log q, m, log Sigma, log hats) times the value (m: times 1), for train its
+    own difference, for test, mse, rank :func:`_derived_errors` (the larger of the own
+    difference and each variable's term, as at fixed Sigma)."""
     found, failures = [], []
     grow = erm_se.split_factor(order, order_lo)
     for q, m, sigma in starts:
@@ -350,7 +363,7 @@ def _solve_split_all(p: erm_se.ERMParams, starts: list, order: int, order_lo: in
         if any(_close(hi, (f.q, f.m, f.sigma)) for f in found):
             continue
         d_hi, d_lo = _split_point(p, hi, order), _split_point(p, lo, order_lo)
-        errors = _split_errors(names, hi, lo, d_hi, d_lo, grow)
+        errors = _fixed_alpha_errors(p, hi, lo, d_hi, d_lo, grow, order)
         found.append(erm_se.FixedPoint(*hi, **d_hi, iterations=its, residual=res,
                                        errors=errors))
     if not found:
@@ -358,6 +371,19 @@ def _solve_split_all(p: erm_se.ERMParams, starts: list, order: int, order_lo: in
                                last_iterate=[f.last_iterate for f in failures],
                                residual=[f.residual for f in failures])
     return erm_se.flag_global_minimum(found)
+
+
+def _fixed_alpha_errors(p: erm_se.ERMParams, hi: tuple, lo: tuple, d_hi: dict, d_lo: dict,
+                        grow: float, order: int) -> dict:
+    """The bars :func:`ridgeless_se` (rule "split") serves from the fixed points ``hi`` (outer
+    ``order``) and ``lo`` = (q, m, Sigma, q_hat, m_hat, Sigma_hat) and their derived quantities
+    ``d_hi``, ``d_lo``: :func:`_split_errors` (the six norm-wise, train its own difference),
+    then test, mse, rank by :func:`_derived_errors` (docs/erm.md "The fixed-alpha bars away
+    from kappa0 = Delta = 0.5")."""
+    errors = _split_errors(("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat"), hi, lo, d_hi,
+                           d_lo, grow)
+    errors.update(_derived_errors(p, hi, lo, d_hi, d_lo, grow, order))
+    return errors
 
 
 def _split_errors(names: tuple, hi: tuple, lo: tuple, d_hi: dict, d_lo: dict,
@@ -434,6 +460,31 @@ def _cancellation_bar(f, q: float, m: float, dq: float, dm: float, d_own: float,
     fq = (f(q * (1 + h), m) - f(q * (1 - h), m)) / (2 * h * q)
     fm = (f(q, m * (1 + h)) - f(q, m * (1 - h))) / (2 * h * m)
     return grow * max(abs(d_own), abs(fq * dq), abs(fm * dm))
+
+
+def _derived_errors(p: erm_se.ERMParams, hi: tuple, lo: tuple, d_hi: dict, d_lo: dict,
+                    grow: float, order: int) -> dict:
+    """Bars of test, mse (functions of (q, m)) and rank (of (q_hat, m_hat)) from a two-order
+    pair of the piecewise rule, ``hi``/``lo`` = (q, m, Sigma or alpha, q_hat, m_hat,
+    Sigma_hat), ``p`` the model at the higher order: :func:`_cancellation_bar` (mse: partials 1
+    and -2 exactly), so that the two variables' terms cancelling between the orders cannot
+    shrink the bar (docs/erm.md "The fixed-Sigma bars away from kappa0 = Delta = 0.5" and "The
+    fixed-alpha bars away from kappa0 = Delta = 0.5"; THEORY 3).  Used at fixed Sigma and at
+    fixed alpha alike."""
+    dq, dm = hi[0] - lo[0], hi[1] - lo[1]
+
+    def test_of(q: float, m: float) -> float:
+        return generalisation_error(q=q, m=m, Q0n=p.Q0n, beta=p.beta, beta0=p.beta0,
+                                    step=0.2 if order >= SPLIT_ORDER else 0.25)  # as _split_point
+
+    def rank_of(q_hat: float, m_hat: float) -> float:
+        return spectral_integrals(kappa0=p.kappa0, delta=math.sqrt(q_hat) / m_hat, eps=0.0).rank
+
+    return {"test": _cancellation_bar(test_of, hi[0], hi[1], dq, dm,
+                                      d_hi["test"] - d_lo["test"], grow),
+            "rank": _cancellation_bar(rank_of, hi[3], hi[4], hi[3] - lo[3], hi[4] - lo[4],
+                                      d_hi["rank"] - d_lo["rank"], grow),
+            "mse": grow * max(abs(d_hi["mse"] - d_lo["mse"]), abs(dq), abs(2 * dm))}
 
 
 def at_sigma_start(sigma: float, *, kappa0: float, Delta: float,
@@ -514,22 +565,7 @@ def ridgeless_at_sigma(*, sigma: float, kappa0: float, Delta: float, beta: float
     errors = _split_errors(("q", "m", "alpha", "q_hat", "m_hat", "sigma_hat"), hi, lo, d_hi,
                            d_lo, grow)
     errors.pop("alpha")  # alpha, like train, carries its own difference (docs/erm.md "Points")
-    dq, dm = hi[0] - lo[0], hi[1] - lo[1]
-
-    def test_of(q: float, m: float) -> float:
-        return generalisation_error(q=q, m=m, Q0n=p.Q0n, beta=beta, beta0=beta0,
-                                    step=0.2 if order >= SPLIT_ORDER else 0.25)  # as _split_point
-
-    errors["test"] = _cancellation_bar(test_of, hi[0], hi[1], dq, dm,
-                                       d_hi["test"] - d_lo["test"], grow)
-
-    def rank_of(q_hat: float, m_hat: float) -> float:
-        return spectral_integrals(kappa0=kappa0, delta=math.sqrt(q_hat) / m_hat, eps=0.0).rank
-
-    errors["rank"] = _cancellation_bar(rank_of, hi[3], hi[4], hi[3] - lo[3], hi[4] - lo[4],
-                                       d_hi["rank"] - d_lo["rank"], grow)
-    # mse = Q0 + q - 2 m: its partials are 1 and -2 exactly
-    errors["mse"] = grow * max(abs(d_hi["mse"] - d_lo["mse"]), abs(dq), abs(2 * dm))
+    errors.update(_derived_errors(p_hi, hi, lo, d_hi, d_lo, grow, order))
     alpha_error = grow * abs(hi[2] - lo[2])
     errors["sigma"] = 0.0  # given
     fp = erm_se.FixedPoint(*as_fp(hi), **d_hi, iterations=its, residual=res, errors=errors,
@@ -576,6 +612,58 @@ def at_sigma_order_sequence(*, sigma: float, kappa0: float, Delta: float,
     return out
 
 
+def split_order_sequence(*, alpha: float, kappa0: float, Delta: float,
+                         orders: tuple = (12, 16, 20), beta: float = 1.0, beta0: float = 1.0,
+                         start: tuple | None = None, tol: float = 1e-8,
+                         jacobian_order: int = _JACOBIAN_ORDER) -> list[dict]:
+    """The fixed-alpha lambda = 0 fixed point of the piecewise rule at each outer order of
+    ``orders`` (increasing), each solved by :func:`solve_split` from the previous one with its
+    Broyden Jacobian, the first from ``start`` = (q, m, Sigma) (default: the Gauss-Hermite
+    order-12 fixed point from the first start of :data:`RIDGELESS_INITS` that converges) with
+    the Gauss-Hermite Jacobian of ``jacobian_order``: for orders (12, 16, ...) the first two are
+    :func:`ridgeless_se`'s pair (rule "split"), the later ones the check of its bars (docs/erm.md
+    "The fixed-alpha bars away from kappa0 = Delta = 0.5"; THEORY 3).  Any model: this is the
+    check, not the served value.  One dict per order: order, q, m, Sigma, the hats, train,
+    test, mse, rank, fitted, iterations, residual."""
+    require(len(orders) >= 1 and all(isinstance(o, int) and o >= 2 for o in orders)
+            and list(orders) == sorted(set(orders)), "orders",
+            "increasing integers >= 2", orders)
+    p = erm_se.ERMParams(alpha=float(alpha), kappa0=kappa0, Delta=Delta, lam=0.0, beta=beta,
+                         beta0=beta0)
+    if start is None:
+        for qi, mi, si in RIDGELESS_INITS:
+            try:
+                start = erm_se.fixed_point(p, q=qi * p.Q0, m=mi * p.Q0, sigma=si,
+                                           order=_CHEAP_ORDER, tol=1e-10,
+                                           label="ERM SE at lambda = 0")[0][:3]
+                break
+            except ConvergenceError:
+                continue
+        if start is None:
+            raise ConvergenceError("no lambda = 0 SE start converged (Gauss-Hermite order 12)",
+                                   last_iterate=None, residual=None)
+    x, B, out = start, None, []
+    fac2 = 2 * p.alpha * alpha_bar_factor(p.tokens)
+    for o in orders:
+        r, its, res, B = solve_split(p, q=x[0], m=x[1], sigma=x[2], order=o, tol=tol,
+                                     jacobian=B, jacobian_order=jacobian_order)
+        d = _split_point(p, r, o)
+        out.append({"order": o, "q": r[0], "m": r[1], "sigma": r[2], "q_hat": r[3],
+                    "m_hat": r[4], "sigma_hat": r[5], **d, "fitted": r[2] * r[5] / fac2,
+                    "iterations": its, "residual": res})
+        x = r
+    return out
+
+
+def fixed_alpha_checked(*, kappa0: float, Delta: float, beta: float = 1.0,
+                        beta0: float = 1.0) -> bool:
+    """Whether :func:`ridgeless_se` serves the model: (kappa0, Delta) in
+    :data:`FIXED_ALPHA_RANGE` (ends within 1e-12), beta = beta0 = 1 (to 1e-12)."""
+    return (all(lo - 1e-12 <= v <= hi + 1e-12 for v, (lo, hi) in
+                ((kappa0, FIXED_ALPHA_RANGE["kappa0"]), (Delta, FIXED_ALPHA_RANGE["Delta"])))
+            and abs(beta - 1.0) <= 1e-12 and abs(beta0 - 1.0) <= 1e-12)
+
+
 def _close(a: tuple, b: tuple, rel: float = 1e-4) -> bool:
     return all(abs(x - y) <= rel * (1 + abs(y)) for x, y in zip(a[:3], b[:3], strict=True))
 
@@ -591,18 +679,27 @@ def ridgeless_se(*, alpha: float, kappa0: float, Delta: float, beta: float = 1.0
     (q/Q0, m/Q0, Sigma) triples (default :data:`RIDGELESS_INITS`), each first iterated at
     Gauss-Hermite order 12.  ``rule``: ``"gh"``: :func:`erm_se.solve` (orders 24/17, bar =
     difference x 17/7; ``tol`` default 1e-11); ``"split"``: the piecewise output rule solved by
-    :func:`solve_split` (outer orders 16/12, bar = difference x 3; ``tol`` default 1e-8);
+    :func:`solve_split` (outer orders 16/12, bars :func:`_fixed_alpha_errors`; ``tol`` default
+    1e-8);
     ``"auto"``: Gauss-Hermite where the order-12 fixed points have Sigma <= :data:`SIGMA_RELIABLE`
     (and the order-24 one too), the piecewise rule otherwise.  ``order``/``order_lo``: those of
     the rule used.  ``validated_only``: a fixed point beyond the rule's validated range (Sigma >
     :data:`SIGMA_RELIABLE` for Gauss-Hermite, > :data:`SIGMA_SPLIT` for the piecewise rule)
     raises :class:`ConvergenceError` with it as the last iterate instead of being returned
-    (``False``: returned with ``reliable=False``)."""
+    (``False``: returned with ``reliable=False``), and a model outside
+    :data:`FIXED_ALPHA_RANGE` (beta = beta0 = 1), where no bar was checked, is refused."""
     a_i = alpha_interp(kappa0=kappa0, Delta=Delta)
     require(isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > a_i * (1 + 1e-9),
             "alpha", f"> alpha_interp = {a_i:.10g} at lambda = 0 (at or below it use lambda > 0 "
             "or the lambda -> 0+ interpolator limit)", alpha)
     require(rule in RULES, "rule", f"one of {RULES}", rule)
+    if validated_only:
+        (a, b), (c, d) = FIXED_ALPHA_RANGE["kappa0"], FIXED_ALPHA_RANGE["Delta"]
+        require(fixed_alpha_checked(kappa0=kappa0, Delta=Delta, beta=beta, beta0=beta0),
+                "kappa0", f"in the checked range kappa0 in [{a:g}, {b:g}], Delta in [{c:g}, "
+                f"{d:g}], beta = beta0 = 1 (--kappa0, --delta, --beta, --beta0), where the "
+                "lambda = 0 bars were checked against higher orders (validated_only=False for "
+                "others, bars unchecked)", (kappa0, Delta, beta, beta0))
     p = erm_se.ERMParams(alpha=float(alpha), kappa0=kappa0, Delta=Delta, lam=0.0, beta=beta,
                          beta0=beta0)
     starts, failures = [], []
@@ -632,7 +729,7 @@ def ridgeless_se(*, alpha: float, kappa0: float, Delta: float, beta: float = 1.0
         raise ConvergenceError(
             f"the lambda = 0 SE at alpha = {alpha:g} has Sigma ~ {lowest[2]:.3g} (Gauss-Hermite "
             f"order 12) > 2 x {SIGMA_SPLIT:g}, beyond the range where the bars of the piecewise "
-            "output rule were checked to cover (kappa0 = Delta = 0.5)", last_iterate=list(lowest),
+            "output rule were checked to cover", last_iterate=list(lowest),
             residual=None)
     use_gh = rule == "gh" or (rule == "auto"
                               and max(s[2] for s in starts) <= SIGMA_RELIABLE)
@@ -654,8 +751,8 @@ def ridgeless_se(*, alpha: float, kappa0: float, Delta: float, beta: float = 1.0
     if validated_only and best.sigma > bound:
         raise ConvergenceError(
             f"the lambda = 0 SE at alpha = {alpha:g} has Sigma = {best.sigma:.3g} > {bound:g}, "
-            f"beyond the range where the bars of {what} were checked to cover (kappa0 = Delta "
-            "= 0.5)", last_iterate=[best.q, best.m, best.sigma], residual=best.residual)
+            f"beyond the range where the bars of {what} were checked to cover",
+            last_iterate=[best.q, best.m, best.sigma], residual=best.residual)
     fitted, fitted_err = _fitted(best, p)
     best = replace(best, errors={**best.errors, "fitted": fitted_err})
     delta = math.sqrt(best.q_hat) / best.m_hat

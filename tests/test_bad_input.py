@@ -173,6 +173,8 @@ CASES = [
                                                      "0", "--sigma", "1e5"], "--sigma"),
     ("erm-sigma-delta-unchecked", ERM_SE + ["--kappa0", "0.5", "--delta", "1.5", "--lam", "0",
                                             "--sigma", "1e3"], "--sigma"),
+    ("erm-lam0-kappa0-unchecked", ERM_SE + ["--kappa0", "0.2", "--delta", "0.5", "--lam", "0",
+                                            "--alpha", "0.5"], "--kappa0"),
     ("erm-tokens-7", ERM_SE + ERM_K + ["--alpha", "0.5", "--tokens", "7"], "--tokens"),
     ("erm-rho", ERM_SE + ERM_K + ["--alpha", "0.5", "--rho", "0.5"], "--rho"),
     ("erm-skip", ERM_SE + ERM_K + ["--alpha", "0.5", "--skip", "1"], "--skip"),
