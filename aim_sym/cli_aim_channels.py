@@ -665,15 +665,6 @@ def deep_aim_se(kw: dict, alpha: float, *, starts: str | None = None,
 DEEP_AIM_BRANCH_SECONDS = {5: 15.0, 9: 425.0}
 
 
-def _eigenvalues(eigs: list) -> list:
-    """The map's Jacobian eigenvalues for JSON: real numbers, or [re, im] where complex."""
-    out = []
-    for x in eigs:
-        z = complex(x)
-        out.append(z.real if z.imag == 0 else [z.real, z.imag])
-    return out
-
-
 def deep_aim_branch_se(kw: dict, v1: float, *, starts: str | None = None,
                        out_path: str | None = None, resume: bool = False,
                        points: int | None = None) -> None:
@@ -716,7 +707,7 @@ def deep_aim_branch_se(kw: dict, v1: float, *, starts: str | None = None,
     progress_printer(1, 1, "done")
     skip, beta, rho = model.skip, model.beta, (model.rho1, model.rho2)
     eig = r["jacobian_eigenvalues"]
-    fp = {"start": f"branch at mmse_1 = {v1:g}", **r, "jacobian_eigenvalues": _eigenvalues(eig),
+    fp = {"start": f"branch at mmse_1 = {v1:g}", **r,   # complex eigenvalues: cli_common._finite
           "jacobian_eigenvalue_moduli": sorted(abs(complex(x)) for x in eig)}
     out = {"model": "aim", "layers": 2, "channel": "softmax", "tokens": 2, "skip": skip,
            "beta": beta, "rho": list(rho), "mmse1": v1, "alpha": r["alpha"],

@@ -25,6 +25,12 @@ def fail(option: str, allowed: str, value) -> None:
 
 
 def _finite(x):
+    """``x`` made JSON-safe: NaN as None, infinities as "inf" / "-inf", numpy scalars as Python
+    ones, complex numbers (e.g. Jacobian eigenvalues) as their real part where the imaginary part
+    is 0, else [re, im]."""
+    if isinstance(x, (complex, np.complexfloating)):
+        z = complex(x)
+        return _finite(z.real) if z.imag == 0 else [_finite(z.real), _finite(z.imag)]
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
     if isinstance(x, dict):

@@ -103,3 +103,17 @@ def test_mmse1_no_root_exits_3_with_the_last_iterate(run_cli, monkeypatch):
     monkeypatch.setattr(das, "branch_point", no_root)
     rc, out, err = run_cli(ARGS)
     assert rc == 3 and "last iterate [0.05, 0.0001, 0.02]" in err and out == ""
+
+
+def test_json_sanitiser_writes_complex_eigenvalues_as_pairs():
+    """cli_common._finite (used by every --json and --out): a complex number with imaginary part
+    0 becomes its real part, any other [re, im]; numpy complex scalars alike (deep AIM's
+    ``fixed_point`` and ``branch_point`` return eigenvalues of a non-symmetric 2 x 2 map)."""
+    import numpy as np
+
+    from aim_sym.cli_common import _finite
+
+    eig = np.linalg.eigvals(np.array([[0.5, -0.4], [0.4, 0.5]]))
+    assert _finite(eig.tolist()) == [[0.5, 0.4], [0.5, -0.4]]
+    assert _finite([np.complex128(0.25 + 0j), complex(float("nan"), 1.0)]) == [0.25, [None, 1.0]]
+    json.dumps(_finite({"e": list(eig)}))
